@@ -1,0 +1,230 @@
+"""``mbridge-seqpack``: check configs, list recipes, plan pack length vs batch, pack and inspect data.
+
+Commands that do not need Megatron-Bridge (``pack``, ``inspect``, ``--help``) never import it: that
+import takes ~40 s on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+DEFAULT_RECIPE = "llama3_8b_sft_packed_8k"
+
+
+class UsageError(ValueError):
+    """Bad command-line input; exit code 2."""
+
+
+# ---- check ------------------------------------------------------------------------------------------
+
+
+def quiet_megatron_import() -> None:
+    """Import Megatron-Bridge once with its import-time warnings (Apex, Triton, experimental APIs) muted."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import megatron.bridge.training.config  # noqa: F401
+
+
+def _build_target(target: str, overrides: Sequence[str]) -> tuple[Any, Any]:
+    from mbridge_seqpack.paths import parse_override, set_path
+    from mbridge_seqpack.recipes import load_recipe_target
+
+    fn, info = load_recipe_target(target)
+    quiet_megatron_import()
+    cfg = fn()
+    for text in overrides:
+        key, value = parse_override(text)
+        set_path(cfg, key, value)
+    return cfg, info
+
+
+def _resolve_world(explicit: int | None, info: Any) -> int:
+    if explicit is not None:
+        return explicit
+    if info is not None:
+        return info.world_size
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
+    """Megatron-Bridge's own ``runtime_config_update`` (as ``pretrain()`` runs it); the error text or None."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    from mbridge_seqpack import hook
+
+    saved_env = os.environ.get("WORLD_SIZE")
+    saved_hook = (hook._state["mode"], hook._state["world_size"]) if hook._state["original"] is not None else None
+    hook.uninstall()
+    os.environ["WORLD_SIZE"] = str(world_size)
+    try:
+        runtime_config_update(cfg)
+    except (AssertionError, ValueError, TypeError, RuntimeError, KeyError) as exc:
+        text = str(exc).strip() or repr(exc)
+        return f"{type(exc).__name__}: {text}"
+    finally:
+        if saved_env is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved_env
+        if saved_hook is not None:
+            hook.install(mode=saved_hook[0], world_size=saved_hook[1])
+    return None
+
+
+def check_target(target: str, overrides: Sequence[str], world_size: int | None, *, megatron: bool = True) -> Any:
+    """Build ``target``, run the rule catalog and (optionally) Megatron-Bridge's validation."""
+    from mbridge_seqpack.report import CheckReport, derived_values
+    from mbridge_seqpack.rules import RuleContext, evaluate
+
+    cfg, info = _build_target(target, overrides)
+    world = _resolve_world(world_size, info)
+    ctx = RuleContext.build(cfg, world)
+    results = evaluate(ctx)
+    report = CheckReport(target=f"{target} (world size {world})", derived=derived_values(ctx), results=results,
+                         megatron_ran=megatron)
+    if megatron:
+        report.megatron_error = run_megatron_validation(cfg, world)
+    return report
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = check_target(args.target, args.overrides, args.world_size, megatron=not args.rules_only)
+    print(report.to_json() if args.json else report.to_text())
+    return 0 if report.ok else 1
+
+
+# ---- recipes ----------------------------------------------------------------------------------------
+
+
+def recipe_rows() -> list[dict[str, Any]]:
+    """One row per packaged recipe, built at its declared world size."""
+    from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+    from mbridge_seqpack.report import derived_values
+    from mbridge_seqpack.rules import RuleContext
+
+    quiet_megatron_import()
+    rows = []
+    for name in list_recipes():
+        info = recipe_info(name)
+        derived = derived_values(RuleContext.build(build_recipe(name), info.world_size))
+        rows.append({"name": name, "model": info.model, "description": info.description, **derived})
+    return rows
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    import json
+
+    rows = recipe_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = ("recipe", "model", "mode", "seq", "TP", "PP", "CP", "DP", "world", "MBS", "GBS", "slots/step")
+    table = [header] + [
+        (r["name"], r["model"], r["mode"], str(r["row_length"]), str(r["tp"]), str(r["pp"]), str(r["cp"]),
+         str(r["dp"]), str(r["world_size"]), str(r["micro_batch_size"]), str(r["global_batch_size"]),
+         f"{r['token_slots_per_step']:,}")
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+# ---- plan -------------------------------------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from mbridge_seqpack.planner import plan
+
+    rows = plan(args.target, slots=args.slots, world_size=args.world_size, lengths=args.lengths,
+                overrides=args.overrides)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        print(f"plan for {args.target}: {args.slots:,} token slots per optimizer step")
+        print(f"  {'pack length':>11}  {'GBS':>5}  {'DP':>3}  verdict")
+        for r in rows:
+            print(f"  {r.pack_length:>11}  {r.global_batch_size if r.global_batch_size else '-':>5}  "
+                  f"{r.dp if r.dp is not None else '-':>3}  {r.verdict()}")
+    return 0 if any(r.ok for r in rows) else 1
+
+
+# ---- parser -----------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mbridge-seqpack", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", help="run the packing/CP rules and Megatron-Bridge's validation on a recipe")
+    p.add_argument("target", nargs="?", default=DEFAULT_RECIPE,
+                   help=f"packaged recipe name or path/to/file.py[:function] (default: {DEFAULT_RECIPE})")
+    p.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. model.context_parallel_size=2")
+    p.add_argument("--world-size", type=_positive_int, default=None,
+                   help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("recipes", help="list the packaged recipes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_recipes)
+
+    p = sub.add_parser("plan", help="pack length vs global batch at equal token slots per step")
+    p.add_argument("target", nargs="?", default=DEFAULT_RECIPE)
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--slots", type=_positive_int, default=65536, help="token slots per optimizer step")
+    p.add_argument("--world-size", type=_positive_int, default=None)
+    p.add_argument("--lengths", type=_int_list, default=None,
+                   help="comma-separated pack lengths (default: powers of two from 1024 up to --slots)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    from mbridge_seqpack.cli_data import add_data_commands
+
+    add_data_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        from mbridge_seqpack.errors import PackingConfigError
+
+        if isinstance(exc, PackingConfigError):
+            print(str(exc), file=sys.stderr)
+            return 1
+        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

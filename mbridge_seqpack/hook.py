@@ -1,0 +1,128 @@
+"""The config-finalize hook: our rules run inside ``ConfigContainer.validate()``.
+
+Megatron-Bridge 0.6.2 has no validator registry, and ``runtime_config_update()`` (inside
+``pretrain()``/``finetune()``) calls ``cfg.validate()``. So the hook is a thin wrapper installed on
+``ConfigContainer.validate``: it runs the plugin's rules first, then the original method. It is
+idempotent, and ``uninstall()`` puts back the exact original function object.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from typing import Any, Callable
+
+from mbridge_seqpack.errors import PackingConfigError
+
+__all__ = ["install", "uninstall", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
+
+MODES = ("error", "warn", "off")
+MODE_ENV = "MBRIDGE_SEQPACK_MODE"
+_WRAPPER_FLAG = "__mbridge_seqpack_hook__"
+
+_state: dict[str, Any] = {"original": None, "mode": None, "world_size": None}
+
+
+class PackingConfigWarning(UserWarning):
+    """Emitted per violation in ``"warn"`` mode."""
+
+
+def _check_mode(mode: str, source: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Fix: {source}='error'")
+    return mode
+
+
+def current_mode() -> str | None:
+    """Effective mode: ``MBRIDGE_SEQPACK_MODE`` overrides the installed one; None when not installed."""
+    if _state["original"] is None:
+        return None
+    env = os.environ.get(MODE_ENV)
+    if env:
+        return _check_mode(env.strip().lower(), MODE_ENV)
+    return _state["mode"]
+
+
+def _config_container() -> type:
+    from megatron.bridge.training.config import ConfigContainer
+
+    return ConfigContainer
+
+
+def is_installed() -> bool:
+    """Whether ``ConfigContainer.validate`` is currently our wrapper."""
+    return getattr(_config_container().__dict__.get("validate"), _WRAPPER_FLAG, False)
+
+
+def run_hook_rules(cfg: Any) -> None:
+    """Apply the current mode to ``cfg``: raise, warn or do nothing."""
+    mode = current_mode()
+    if mode in (None, "off"):
+        return
+    from mbridge_seqpack.rules import check
+
+    world_size = _state["world_size"]
+    violations = check(cfg, world_size=world_size)
+    if not violations:
+        return
+    if mode == "error":
+        raise PackingConfigError(violations)
+    for v in violations:
+        warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
+
+
+def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def validate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_hook_rules(self)
+        return original(self, *args, **kwargs)
+
+    setattr(validate, _WRAPPER_FLAG, True)
+    return validate
+
+
+class InstalledHook:
+    """Returned by :func:`install`; as a context manager it restores the previous hook state on exit."""
+
+    def __init__(self, previous: tuple[Any, ...] | None):
+        self._previous = previous
+
+    def __enter__(self) -> "InstalledHook":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        uninstall()
+        if self._previous is not None:
+            mode, world_size = self._previous
+            install(mode=mode, world_size=world_size)
+
+
+def install(mode: str = "error", *, world_size: int | None = None) -> InstalledHook:
+    """Register the rules inside ``ConfigContainer.validate()``.
+
+    ``mode``: ``"error"`` raises :class:`PackingConfigError` listing every violation, ``"warn"`` emits one
+    :class:`PackingConfigWarning` each and continues, ``"off"`` does nothing. ``MBRIDGE_SEQPACK_MODE``
+    overrides it. ``world_size`` fixes the DP arithmetic (default: torch.distributed / ``WORLD_SIZE``).
+    Installing again only updates mode and world size.
+    """
+    _check_mode(mode, "mode")
+    cls = _config_container()
+    previous = (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+    if _state["original"] is None:
+        current = cls.__dict__["validate"]
+        if getattr(current, _WRAPPER_FLAG, False):  # a reloaded module left a wrapper behind
+            current = current.__wrapped__
+        _state["original"] = current
+        cls.validate = _make_wrapper(current)
+    _state["mode"] = mode
+    _state["world_size"] = world_size
+    return InstalledHook(previous)
+
+
+def uninstall() -> None:
+    """Restore the original ``ConfigContainer.validate`` exactly; a no-op when not installed."""
+    if _state["original"] is None:
+        return
+    _config_container().validate = _state["original"]
+    _state.update(original=None, mode=None, world_size=None)

@@ -1,0 +1,84 @@
+"""Dotted-path access into configs (``dataset.offline_packing_specs.pad_seq_to_mult``,
+``dataset.dataset_kwargs['pad_to_max_length']``) for fixes, overrides and mixin facts."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+__all__ = ["split_path", "get_path", "set_path", "parse_override"]
+
+_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]")
+
+
+def split_path(path: str) -> list[tuple[str, Any]]:
+    """``a.b['k']`` -> ``[("attr", "a"), ("attr", "b"), ("key", "k")]``; raises ValueError on bad syntax."""
+    parts: list[tuple[str, Any]] = []
+    pos = 0
+    while pos < len(path):
+        match = _TOKEN.match(path, pos)
+        if match is None or (pos == 0 and path.startswith(".")):
+            raise ValueError(f"bad config path {path!r} at character {pos}; use e.g. model.seq_length or "
+                             "dataset.dataset_kwargs['pad_to_max_length']")
+        if match.group(1) is not None:
+            parts.append(("attr", match.group(1)))
+        else:
+            parts.append(("key", ast.literal_eval(match.group(2))))
+        pos = match.end()
+    if not parts:
+        raise ValueError("empty config path; use e.g. model.seq_length")
+    return parts
+
+
+def _step(obj: Any, kind: str, name: Any, path: str) -> Any:
+    if kind == "key" or isinstance(obj, dict):
+        if not isinstance(obj, dict) or name not in obj:
+            raise ValueError(f"config path {path!r}: no key {name!r}")
+        return obj[name]
+    if not hasattr(obj, name):
+        raise ValueError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
+    return getattr(obj, name)
+
+
+def get_path(root: Any, path: str) -> Any:
+    """Read the value at ``path`` under ``root``."""
+    obj = root
+    for kind, name in split_path(path):
+        obj = _step(obj, kind, name, path)
+    return obj
+
+
+def set_path(root: Any, path: str, value: Any) -> None:
+    """Write ``value`` at ``path``; attributes must exist (typos fail), dict keys may be new."""
+    parts = split_path(path)
+    obj = root
+    for kind, name in parts[:-1]:
+        obj = _step(obj, kind, name, path)
+    kind, name = parts[-1]
+    if kind == "key" or isinstance(obj, dict):
+        if not isinstance(obj, dict):
+            raise ValueError(f"config path {path!r}: {type(obj).__name__} is not a dict")
+        obj[name] = value
+        return
+    if not hasattr(obj, name):
+        raise ValueError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
+    setattr(obj, name, value)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line; the value is a Python literal, true/false/none, or a string."""
+    if "=" not in text:
+        raise ValueError(f"override {text!r} must look like key=value, e.g. model.context_parallel_size=2")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    split_path(key)
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return key, lowered == "true"
+    if lowered in ("none", "null"):
+        return key, None
+    try:
+        return key, ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        return key, raw.strip()

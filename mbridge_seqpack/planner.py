@@ -1,0 +1,72 @@
+"""Pack length vs global batch at equal token slots per optimizer step, checked by the real rules.
+
+For each candidate pack length L the planner rebuilds the recipe, sets the sequence length to L,
+re-derives the dependent fields (as the mixins do), sets ``global_batch_size = slots / L`` and runs
+the full rule catalog at the given world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+__all__ = ["PlanRow", "plan", "default_lengths"]
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate: its batch, DP and the rules it breaks (empty: valid)."""
+
+    pack_length: int
+    global_batch_size: int | None
+    dp: int | None
+    broken: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.broken
+
+    def verdict(self) -> str:
+        if self.ok:
+            return "ok"
+        return "; ".join(f"{rid}: {why}" for rid, why in zip(self.broken, self.reasons))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pack_length": self.pack_length, "global_batch_size": self.global_batch_size, "dp": self.dp,
+                "ok": self.ok, "violations": [{"rule_id": r, "rule": w} for r, w in zip(self.broken, self.reasons)]}
+
+
+def default_lengths(slots: int) -> list[int]:
+    """Powers of two from 1024 up to ``slots``."""
+    out, length = [], 1024
+    while length <= slots:
+        out.append(length)
+        length *= 2
+    return out
+
+
+def plan(target: str, *, slots: int, world_size: int | None = None, lengths: Sequence[int] | None = None,
+         overrides: Sequence[str] = ()) -> list[PlanRow]:
+    """Evaluate each pack length at ``slots`` token slots per step."""
+    from mbridge_seqpack.cli import _build_target, _resolve_world
+    from mbridge_seqpack.mixins import derive
+    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.rules.context import RuleContext
+
+    rows = []
+    for length in lengths or default_lengths(slots):
+        cfg, info = _build_target(target, overrides)
+        world = _resolve_world(world_size, info)
+        cfg.model.seq_length = length
+        derive(cfg)
+        dp = RuleContext(cfg=cfg, world_size=world).topology.data_parallel
+        if slots % length:
+            rows.append(PlanRow(length, None, dp, ("plan.slots_divisible",),
+                                (f"{slots} token slots are not a whole number of {length}-token rows",)))
+            continue
+        cfg.train.global_batch_size = slots // length
+        found = check(cfg, world_size=world)
+        rows.append(PlanRow(length, slots // length, dp, tuple(v.rule_id for v in found),
+                            tuple(v.rule for v in found)))
+    return rows

@@ -1,0 +1,194 @@
+"""Building blocks for packaged recipes: offline model providers and an offline SFT base config.
+
+Megatron-Bridge's shipped recipes fetch model configs from the Hugging Face hub. These builders
+use the real bridges on in-code ``transformers`` configs (``AutoBridge.from_hf_config``) or explicit
+``GPTModelProvider`` sizes, so every recipe builds with no network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = [
+    "RecipeInfo",
+    "recipe",
+    "provider_from_hf_config",
+    "llama3_8b_provider",
+    "llama31_8b_provider",
+    "qwen3_8b_provider",
+    "small_gpt_provider",
+    "sft_base",
+    "embedded_data_dir",
+    "embedded_tokenizer_dir",
+]
+
+_DATA = Path(__file__).resolve().parent / "data"
+
+
+def embedded_data_dir() -> Path:
+    """The small SFT corpus shipped with the package (training/validation JSONL)."""
+    return _DATA / "sft_sample"
+
+
+def embedded_tokenizer_dir() -> Path:
+    """The offline BPE tokenizer shipped with the package (``tokenizer.json``)."""
+    return _DATA / "tokenizer"
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """What the recipe table shows: name, what it trains, and the world size it is laid out for."""
+
+    name: str
+    model: str
+    mode: str
+    world_size: int
+    description: str
+
+
+def recipe(name: str, *, model: str, mode: str, world_size: int, description: str) -> Callable:
+    """Mark a function returning a ConfigContainer as a packaged recipe."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.seqpack_recipe = RecipeInfo(name, model, mode, world_size, description)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def provider_from_hf_config(hf_config: Any) -> Any:
+    """Megatron provider from an in-code HF config through the registered bridge (no weights, no hub).
+
+    The HF architecture is recorded on the provider (``hf_architectures``) so model-family rules can
+    recognise providers whose class is the generic ``GPTModelProvider``.
+    """
+    from megatron.bridge import AutoBridge
+
+    provider = AutoBridge.from_hf_config(hf_config).to_megatron_provider(load_weights=False)
+    provider.hf_architectures = tuple(getattr(hf_config, "architectures", None) or ())
+    return provider
+
+
+def _llama_config(rope_scaling: dict[str, Any] | None, max_positions: int) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        hidden_act="silu",
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling=rope_scaling,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        bos_token_id=128000,
+        eos_token_id=128001,
+    )
+
+
+def llama3_8b_provider() -> Any:
+    """Llama-3-8B sizes (32 layers, 4096 hidden, GQA 32/8, vocab 128256, RoPE base 5e5)."""
+    return provider_from_hf_config(_llama_config(None, 8192))
+
+
+def llama31_8b_provider() -> Any:
+    """Llama-3.1-8B: Llama-3 sizes plus the llama3 RoPE scaling for 128k context."""
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    return provider_from_hf_config(_llama_config(scaling, 131072))
+
+
+def qwen3_8b_provider() -> Any:
+    """Qwen3-8B sizes (36 layers, 4096 hidden, FFN 12288, GQA 32/8, QK-norm, RoPE base 1e6)."""
+    from transformers import Qwen3Config
+
+    return provider_from_hf_config(
+        Qwen3Config(
+            architectures=["Qwen3ForCausalLM"],
+            vocab_size=151936,
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40960,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            dtype="bfloat16",
+        )
+    )
+
+
+def small_gpt_provider(seq_length: int = 4096, vocab_size: int = 8192) -> Any:
+    """A ~100M-parameter GPT (12 layers, 768 hidden, RoPE, RMSNorm, SwiGLU) for single-GPU smoke runs."""
+    import torch
+    from megatron.bridge.models import GPTModelProvider
+
+    return GPTModelProvider(
+        num_layers=12,
+        hidden_size=768,
+        ffn_hidden_size=3072,
+        num_attention_heads=12,
+        num_query_groups=12,
+        kv_channels=64,
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        position_embedding_type="rope",
+        add_bias_linear=False,
+        share_embeddings_and_output_weights=True,
+        vocab_size=vocab_size,
+        seq_length=seq_length,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+    )
+
+
+def sft_base(
+    model: Any,
+    *,
+    seq_length: int,
+    global_batch_size: int,
+    micro_batch_size: int = 1,
+    dataset_root: str | Path | None = None,
+    tokenizer_model: str | Path | None = None,
+    train_iters: int = 1000,
+) -> Any:
+    """Megatron-Bridge's SFT defaults with a local JSONL dataset and a local tokenizer (offline)."""
+    from megatron.bridge.data.builders import GPTSFTDatasetConfig
+    from megatron.bridge.recipes.common import _sft_common
+
+    cfg = _sft_common()
+    model.seq_length = seq_length
+    cfg.model = model
+    cfg.dataset = GPTSFTDatasetConfig(
+        seq_length=seq_length,
+        dataset_root=str(dataset_root or embedded_data_dir()),
+        do_validation=True,
+        do_test=False,
+        dataset_kwargs={},
+        seed=5678,
+        dataloader_type="batch",
+        num_workers=1,
+    )
+    cfg.tokenizer.tokenizer_model = str(tokenizer_model or embedded_tokenizer_dir())
+    cfg.train.global_batch_size = global_batch_size
+    cfg.train.micro_batch_size = micro_batch_size
+    cfg.train.train_iters = train_iters
+    return cfg

@@ -1,0 +1,110 @@
+"""Registry of packaged recipes and loader for user recipe files.
+
+Packaged recipes are plain Python files (the repository's ``recipes/`` folder, shipped inside the
+wheel as ``mbridge_seqpack/_packaged_recipes``) whose functions are marked with
+:func:`mbridge_seqpack.recipe_kit.recipe`. Recipe files import Megatron-Bridge inside their function
+bodies, so listing recipes stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from mbridge_seqpack.recipe_kit import RecipeInfo
+
+__all__ = ["recipes_dir", "list_recipes", "recipe_info", "build_recipe", "load_recipe_target"]
+
+
+def recipes_dir() -> Path:
+    """Installed wheel: ``mbridge_seqpack/_packaged_recipes``; source checkout: ``<repo>/recipes``."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_packaged_recipes"
+    return packaged if packaged.is_dir() else here.parent / "recipes"
+
+
+def _load_module(path: Path) -> ModuleType:
+    name = f"mbridge_seqpack_recipe_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"recipe file {path} cannot be imported; it must be a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _packaged() -> dict[str, Callable[..., Any]]:
+    found: dict[str, Callable[..., Any]] = {}
+    for path in sorted(recipes_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        for value in vars(_load_module(path)).values():
+            info = getattr(value, "seqpack_recipe", None)
+            if isinstance(info, RecipeInfo):
+                if info.name in found:
+                    raise RuntimeError(f"two packaged recipes are named {info.name!r}")
+                found[info.name] = value
+    return found
+
+
+def list_recipes() -> list[str]:
+    """Names of the packaged recipes, sorted."""
+    return sorted(_packaged())
+
+
+def recipe_info(name: str) -> RecipeInfo:
+    """Metadata of one packaged recipe."""
+    return _lookup(name).seqpack_recipe  # type: ignore[attr-defined]
+
+
+def _lookup(name: str) -> Callable[..., Any]:
+    table = _packaged()
+    if name not in table:
+        raise ValueError(f"unknown recipe {name!r}; packaged recipes: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def build_recipe(name: str, **kwargs: Any) -> Any:
+    """Build the ConfigContainer of a packaged recipe (offline; no Hugging Face hub)."""
+    return _lookup(name)(**kwargs)
+
+
+def load_recipe_target(target: str) -> tuple[Callable[..., Any], RecipeInfo | None]:
+    """Resolve ``NAME`` (packaged) or ``path/to/file.py[:function]`` to a builder function.
+
+    A file without ``:function`` must define exactly one marked recipe, or one function named
+    ``recipe`` / ``config``.
+    """
+    path_part, _, fn_name = target.partition(":")
+    if not path_part.endswith(".py"):
+        fn = _lookup(target)
+        return fn, fn.seqpack_recipe  # type: ignore[attr-defined]
+    path = Path(path_part)
+    if not path.is_file():
+        raise ValueError(f"recipe file {path} does not exist")
+    module = _load_module(path.resolve())
+    if fn_name:
+        fn = getattr(module, fn_name, None)
+        if not callable(fn):
+            raise ValueError(f"{path} has no function {fn_name!r}")
+        return fn, getattr(fn, "seqpack_recipe", None)
+    marked = [v for v in vars(module).values() if isinstance(getattr(v, "seqpack_recipe", None), RecipeInfo)]
+    if len(marked) == 1:
+        return marked[0], marked[0].seqpack_recipe
+    for default in ("recipe", "config"):
+        if callable(getattr(module, default, None)):
+            return getattr(module, default), None
+    raise ValueError(
+        f"{path} defines {len(marked)} marked recipes and no recipe()/config() function; name one as "
+        f"{path}:FUNCTION"
+    )

@@ -1,0 +1,108 @@
+"""Derived values and the human/JSON report of a check (no Megatron import at module load)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CheckReport", "derived_values", "packing_mode"]
+
+
+def packing_mode(ctx: Any) -> str:
+    """A short name for how sequences reach the model."""
+    if ctx.offline_packing:
+        return "offline packed"
+    if ctx.in_batch_packing:
+        return "in-batch packed"
+    if ctx.energon_packing:
+        return "energon online packed"
+    return "unpacked"
+
+
+def derived_values(ctx: Any) -> dict[str, Any]:
+    """DP, alignment, row width and token slots per optimizer step for one config."""
+    topo = ctx.topology
+    specs = ctx.specs
+    row = specs.packed_sequence_size if specs is not None else ctx.model.seq_length
+    gbs = ctx.train.global_batch_size
+    return {
+        "world_size": topo.world_size,
+        "tp": topo.tp,
+        "pp": topo.pp,
+        "cp": topo.cp,
+        "ep": topo.ep,
+        "dp": topo.data_parallel,
+        "sequence_parallel": topo.sequence_parallel,
+        "mode": packing_mode(ctx),
+        "alignment_multiple": topo.alignment,
+        "row_length": row,
+        "micro_batch_size": ctx.train.micro_batch_size,
+        "global_batch_size": gbs,
+        "token_slots_per_step": row * gbs,
+    }
+
+
+@dataclass
+class CheckReport:
+    """Everything ``mbridge-seqpack check`` prints."""
+
+    target: str
+    derived: dict[str, Any]
+    results: list[Any]
+    megatron_error: str | None = None
+    megatron_ran: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Any]:
+        return [v for r in self.results for v in r.violations]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.megatron_error is None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "target": self.target,
+                "ok": self.ok,
+                "derived": self.derived,
+                "rules": [
+                    {"rule_id": r.rule.rule_id, "status": r.status,
+                     "violations": [v.to_dict() for v in r.violations]}
+                    for r in self.results
+                ],
+                "violations": [v.to_dict() for v in self.violations],
+                "megatron_bridge_validate": None if not self.megatron_ran else (
+                    {"ok": self.megatron_error is None, "error": self.megatron_error}),
+            },
+            indent=2,
+        )
+
+    def to_text(self) -> str:
+        d = self.derived
+        dp = d["dp"] if d["dp"] is not None else "n/a (world size does not divide)"
+        lines = [
+            f"mbridge-seqpack check: {self.target}",
+            f"  layout   world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
+            f"SP={'on' if d['sequence_parallel'] else 'off'}",
+            f"  packing  {d['mode']}, row {d['row_length']} tokens, THD alignment multiple {d['alignment_multiple']}",
+            f"  batch    micro {d['micro_batch_size']}, global {d['global_batch_size']}, "
+            f"token slots per step {d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
+            "rules:",
+        ]
+        for r in self.results:
+            mark = {"ok": "ok  ", "fail": "FAIL", "n/a": "n/a "}[r.status]
+            lines.append(f"  {mark} {r.rule.rule_id:<48} {r.rule.summary}")
+            for v in r.violations:
+                fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
+                lines += [f"         fields: {fields}", f"         why:    {v.rule}", f"         fix:    {v.fix}"]
+        if self.megatron_ran:
+            status = "ok" if self.megatron_error is None else f"FAILED: {self.megatron_error}"
+            lines.append(f"megatron-bridge validate(): {status}")
+        lines += [f"note: {n}" for n in self.notes]
+        n = len(self.violations)
+        lines.append("result: OK" if self.ok else f"result: {n} violation(s)"
+                     + ("" if self.megatron_error is None else ", Megatron-Bridge validation failed"))
+        return "\n".join(lines)

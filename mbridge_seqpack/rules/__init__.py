@@ -1,0 +1,17 @@
+"""The packing / long-context rule catalog and ``check()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import Rule, RuleResult, all_rules, evaluate
+
+__all__ = ["check", "all_rules", "evaluate", "Rule", "RuleResult", "RuleContext"]
+
+
+def check(cfg: Any, world_size: int | None = None) -> list[Violation]:
+    """Run every rule on ``cfg`` (no Megatron-Bridge validation) and return the violations found."""
+    ctx = RuleContext.build(cfg, world_size)
+    return [v for result in evaluate(ctx) for v in result.violations]

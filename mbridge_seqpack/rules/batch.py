@@ -1,0 +1,86 @@
+"""Batch geometry rules that Megatron-Bridge only checks in setup(), after GPUs are allocated."""
+
+from __future__ import annotations
+
+from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.topology import round_up
+
+
+def _layout_fields(ctx: RuleContext) -> dict[str, int]:
+    topo = ctx.topology
+    return {
+        "world_size": topo.world_size,
+        "model.tensor_model_parallel_size": topo.tp,
+        "model.pipeline_model_parallel_size": topo.pp,
+        "model.context_parallel_size": topo.cp,
+    }
+
+
+@rule("batch.world_size_divisible", "world size divisible by TP*PP*CP (and by ETP*EP*PP for MoE).")
+def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
+    topo = ctx.topology
+    found = []
+    if topo.world_size % topo.model_parallel:
+        found.append(
+            Violation(
+                "batch.world_size_divisible",
+                _layout_fields(ctx),
+                f"data-parallel size is world_size / (TP*PP*CP) = {topo.world_size} / {topo.model_parallel}, "
+                "which must be a whole number",
+                fix=f"run on a multiple of {topo.model_parallel} GPUs, or change TP/PP/CP so their product divides "
+                f"{topo.world_size}",
+            )
+        )
+    if topo.ep > 1 and topo.world_size % topo.expert_model_parallel:
+        found.append(
+            Violation(
+                "batch.world_size_divisible",
+                {**_layout_fields(ctx), "model.expert_model_parallel_size": topo.ep,
+                 "model.expert_tensor_parallel_size": topo.etp},
+                f"expert data-parallel size is world_size / (ETP*EP*PP) = {topo.world_size} / "
+                f"{topo.expert_model_parallel}, which must be a whole number",
+                fix=f"run on a multiple of {topo.expert_model_parallel} GPUs, or change EP/ETP/PP",
+            )
+        )
+    return found
+
+
+@rule("batch.global_batch_divisible", "train.global_batch_size % (micro_batch_size * DP) == 0.")
+def global_batch_divisible(ctx: RuleContext) -> list[Violation] | None:
+    dp = ctx.topology.data_parallel
+    if dp is None:
+        return None
+    mbs, gbs = ctx.train.micro_batch_size, ctx.train.global_batch_size
+    step = mbs * dp
+    if gbs < step or gbs % step == 0:
+        return []  # too small is its own rule
+    return [
+        Violation(
+            "batch.global_batch_divisible",
+            {"train.global_batch_size": gbs, "train.micro_batch_size": mbs, "data_parallel_size": dp},
+            f"each optimizer step runs a whole number of micro batches on every DP rank, so global_batch_size "
+            f"must be a multiple of micro_batch_size*DP = {step}",
+            fix=f"cfg.train.global_batch_size = {round_up(gbs, step)} (or {gbs // step * step})",
+            assignments={"train.global_batch_size": round_up(gbs, step)},
+        )
+    ]
+
+
+@rule("batch.global_batch_min", "train.global_batch_size >= micro_batch_size * DP.")
+def global_batch_min(ctx: RuleContext) -> list[Violation] | None:
+    dp = ctx.topology.data_parallel
+    if dp is None:
+        return None
+    mbs, gbs = ctx.train.micro_batch_size, ctx.train.global_batch_size
+    if gbs >= mbs * dp:
+        return []
+    return [
+        Violation(
+            "batch.global_batch_min",
+            {"train.global_batch_size": gbs, "train.micro_batch_size": mbs, "data_parallel_size": dp},
+            f"every DP rank needs at least one micro batch per step: global_batch_size >= {mbs * dp}",
+            assignments={"train.global_batch_size": mbs * dp},
+        )
+    ]

@@ -1,0 +1,114 @@
+"""CUDA-graph and fixed-width rules for packed batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import rule
+
+SPECS = "dataset.offline_packing_specs"
+
+
+@rule("cuda_graphs.pad_cu_seqlens_needs_fixed_width", "pad_cu_seqlens=True needs pad_to_max_length=True.")
+def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.specs is None or not ctx.specs.pad_cu_seqlens:
+        return None
+    if ctx.pad_to_max_length:
+        return []
+    return [
+        Violation(
+            "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
+            {f"{SPECS}.pad_cu_seqlens": True, ctx.pad_to_max_length_path: False},
+            "static cu_seqlens only make sense for rows of a static width",
+            assignments=ctx.pad_to_max_length_fix(),
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.training_graphs_need_fixed_width",
+    "Offline packing with training CUDA graphs (full-iteration or TE) needs pad_to_max_length=True.",
+)
+def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.specs is None or not ctx.training_cuda_graphs:
+        return None
+    if ctx.pad_to_max_length:
+        return []
+    if ctx.specs.pad_cu_seqlens:
+        return []  # reported once, by cuda_graphs.pad_cu_seqlens_needs_fixed_width
+    return [
+        Violation(
+            "cuda_graphs.training_graphs_need_fixed_width",
+            {"model.cuda_graph_impl": ctx.cuda_graph_impl, ctx.pad_to_max_length_path: False},
+            "a captured graph replays one token width; packed rows must be padded to packed_sequence_size",
+            assignments=ctx.pad_to_max_length_fix(),
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
+    "Graphs that capture packed attention need offline_packing_specs.pad_cu_seqlens=True.",
+)
+def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.specs is None or not ctx.graphs_capture_attention:
+        return None
+    if ctx.specs.pad_cu_seqlens:
+        return []
+    return [
+        Violation(
+            "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
+            {"model.cuda_graph_impl": ctx.cuda_graph_impl, f"{SPECS}.pad_cu_seqlens": False},
+            "captured attention replays a fixed cu_seqlens length; without padding it, every batch with a "
+            "different number of sequences breaks the graph",
+            assignments={f"{SPECS}.pad_cu_seqlens": True, **ctx.pad_to_max_length_fix()},
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.pad_cu_seqlens_needs_metadata",
+    "pad_cu_seqlens with explicit packed paths needs an existing packed_metadata_path.",
+)
+def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
+    specs = ctx.specs
+    if specs is None or not specs.pad_cu_seqlens or specs.packed_train_data_path is None:
+        return None  # builder-managed paths write their metadata next to the pack
+    meta = specs.packed_metadata_path
+    if meta is not None and Path(str(meta)).is_file():
+        return []
+    guess = Path(str(specs.packed_train_data_path)).parent / f"{specs.packed_sequence_size}_metadata.jsonl"
+    return [
+        Violation(
+            "cuda_graphs.pad_cu_seqlens_needs_metadata",
+            {f"{SPECS}.packed_metadata_path": None if meta is None else str(meta),
+             f"{SPECS}.packed_train_data_path": str(specs.packed_train_data_path)},
+            "static cu_seqlens are sized from the pack metadata (max_samples_per_bin, dataset_max_seqlen); "
+            + ("it is not set" if meta is None else "the file does not exist"),
+            fix=f"cfg.{SPECS}.packed_metadata_path = '<metadata JSON written with the pack, e.g. {guess}>'",
+        )
+    ]
+
+
+@rule(
+    "fixed_width.gpt_sft_pipeline_or_experts",
+    "GPT SFT with PP>1 or EP>1 needs dataset_kwargs['pad_to_max_length']=True.",
+)
+def gpt_sft_pipeline_or_experts(ctx: RuleContext) -> list[Violation] | None:
+    topo = ctx.topology
+    if not ctx.dataset_is("gpt_sft") or (topo.pp <= 1 and topo.ep <= 1):
+        return None
+    if ctx.pad_to_max_length:
+        return []
+    return [
+        Violation(
+            "fixed_width.gpt_sft_pipeline_or_experts",
+            {ctx.pad_to_max_length_path: False, "model.pipeline_model_parallel_size": topo.pp,
+             "model.expert_model_parallel_size": topo.ep},
+            "pipeline stages exchange fixed-shape activations and expert dispatch expects equal shapes; "
+            "Megatron-Bridge forces this only for datasets with a pad_to_max_length attribute, not GPT SFT",
+            assignments=ctx.pad_to_max_length_fix(),
+        )
+    ]

@@ -1,0 +1,184 @@
+"""Context-parallel rules: sequence divisibility, fine-tuning loss settings, hierarchical CP, THD support."""
+
+from __future__ import annotations
+
+import math
+
+from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.topology import round_up
+
+
+def _seq_length_fix(ctx: RuleContext, new_length: int) -> dict[str, int]:
+    """Move every copy of the sequence length together (model, dataset, pack size)."""
+    fix = {"model.seq_length": new_length}
+    if hasattr(ctx.dataset, "seq_length"):
+        fix["dataset.seq_length"] = new_length
+    if ctx.specs is not None:
+        fix["dataset.offline_packing_specs.packed_sequence_size"] = new_length
+    return fix
+
+
+@rule("cp.seq_length_divisible", "With CP>1, model.seq_length must be divisible by 2*CP (train and eval CP).")
+def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
+    topo = ctx.topology
+    active = [cp for cp in topo.cp_sizes if cp > 1]
+    if not active:
+        return None
+    need = math.lcm(*(2 * cp for cp in active))
+    seq = ctx.model.seq_length
+    if seq % need == 0:
+        return []
+    fields = {"model.seq_length": seq, "model.context_parallel_size": topo.cp}
+    if topo.eval_cp is not None:
+        fields["dist.eval_context_parallel_size"] = topo.eval_cp
+    return [
+        Violation(
+            "cp.seq_length_divisible",
+            fields,
+            f"with context parallelism every rank holds 2 chunks per sequence, so seq_length must be a multiple "
+            f"of 2*CP = {need}; {seq} is not (THD would round lengths down and drop tokens)",
+            assignments=_seq_length_fix(ctx, round_up(seq, need)),
+        )
+    ]
+
+
+@rule(
+    "collate.seq_length_alignment",
+    "DirectHF/Energon/MockVLM: dataset.seq_length divisible by lcm(2*CP, CP*TP if SP) for train and eval CP.",
+)
+def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.has_collate_padding:
+        return None
+    need = ctx.topology.alignment
+    seq = ctx.dataset.seq_length
+    if seq % need == 0:
+        return []
+    topo = ctx.topology
+    return [
+        Violation(
+            "collate.seq_length_alignment",
+            {
+                "dataset.seq_length": seq,
+                "model.context_parallel_size": topo.cp,
+                "model.tensor_model_parallel_size": topo.tp,
+                "model.sequence_parallel": topo.sequence_parallel,
+            },
+            f"the collate pads every sequence to the CP/SP multiple {need}, so dataset.seq_length must be "
+            f"a multiple of {need}",
+            assignments=_seq_length_fix(ctx, round_up(seq, need)),
+        )
+    ]
+
+
+@rule("cp.finetune_per_token_loss", "Fine-tuning with CP>1 needs model.calculate_per_token_loss=True.")
+def finetune_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.topology.cp <= 1 or not ctx.is_finetuning:
+        return None
+    if getattr(ctx.model, "calculate_per_token_loss", False):
+        return []
+    return [
+        Violation(
+            "cp.finetune_per_token_loss",
+            {"model.calculate_per_token_loss": False, "model.context_parallel_size": ctx.topology.cp},
+            "with CP>1 a rank can hold only masked (prompt/padding) tokens; per-sequence loss averaging then "
+            "divides by zero and gives NaN, so fine-tuning must use per-token loss",
+            assignments={"model.calculate_per_token_loss": True},
+        )
+    ]
+
+
+def _uses_megatron_fsdp(ctx: RuleContext) -> bool:
+    return bool(getattr(ctx.cfg.dist, "use_megatron_fsdp", False) or getattr(ctx.cfg.ddp, "use_megatron_fsdp", False))
+
+
+@rule("cp.finetune_average_in_collective", "Fine-tuning with CP>1 needs ddp.average_in_collective=False.")
+def finetune_average_in_collective(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.topology.cp <= 1 or not ctx.is_finetuning or _uses_megatron_fsdp(ctx):
+        return None  # Megatron-FSDP forces it to False itself
+    if not getattr(ctx.cfg.ddp, "average_in_collective", False):
+        return []
+    return [
+        Violation(
+            "cp.finetune_average_in_collective",
+            {"ddp.average_in_collective": True, "model.context_parallel_size": ctx.topology.cp},
+            "per-token loss under CP sums token counts across ranks; averaging gradients inside the collective "
+            "divides a second time",
+            assignments={"ddp.average_in_collective": False},
+        )
+    ]
+
+
+def _comm_types(ctx: RuleContext) -> list[str]:
+    value = getattr(ctx.model, "cp_comm_type", None)
+    return list(value) if isinstance(value, list) else [value or "p2p"]
+
+
+def _suggest_hierarchy(cp: int, tp: int) -> list[int]:
+    """A 2-level split that keeps the a2a level inside an 8-GPU node when it can."""
+    inner = math.gcd(cp, max(1, 8 // max(tp, 1)))
+    return [inner, cp // inner]
+
+
+@rule("cp.hierarchical_sizes_required", "cp_comm_type 'a2a+p2p' needs model.hierarchical_context_parallel_sizes.")
+def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
+    if not any(t is not None and "a2a+p2p" in t for t in _comm_types(ctx)):
+        return None
+    if getattr(ctx.model, "hierarchical_context_parallel_sizes", None) is not None:
+        return []
+    cp = ctx.topology.cp
+    return [
+        Violation(
+            "cp.hierarchical_sizes_required",
+            {"model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
+             "model.hierarchical_context_parallel_sizes": None},
+            "without hierarchical sizes the a2a+p2p CP communication is silently disabled: each rank attends "
+            "only to its local chunk (fast, and wrong)",
+            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(cp, ctx.topology.tp)},
+        )
+    ]
+
+
+@rule("cp.hierarchical_sizes_product", "prod(model.hierarchical_context_parallel_sizes) must equal CP.")
+def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
+    sizes = getattr(ctx.model, "hierarchical_context_parallel_sizes", None)
+    if sizes is None:
+        return None
+    cp = ctx.topology.cp
+    if math.prod(sizes) == cp:
+        return []
+    return [
+        Violation(
+            "cp.hierarchical_sizes_product",
+            {"model.hierarchical_context_parallel_sizes": list(sizes), "model.context_parallel_size": cp},
+            f"the hierarchical CP levels must multiply to context_parallel_size ({math.prod(sizes)} != {cp})",
+            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(cp, ctx.topology.tp)},
+        )
+    ]
+
+
+MIN_MCORE_FOR_THD_CP = (0, 18, 0)
+
+
+def _mcore_version() -> tuple[int, ...]:
+    from megatron.core import package_info
+
+    return tuple(int(p) for p in package_info.__version__.split(".")[:3] if p.isdigit())
+
+
+@rule("cp.thd_mcore_version", "Packed (THD) sequences with CP>1 need Megatron-Core >= 0.18.")
+def thd_mcore_version(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.any_packing or ctx.topology.cp <= 1:
+        return None
+    version = _mcore_version()
+    if version >= MIN_MCORE_FOR_THD_CP:
+        return []
+    return [
+        Violation(
+            "cp.thd_mcore_version",
+            {"megatron.core.__version__": ".".join(map(str, version)), "model.context_parallel_size": ctx.topology.cp},
+            "THD context-parallel partitioning (thd_get_partitioned_indices) exists from Megatron-Core 0.18",
+            fix="pip install 'megatron-core>=0.18' (or set cfg.model.context_parallel_size = 1)",
+        )
+    ]
