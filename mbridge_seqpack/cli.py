@@ -92,7 +92,15 @@ def check_target(target: str, overrides: Sequence[str], world_size: int | None, 
     return report
 
 
+def _split_target(args: argparse.Namespace) -> None:
+    """``check key=value`` (no target) means the default recipe with that override."""
+    if "=" in args.target and not args.target.split(":", 1)[0].endswith(".py"):
+        args.overrides = [args.target, *args.overrides]
+        args.target = DEFAULT_RECIPE
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    _split_target(args)
     report = check_target(args.target, args.overrides, args.world_size, megatron=not args.rules_only)
     print(report.to_json() if args.json else report.to_text())
     return 0 if report.ok else 1
@@ -144,6 +152,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from mbridge_seqpack.planner import plan
 
+    _split_target(args)
     rows = plan(args.target, slots=args.slots, world_size=args.world_size, lengths=args.lengths,
                 overrides=args.overrides)
     if args.json:

@@ -258,9 +258,7 @@ def derive(cfg: Any) -> Any:
         specs = _ensure_specs(cfg)
         specs.packed_sequence_size = seq
         specs.pad_seq_to_mult = topo.alignment
-        if cfg.train.micro_batch_size > 1:
-            cfg.train.global_batch_size //= cfg.train.micro_batch_size
-            cfg.train.micro_batch_size = 1
+        cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
         if ctx.training_cuda_graphs:
             _set_fixed_width(cfg)
         if ctx.graphs_capture_attention:

@@ -20,6 +20,8 @@ __all__ = [
     "qwen3_8b_provider",
     "small_gpt_provider",
     "sft_base",
+    "vlm_sft_base",
+    "qwen25_vl_3b_provider",
     "embedded_data_dir",
     "embedded_tokenizer_dir",
 ]
@@ -191,4 +193,38 @@ def sft_base(
     cfg.train.global_batch_size = global_batch_size
     cfg.train.micro_batch_size = micro_batch_size
     cfg.train.train_iters = train_iters
+    return cfg
+
+
+def qwen25_vl_3b_provider() -> Any:
+    """Qwen2.5-VL-3B sizes (36-layer 2048-hidden LM with mRoPE, 32-block ViT) via the registered bridge."""
+    from transformers import Qwen2_5_VLConfig
+
+    text = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                num_attention_heads=16, num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=128000,
+                rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}, tie_word_embeddings=True)
+    vision = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                  fullatt_block_indexes=[7, 15, 23, 31])
+    return provider_from_hf_config(
+        Qwen2_5_VLConfig(architectures=["Qwen2_5_VLForConditionalGeneration"], text_config=text,
+                         vision_config=vision, **{k: text[k] for k in ("vocab_size", "hidden_size",
+                                                                       "num_hidden_layers", "num_attention_heads",
+                                                                       "num_key_value_heads", "intermediate_size",
+                                                                       "tie_word_embeddings")})
+    )
+
+
+def vlm_sft_base(model: Any, *, seq_length: int, global_batch_size: int, micro_batch_size: int,
+                 hf_processor_path: str) -> Any:
+    """Megatron-Bridge's VLM SFT defaults with its synthetic (offline) conversation dataset."""
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+    from megatron.bridge.recipes.common import _sft_common_vlm
+
+    cfg = _sft_common_vlm()
+    model.seq_length = seq_length
+    cfg.model = model
+    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=seq_length, hf_processor_path=hf_processor_path)
+    cfg.train.global_batch_size = global_batch_size
+    cfg.train.micro_batch_size = micro_batch_size
     return cfg

@@ -84,11 +84,12 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
             "a packed row already holds several sequences; THD layout and CP slicing expect one row per micro "
             "batch",
             fix=(
-                f"cfg.train.micro_batch_size = 1; cfg.train.global_batch_size = {gbs // mbs} "
-                f"(same sequences per step); or keep the tokens per row by packing to {pack * mbs} "
+                f"cfg.train.micro_batch_size = 1 (global_batch_size then counts {gbs} packed rows of {pack}); "
+                f"to keep the row count and tokens of one micro batch instead, also set "
+                f"cfg.train.global_batch_size = {gbs // mbs} and pack to {pack * mbs} "
                 f"(model/dataset seq_length and packed_sequence_size = {pack * mbs})"
             ),
-            assignments={"train.micro_batch_size": 1, "train.global_batch_size": gbs // mbs},
+            assignments={"train.micro_batch_size": 1},
         )
     ]
 

@@ -163,8 +163,9 @@ MIN_MCORE_FOR_THD_CP = (0, 18, 0)
 
 def _mcore_version() -> tuple[int, ...]:
     from megatron.core import package_info
+    from packaging.version import Version
 
-    return tuple(int(p) for p in package_info.__version__.split(".")[:3] if p.isdigit())
+    return Version(package_info.__version__).release[:3]
 
 
 @rule("cp.thd_mcore_version", "Packed (THD) sequences with CP>1 need Megatron-Core >= 0.18.")

@@ -1,0 +1,86 @@
+"""Shared fixtures: real Megatron-Bridge ConfigContainers built offline.
+
+Megatron-Bridge's import (~40 s on CPU) is paid once per session, on first use.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped on CPU")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def megatron_bridge():
+    """Import Megatron-Bridge's config module once, muting its import-time warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import megatron.bridge.training.config as config_module
+    return config_module
+
+
+@pytest.fixture
+def packed_cfg(megatron_bridge):
+    """Small GPT, GPT SFT offline packed at 4096, global batch 16: valid at world size 8."""
+    from mbridge_seqpack import apply
+    from mbridge_seqpack.mixins import OfflinePacking
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
+    return apply(cfg, OfflinePacking(pack_size=4096))
+
+
+@pytest.fixture
+def unpacked_cfg(megatron_bridge):
+    """Small GPT, GPT SFT without packing, global batch 16: valid at world size 8."""
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    return sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
+
+
+@pytest.fixture
+def vlm_cfg(megatron_bridge):
+    """Small GPT with Megatron-Bridge's mock VLM dataset, in-batch packed, micro batch 2, global 16."""
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16, micro_batch_size=2)
+    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=4096, hf_processor_path="local/processor",
+                                          enable_in_batch_packing=True)
+    return cfg
+
+
+@pytest.fixture
+def energon_cfg(megatron_bridge):
+    """Small GPT with an Energon dataset using online packing, valid at world size 8."""
+    from megatron.bridge.data.builders.energon import EnergonDatasetConfig, QwenVLEnergonTaskEncoderConfig
+
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
+    cfg.dataset = EnergonDatasetConfig(path="/data/energon", seq_length=4096, micro_batch_size=1,
+                                       task_encoder=QwenVLEnergonTaskEncoderConfig(hf_processor_path="local/proc"),
+                                       packing_buffer_size=64)
+    cfg.model.calculate_per_token_loss = True
+    cfg.ddp.average_in_collective = False
+    return cfg

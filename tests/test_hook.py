@@ -1,0 +1,186 @@
+"""The config-finalize hook inside ConfigContainer.validate(), driven through runtime_config_update()."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+import mbridge_seqpack
+from mbridge_seqpack import PackingConfigError
+from mbridge_seqpack.hook import MODE_ENV, PackingConfigWarning
+
+
+@pytest.fixture(autouse=True)
+def _clean_hook(megatron_bridge, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    mbridge_seqpack.uninstall()
+    yield
+    mbridge_seqpack.uninstall()
+
+
+def _runtime_update(cfg: Any) -> None:
+    from megatron.bridge.training.config import runtime_config_update
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Could not determine rank")
+        warnings.filterwarnings("ignore", message="Distributed optimizer settings were not in sync")
+        runtime_config_update(cfg)
+
+
+def _misaligned(cfg: Any) -> Any:
+    """CP=2 with per-token loss but pad_seq_to_mult=1: Megatron-Bridge 0.6.2 accepts it, THD drops tokens."""
+    cfg.model.context_parallel_size = 2
+    cfg.model.calculate_per_token_loss = True
+    cfg.ddp.average_in_collective = False
+    return cfg
+
+
+def test_unhooked_megatron_bridge_accepts_the_misaligned_pack(packed_cfg: Any) -> None:
+    _runtime_update(_misaligned(packed_cfg))  # the gap the plugin closes
+
+
+def test_hook_fires_through_runtime_config_update(packed_cfg: Any) -> None:
+    mbridge_seqpack.install()
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(_misaligned(packed_cfg))
+    assert info.value.rule_ids == ["offline.alignment_multiple"]
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == (
+        "mbridge_seqpack: 1 packing/long-context config violation:\n"
+        "  [offline.alignment_multiple] dataset.offline_packing_specs.pad_seq_to_mult=1, "
+        "model.context_parallel_size=2, model.tensor_model_parallel_size=1, model.sequence_parallel=False\n"
+        "    rule: each packed sequence must be padded to a multiple of 4 so THD context-parallel partitioning "
+        "(2*CP chunks) and sequence-parallel splits see whole tokens; otherwise tokens are silently dropped\n"
+        "    fix:  cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4"
+    )
+
+
+def test_megatron_bridge_checks_still_run_after_ours(packed_cfg: Any) -> None:
+    mbridge_seqpack.install()
+    packed_cfg.dist.use_megatron_fsdp = True
+    packed_cfg.dist.use_torch_fsdp2 = True
+    with pytest.raises(ValueError, match="use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.") as info:
+        _runtime_update(packed_cfg)
+    assert not isinstance(info.value, PackingConfigError)
+
+
+def test_valid_config_passes_both(packed_cfg: Any) -> None:
+    mbridge_seqpack.install()
+    _runtime_update(packed_cfg)
+    assert packed_cfg.data_parallel_size == 8
+
+
+def test_uninstall_restores_the_original_method_exactly(megatron_bridge: Any) -> None:
+    cls = megatron_bridge.ConfigContainer
+    original = cls.__dict__["validate"]
+    mbridge_seqpack.install()
+    assert cls.__dict__["validate"] is not original
+    assert mbridge_seqpack.is_installed()
+    mbridge_seqpack.uninstall()
+    assert cls.__dict__["validate"] is original
+    assert not mbridge_seqpack.is_installed()
+    mbridge_seqpack.uninstall()  # second uninstall is a no-op
+    assert cls.__dict__["validate"] is original
+
+
+def test_installing_twice_is_harmless(megatron_bridge: Any, packed_cfg: Any) -> None:
+    cls = megatron_bridge.ConfigContainer
+    original = cls.__dict__["validate"]
+    mbridge_seqpack.install(mode="warn")
+    wrapper = cls.__dict__["validate"]
+    mbridge_seqpack.install(mode="warn")
+    assert cls.__dict__["validate"] is wrapper
+    with pytest.warns(PackingConfigWarning) as record:
+        _runtime_update(_misaligned(packed_cfg))
+    ours = [w for w in record if issubclass(w.category, PackingConfigWarning)]
+    assert len(ours) == 1  # rules ran once, not once per install
+    mbridge_seqpack.uninstall()
+    assert cls.__dict__["validate"] is original
+
+
+def test_warn_mode_warns_and_continues(packed_cfg: Any) -> None:
+    mbridge_seqpack.install(mode="warn")
+    with pytest.warns(PackingConfigWarning, match=r"\[offline.alignment_multiple\]"):
+        _runtime_update(_misaligned(packed_cfg))
+    assert packed_cfg.data_parallel_size == 4  # Megatron-Bridge's validation completed
+
+
+def test_off_mode_and_environment_override(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    mbridge_seqpack.install(mode="off")
+    _runtime_update(_misaligned(packed_cfg))
+    monkeypatch.setenv(MODE_ENV, "error")
+    with pytest.raises(PackingConfigError):
+        packed_cfg.validate()
+    monkeypatch.setenv(MODE_ENV, "off")
+    mbridge_seqpack.install(mode="error")
+    packed_cfg.validate()  # the environment wins over the argument
+
+
+def test_bad_modes_are_rejected(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"^mode must be one of error, warn, off; got 'loud'. Fix: mode='error'$"):
+        mbridge_seqpack.install(mode="loud")
+    assert not mbridge_seqpack.is_installed()
+    mbridge_seqpack.install()
+    monkeypatch.setenv(MODE_ENV, "silent")
+    with pytest.raises(ValueError, match=r"^MBRIDGE_SEQPACK_MODE must be one of error, warn, off; got 'silent'"):
+        packed_cfg.validate()
+
+
+def test_context_manager_restores_previous_state(megatron_bridge: Any, packed_cfg: Any) -> None:
+    cls = megatron_bridge.ConfigContainer
+    original = cls.__dict__["validate"]
+    with mbridge_seqpack.install():
+        with pytest.raises(PackingConfigError):
+            _runtime_update(_misaligned(packed_cfg))
+    assert cls.__dict__["validate"] is original
+    mbridge_seqpack.install(mode="warn")
+    with mbridge_seqpack.install(mode="error"):
+        from mbridge_seqpack.hook import current_mode
+
+        assert current_mode() == "error"
+    assert current_mode() == "warn"
+
+
+def test_hook_world_size_argument(packed_cfg: Any) -> None:
+    mbridge_seqpack.install(world_size=32)  # DP 32 > global batch 16
+    with pytest.raises(PackingConfigError) as info:
+        packed_cfg.validate()
+    assert info.value.rule_ids == ["batch.global_batch_min"]
+
+
+def test_issue_example_is_rejected_with_every_fix(megatron_bridge: Any) -> None:
+    """WORLD_SIZE=8, Llama-3-8B packed SFT: pack 4096 vs seq 8192, CP2, TP2+SP, pad_seq_to_mult=1."""
+    from mbridge_seqpack.recipes import build_recipe
+
+    cfg = build_recipe("llama3_8b_sft_packed_8k")
+    cfg.dataset.offline_packing_specs.packed_sequence_size = 4096
+    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 1
+    cfg.model.context_parallel_size = 2
+    cfg.model.tensor_model_parallel_size = 2
+    cfg.model.sequence_parallel = True
+    mbridge_seqpack.install()
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(cfg)
+    by_id = {v.rule_id: v for v in info.value.violations}
+    assert list(by_id) == [
+        "cp.finetune_per_token_loss",
+        "offline.pack_size_matches_seq_length",
+        "offline.alignment_multiple",
+    ]
+    assert by_id["offline.pack_size_matches_seq_length"].assignments == {
+        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.seq_length": 8192}
+    assert by_id["offline.alignment_multiple"].assignments == {"dataset.offline_packing_specs.pad_seq_to_mult": 4}
+    assert by_id["cp.finetune_per_token_loss"].assignments == {"model.calculate_per_token_loss": True}
+    message = str(info.value)
+    assert message.startswith("mbridge_seqpack: 3 packing/long-context config violations:\n")
+    for v in info.value.violations:
+        assert f"[{v.rule_id}]" in message and v.fix in message
+    for v in info.value.violations:
+        for path, value in v.assignments.items():
+            from mbridge_seqpack.paths import set_path
+
+            set_path(cfg, path, value)
+    _runtime_update(cfg)  # every fix applied: both validations pass

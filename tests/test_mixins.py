@@ -1,0 +1,151 @@
+"""Recipe mixins: order independence, re-derivation after a change, conflicts and opt-outs."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack import PackingConfigError, apply, check
+from mbridge_seqpack.mixins import (
+    ContextParallel,
+    InBatchPacking,
+    LongContext,
+    OfflinePacking,
+    PackedCudaGraphs,
+    Parallelism,
+    StaticTHD,
+)
+from mbridge_seqpack.thd_config import StaticTHDSpec, static_thd_spec
+
+FIELDS = [
+    "model.seq_length", "dataset.seq_length", "model.tensor_model_parallel_size", "model.sequence_parallel",
+    "model.context_parallel_size", "model.cp_comm_type", "model.hierarchical_context_parallel_sizes",
+    "model.calculate_per_token_loss", "ddp.average_in_collective", "model.cuda_graph_impl",
+    "train.micro_batch_size", "train.global_batch_size", "dataset.enable_offline_packing",
+    "dataset.offline_packing_specs.packed_sequence_size", "dataset.offline_packing_specs.pad_seq_to_mult",
+    "dataset.offline_packing_specs.pad_cu_seqlens", "dataset.dataset_kwargs",
+]
+
+
+def snapshot(cfg: Any) -> dict[str, Any]:
+    from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
+
+    from mbridge_seqpack.paths import get_path
+
+    out = {path: get_path(cfg, path) for path in FIELDS}
+    out["cuda_graph_modules"] = cuda_graph_module_names(cfg.model)
+    return out
+
+
+def _fresh(megatron_bridge: Any) -> Any:
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=16, micro_batch_size=2)
+
+
+def test_every_permutation_gives_the_same_config(megatron_bridge: Any) -> None:
+    mixins = [Parallelism(tensor=2), LongContext(16384, 2), OfflinePacking(), PackedCudaGraphs(),
+              ContextParallel(2, comm_type="p2p")]
+    snapshots = []
+    for order in itertools.permutations(mixins):
+        cfg = apply(_fresh(megatron_bridge), *order)
+        cfg.rerun_state_machine.check_for_nan_in_loss = False
+        snapshots.append(snapshot(cfg))
+    assert all(s == snapshots[0] for s in snapshots)
+    assert snapshots[0] == {
+        "model.seq_length": 16384, "dataset.seq_length": 16384, "model.tensor_model_parallel_size": 2,
+        "model.sequence_parallel": True, "model.context_parallel_size": 2, "model.cp_comm_type": "p2p",
+        "model.hierarchical_context_parallel_sizes": None, "model.calculate_per_token_loss": True,
+        "ddp.average_in_collective": False, "model.cuda_graph_impl": "transformer_engine",
+        "train.micro_batch_size": 1, "train.global_batch_size": 16, "dataset.enable_offline_packing": True,
+        "dataset.offline_packing_specs.packed_sequence_size": 16384,
+        "dataset.offline_packing_specs.pad_seq_to_mult": 4, "dataset.offline_packing_specs.pad_cu_seqlens": True,
+        "dataset.dataset_kwargs": {"pad_to_max_length": True}, "cuda_graph_modules": ["attn"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("tensor", "cp", "expected_mult"),
+    [(1, 1, 1), (2, 1, 2), (1, 2, 4), (2, 2, 4), (2, 4, 8), (4, 2, 8), (8, 4, 32)],
+)
+def test_alignment_follows_the_final_topology(megatron_bridge: Any, tensor: int, cp: int, expected_mult: int) -> None:
+    cfg = apply(_fresh(megatron_bridge), Parallelism(tensor=tensor), LongContext(32768, cp), OfflinePacking())
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == expected_mult
+    assert cfg.model.calculate_per_token_loss is (cp > 1)
+
+
+def test_changing_one_fact_rederives_everything(megatron_bridge: Any) -> None:
+    cfg = apply(_fresh(megatron_bridge), LongContext(32768, 2), OfflinePacking())
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 4
+    apply(cfg, ContextParallel(4))
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 8
+    apply(cfg, Parallelism(tensor=4))  # enables SP: CP*TP = 16
+    assert cfg.model.sequence_parallel is True
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 16
+    apply(cfg, LongContext(65536, 4))
+    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) \
+        == (65536, 65536, 65536)
+    assert check(cfg, world_size=32) == []
+
+
+def test_conflicting_mixins_raise(megatron_bridge: Any) -> None:
+    with pytest.raises(PackingConfigError) as info:
+        apply(_fresh(megatron_bridge), LongContext(8192, 2), ContextParallel(4))
+    (v,) = info.value.violations
+    assert v.rule_id == "mixins.conflict"
+    assert v.fields == {"model.context_parallel_size": [2, 4]}
+    assert v.fix == "give model.context_parallel_size one value (drop it from one of the two mixins)"
+
+
+def test_unsatisfiable_mixin_raises_the_hook_error(megatron_bridge: Any) -> None:
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+    from megatron.bridge.models.qwen_vl.qwen35_vl_provider import Qwen35VLModelProvider
+
+    cfg = _fresh(megatron_bridge)
+    cfg.model = Qwen35VLModelProvider(num_layers=4, hidden_size=256, num_attention_heads=4, seq_length=2048)
+    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
+    with pytest.raises(PackingConfigError) as info:
+        apply(cfg, InBatchPacking(micro_batch_size=4))
+    assert info.value.rule_ids == ["model.in_batch_packing_opt_out"]
+
+
+def test_in_batch_with_cuda_graphs_gets_the_static_path(megatron_bridge: Any) -> None:
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+
+    cfg = _fresh(megatron_bridge)
+    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
+    apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs())
+    assert static_thd_spec(cfg) == StaticTHDSpec(capacity=6)
+    assert cfg.dataset.pad_to_max_length is True
+    assert check(cfg, world_size=4) == []
+    cfg2 = _fresh(megatron_bridge)
+    cfg2.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
+    apply(cfg2, InBatchPacking(micro_batch_size=4), PackedCudaGraphs(), StaticTHD(capacity=16, max_seqlen=2048))
+    assert static_thd_spec(cfg2) == StaticTHDSpec(capacity=16, max_seqlen=2048)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: InBatchPacking(micro_batch_size=1),
+         "InBatchPacking.micro_batch_size must be > 1 (it packs the sequences of one micro batch), got 1; "
+         "use OfflinePacking for micro batch 1"),
+        (lambda: ContextParallel(0), "ContextParallel.size must be a positive integer, got 0"),
+        (lambda: OfflinePacking(pack_size=-8), "OfflinePacking.pack_size must be a positive integer, got -8"),
+        (lambda: PackedCudaGraphs(impl="local"),
+         "PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got 'local'"),
+        (lambda: StaticTHD(capacity=1),
+         "StaticTHDSpec.capacity must be an int >= 2 (0 plus one boundary), got 1"),
+    ],
+)
+def test_bad_mixin_arguments(make: Any, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_apply_rejects_non_mixins(megatron_bridge: Any) -> None:
+    with pytest.raises(TypeError, match="apply\\(\\) takes mixins \\(objects with .facts\\(\\)\\); got int"):
+        apply(_fresh(megatron_bridge), 3)

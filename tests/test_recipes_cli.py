@@ -1,0 +1,160 @@
+"""Packaged recipes (offline, valid at their world size) and the mbridge-seqpack CLI."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack import check
+from mbridge_seqpack.cli import main, run_megatron_validation
+from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED_RECIPES = [
+    "llama31_8b_sft_128k_cp8",
+    "llama31_8b_sft_32k_cp2",
+    "llama31_8b_sft_64k_cp4",
+    "llama3_8b_sft_packed_8k",
+    "llama3_8b_sft_packed_8k_cuda_graphs",
+    "qwen25_vl_3b_sft_in_batch_4k",
+    "qwen3_8b_sft_16k_cp2",
+    "small_gpt_smoke_4k",
+]
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_recipe_names() -> None:
+    assert list_recipes() == EXPECTED_RECIPES
+
+
+@pytest.mark.parametrize("name", EXPECTED_RECIPES)
+def test_recipe_builds_offline_and_validates(name: str, megatron_bridge: Any, no_network: None) -> None:
+    cfg = build_recipe(name)
+    world = recipe_info(name).world_size
+    assert check(cfg, world_size=world) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run_megatron_validation(cfg, world) is None
+
+
+def test_long_context_recipes_carry_the_derived_fields(megatron_bridge: Any) -> None:
+    cfg = build_recipe("llama31_8b_sft_128k_cp8")
+    specs = cfg.dataset.offline_packing_specs
+    assert (cfg.model.seq_length, cfg.dataset.seq_length, specs.packed_sequence_size) == (131072, 131072, 131072)
+    assert (cfg.model.context_parallel_size, cfg.model.tensor_model_parallel_size) == (8, 2)
+    assert cfg.model.sequence_parallel is True
+    assert specs.pad_seq_to_mult == 16  # lcm(2*CP, CP*TP)
+    assert cfg.model.calculate_per_token_loss is True and cfg.ddp.average_in_collective is False
+    graphs = build_recipe("llama3_8b_sft_packed_8k_cuda_graphs")
+    assert graphs.dataset.offline_packing_specs.pad_cu_seqlens is True
+    assert graphs.dataset.dataset_kwargs["pad_to_max_length"] is True
+
+
+def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mbridge-seqpack check: llama3_8b_sft_packed_8k (world size 8)\n")
+    assert "  layout   world=8 TP=2 PP=1 CP=1 EP=1 DP=4 SP=on\n" in out
+    assert "  batch    micro 1, global 32, token slots per step 262,144 (8192 x 32)\n" in out
+    assert "megatron-bridge validate(): ok\n" in out
+    assert out.rstrip().endswith("result: OK")
+
+
+def test_cli_check_broken_override_fails_with_the_fix(megatron_bridge: Any,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "llama3_8b_sft_packed_8k", "model.context_parallel_size=2", "--rules-only"]) == 1
+    out = capsys.readouterr().out
+    assert "  FAIL cp.finetune_per_token_loss" in out
+    assert "         fix:    cfg.model.calculate_per_token_loss = True\n" in out
+    assert "  FAIL offline.alignment_multiple" in out
+    assert "         fix:    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n" in out
+    assert out.rstrip().endswith("result: 2 violation(s)")
+
+
+def test_cli_check_json_and_megatron_failure(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "small_gpt_smoke_4k", "--world-size", "4", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["derived"]["dp"] == 4
+    assert main(["check", "small_gpt_smoke_4k", "train.global_batch_size=7", "--world-size", "2", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [v["rule_id"] for v in report["violations"]] == ["batch.global_batch_divisible"]
+    assert report["violations"][0]["assignments"] == {"train.global_batch_size": 8}
+
+
+def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "my_recipe.py"
+    recipe.write_text(
+        "def config():\n"
+        "    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider\n"
+        "    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
+    )
+    assert main(["check", str(recipe), "--world-size", "4", "--rules-only"]) == 0
+    assert "mode" not in capsys.readouterr().err
+    assert main(["check", f"{recipe}:nope"]) == 2
+    assert f"mbridge-seqpack: error: {recipe} has no function 'nope'" in capsys.readouterr().err
+
+
+def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "no_such_recipe"]) == 2
+    assert "mbridge-seqpack: error: unknown recipe 'no_such_recipe'; packaged recipes: llama31_8b_sft_128k_cp8" \
+        in capsys.readouterr().err
+    assert main(["check", "small_gpt_smoke_4k", "model.no_such_field=3"]) == 2
+    assert ("mbridge-seqpack: error: config path 'model.no_such_field': GPTModelProvider has no field "
+            "'no_such_field'") in capsys.readouterr().err
+    assert main(["check", "small_gpt_smoke_4k", "justtext"]) == 2
+    assert "override 'justtext' must look like key=value" in capsys.readouterr().err
+
+
+def test_cli_recipes_table(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["recipe", "model", "mode", "seq", "TP", "PP", "CP", "DP", "world", "MBS", "GBS",
+                                "slots/step"]
+    row = next(line for line in lines if line.startswith("llama31_8b_sft_32k_cp2 "))
+    assert row.split()[-9:] == ["32768", "2", "1", "2", "4", "16", "1", "16", "524,288"]
+    assert main(["recipes", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == EXPECTED_RECIPES
+    vlm = next(r for r in rows if r["name"] == "qwen25_vl_3b_sft_in_batch_4k")
+    assert (vlm["mode"], vlm["micro_batch_size"], vlm["dp"]) == ("in-batch packed", 4, 8)
+
+
+def test_cli_plan_exact(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "small_gpt_smoke_4k", "--world-size", "8", "--slots", "65536",
+                 "--lengths", "2048,4096,8192,16384,3000"])
+    assert code == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "plan for small_gpt_smoke_4k: 65,536 token slots per optimizer step",
+        "  pack length    GBS   DP  verdict",
+        "         2048     32    8  ok",
+        "         4096     16    8  ok",
+        "         8192      8    8  ok",
+        "        16384      4    8  batch.global_batch_min: every DP rank needs at least one micro batch per step: "
+        "global_batch_size >= 8",
+        "         3000      -    8  plan.slots_divisible: 65536 token slots are not a whole number of 3000-token rows",
+    ]
+
+
+def test_readme_main_command_runs_from_a_shell() -> None:
+    """The console script on the embedded default exits 0; a broken override exits 1 with the fix."""
+    exe = Path(sys.executable).with_name("mbridge-seqpack")
+    done = subprocess.run([str(exe), "check", "--rules-only", "model.context_parallel_size=3"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "fix:    cfg.model.seq_length = 8196" in done.stdout
