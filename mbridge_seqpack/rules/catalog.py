@@ -8,4 +8,5 @@ from mbridge_seqpack.rules import (  # noqa: F401
     cuda_graphs,
     models,
     energon,
+    artifacts,
 )

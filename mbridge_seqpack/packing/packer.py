@@ -1,0 +1,200 @@
+"""Bin packing of sequence lengths: best-fit decreasing over the length histogram.
+
+Megatron-Bridge's ``first_fit_decreasing`` walks a segment tree once per sequence in Python
+(~0.1M sequences/s). Here every *group* of equal-length sequences is placed at once: bins are kept
+in buckets by remaining space, a Python big integer is the bitset of non-empty buckets (so "smallest
+remaining space >= L" is one shift and one lowest-set-bit), and moving k bins between buckets is a
+list slice. The work is proportional to the number of (length, bucket) groups, not sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["pack_lengths", "PackingStats", "packing_stats", "ALGORITHMS", "OVERFLOW_POLICIES"]
+
+ALGORITHMS = ("best_fit_decreasing",)
+OVERFLOW_POLICIES = ("error", "drop")
+
+
+def _as_lengths(lengths: object) -> np.ndarray:
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must be a 1-D sequence of token counts, got an array of shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 1:
+        bad = int(np.argmax(arr < 1))
+        raise ValueError(f"lengths[{bad}] = {int(arr[bad])}: every sequence must have at least 1 token")
+    return arr
+
+
+def _best_fit_decreasing(counts: list[int], capacity: int) -> tuple[list[list[tuple[list[int], int]]], int]:
+    """Place ``counts[L]`` items of each length L (largest first). Returns per-length placements
+    ``[(bin_ids, items_per_bin), ...]`` in placement order, and the number of bins."""
+    buckets: list[list[int]] = [[] for _ in range(capacity + 1)]  # bin ids by remaining space
+    occupied = 0  # bit r set <=> buckets[r] non-empty (r >= 1)
+    num_bins = 0
+    placements: list[list[tuple[list[int], int]]] = [[] for _ in range(capacity + 1)]
+
+    def put(ids: list[int], remaining: int) -> None:
+        nonlocal occupied
+        buckets[remaining].extend(ids)
+        if remaining:
+            occupied |= 1 << remaining
+
+    for length in range(capacity, 0, -1):
+        left = counts[length]
+        if not left:
+            continue
+        placed = placements[length]
+        while left:
+            fits = occupied >> length
+            if not fits:
+                break
+            space = length + ((fits & -fits).bit_length() - 1)  # smallest remaining space >= length
+            bucket = buckets[space]
+            per_bin = space // length  # a bin stays the best fit until it cannot take another
+            whole = min(len(bucket), left // per_bin)
+            if whole:
+                moved = bucket[len(bucket) - whole:]
+                del bucket[len(bucket) - whole:]
+                put(moved, space - per_bin * length)
+                placed.append((moved, per_bin))
+                left -= whole * per_bin
+            if left and bucket:  # fewer than per_bin items remain: they all go to one bin
+                b = bucket.pop()
+                put([b], space - left * length)
+                placed.append(([b], left))
+                left = 0
+            if not bucket:
+                occupied &= ~(1 << space)
+        if left:
+            per_bin = capacity // length
+            whole, rest = divmod(left, per_bin)
+            if whole:
+                ids = list(range(num_bins, num_bins + whole))
+                num_bins += whole
+                put(ids, capacity - per_bin * length)
+                placed.append((ids, per_bin))
+            if rest:
+                put([num_bins], capacity - rest * length)
+                placed.append(([num_bins], rest))
+                num_bins += 1
+    return placements, num_bins
+
+
+def pack_lengths(
+    lengths: object,
+    capacity: int,
+    *,
+    algorithm: Literal["best_fit_decreasing"] = "best_fit_decreasing",
+    seed: int = 0,
+    overflow: Literal["error", "drop"] = "error",
+) -> np.ndarray:
+    """Bin index of every sequence (int64 array aligned with ``lengths``).
+
+    ``capacity`` is the pack size in tokens. Bin numbering and which of several equal-length sequences
+    lands in which bin are shuffled by ``seed`` (deterministic for a seed), so packs are not ordered by
+    fill. A sequence longer than ``capacity`` raises (``overflow="error"``) or gets bin ``-1``
+    (``overflow="drop"``); it is never truncated.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}; got {overflow!r}")
+    if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
+        raise ValueError(f"capacity must be a positive integer (tokens per pack), got {capacity!r}")
+    capacity = int(capacity)
+    arr = _as_lengths(lengths)
+    n = arr.size
+    assignment = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return assignment
+    too_long = arr > capacity
+    if too_long.any():
+        first = int(np.argmax(too_long))
+        if overflow == "error":
+            raise ValueError(
+                f"lengths[{first}] = {int(arr[first])} exceeds capacity {capacity} "
+                f"({int(too_long.sum())} sequence(s) too long); raise the pack size, filter them out, or pass "
+                f"overflow='drop'"
+            )
+    keep = np.flatnonzero(~too_long)
+    kept = arr[keep]
+    counts = np.bincount(kept, minlength=capacity + 1).tolist()
+    placements, num_bins = _best_fit_decreasing(counts, capacity)
+
+    rng = np.random.default_rng(seed)
+    shuffled = keep[rng.permutation(keep.size)]
+    small = np.uint16 if capacity < 2**16 else np.uint32  # 16-bit keys get numpy's radix sort
+    order = shuffled[np.argsort(arr[shuffled].astype(small), kind="stable")]  # ascending length, seeded ties
+    bin_ids: list[int] = []
+    repeats: list[int] = []
+    for groups in placements:  # ascending length, matching ``order``
+        for ids, per_bin in groups:
+            bin_ids.extend(ids)
+            repeats.extend([per_bin] * len(ids))
+    assignment[order] = np.repeat(np.asarray(bin_ids, dtype=np.int64), np.asarray(repeats, dtype=np.int64))
+    relabel = rng.permutation(num_bins)
+    assignment[keep] = relabel[assignment[keep]]
+    return assignment
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    """How well a packing fills its bins, and how far it is from the best possible."""
+
+    num_sequences: int
+    num_dropped: int
+    num_bins: int
+    capacity: int
+    total_tokens: int
+    lower_bound: int
+    max_sequences_per_bin: int
+    min_bin_tokens: int
+    sequences_per_bin_histogram: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def efficiency(self) -> float:
+        """Fraction of token slots holding real tokens (1.0 = no padding)."""
+        return self.total_tokens / (self.num_bins * self.capacity) if self.num_bins else 0.0
+
+    @property
+    def gap_to_lower_bound(self) -> int:
+        """Bins above ``ceil(total_tokens / capacity)``."""
+        return self.num_bins - self.lower_bound
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "num_sequences": self.num_sequences, "num_dropped": self.num_dropped, "num_bins": self.num_bins,
+            "capacity": self.capacity, "total_tokens": self.total_tokens, "lower_bound": self.lower_bound,
+            "gap_to_lower_bound": self.gap_to_lower_bound, "efficiency": round(self.efficiency, 6),
+            "max_sequences_per_bin": self.max_sequences_per_bin, "min_bin_tokens": self.min_bin_tokens,
+            "sequences_per_bin_histogram": {str(k): v for k, v in self.sequences_per_bin_histogram.items()},
+        }
+
+
+def packing_stats(lengths: object, bins: np.ndarray, capacity: int) -> PackingStats:
+    """Statistics of an assignment from :func:`pack_lengths` (bins ``-1`` are dropped sequences)."""
+    arr = _as_lengths(lengths)
+    bins = np.asarray(bins, dtype=np.int64)
+    if bins.shape != arr.shape:
+        raise ValueError(f"bins has shape {bins.shape}, lengths has shape {arr.shape}; they must match")
+    placed = bins >= 0
+    num_bins = int(bins.max()) + 1 if placed.any() else 0
+    tokens = np.bincount(bins[placed], weights=arr[placed], minlength=num_bins).astype(np.int64)
+    per_bin = np.bincount(bins[placed], minlength=num_bins)
+    total = int(arr[placed].sum())
+    hist_keys, hist_counts = np.unique(per_bin, return_counts=True) if num_bins else ([], [])
+    return PackingStats(
+        num_sequences=int(arr.size), num_dropped=int((~placed).sum()), num_bins=num_bins, capacity=int(capacity),
+        total_tokens=total, lower_bound=-(-total // int(capacity)),
+        max_sequences_per_bin=int(per_bin.max()) if num_bins else 0,
+        min_bin_tokens=int(tokens.min()) if num_bins else 0,
+        sequences_per_bin_histogram={int(k): int(v) for k, v in zip(hist_keys, hist_counts)},
+    )
