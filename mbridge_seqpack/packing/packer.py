@@ -9,6 +9,7 @@ list slice. The work is proportional to the number of (length, bucket) groups, n
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -127,7 +128,13 @@ def pack_lengths(
     keep = np.flatnonzero(~too_long)
     kept = arr[keep]
     counts = np.bincount(kept, minlength=capacity + 1).tolist()
-    placements, num_bins = _best_fit_decreasing(counts, capacity)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the loop allocates many small acyclic lists; collections would rescan the caller's heap
+    try:
+        placements, num_bins = _best_fit_decreasing(counts, capacity)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
     rng = np.random.default_rng(seed)
     shuffled = keep[rng.permutation(keep.size)]
