@@ -1,4 +1,4 @@
-"""Data subcommands: ``pack`` and ``inspect`` (no Megatron-Bridge import), ``verify`` (THD parity)."""
+"""Data subcommands ``pack``, ``inspect`` and ``verify``; none of them imports Megatron-Bridge."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from mbridge_seqpack.verify import verify_artifact
+
+    report = verify_artifact(args.artifact, max_rows=args.rows, seed=args.seed)
+    print(report.to_text())
+    return 0 if report.ok else 1
+
+
 def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register the data subcommands on the main parser."""
     p = sub.add_parser("pack", help="tokenize a prompt/answer JSONL and pack it into a Megatron-Bridge artifact")
@@ -86,3 +94,9 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("--png", default=None, help="write a sequences-per-row histogram to this PNG")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("verify", help="packed-vs-unpacked parity checks (attention, loss, CP split) on an artifact")
+    p.add_argument("artifact", help="artifact directory written by `pack`")
+    p.add_argument("--rows", type=_positive, default=16, help="training rows to check (default 16)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_verify)

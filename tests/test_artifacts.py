@@ -216,3 +216,28 @@ def test_cli_pack_and_inspect_do_not_import_megatron(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "RC 0 0 False" in done.stdout
     assert "packed into" in done.stdout and "verify: OK" in done.stdout
+
+
+def test_verify_passes_on_a_good_pack_and_catches_loss_on_padding(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mbridge_seqpack.verify import verify_artifact
+
+    src = _small_jsonl(tmp_path / "train.jsonl", n=60)
+    out = tmp_path / "p"
+    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=1024, output_dir=out, pad_seq_to_mult=8)
+    report = verify_artifact(out, max_rows=3)
+    assert report.ok, report.to_text()
+    assert report.cp_sizes == (2, 4)
+    assert report.passed == {"static cu_seqlens": 3, "attention parity": 3, "loss parity": 3,
+                             "padding has no loss": 3, "CP2 partition round trip": 3, "CP4 partition round trip": 3}
+    path = out / "training_1024.idx.parquet"
+    table = pq.read_table(str(path))
+    ones = pa.array([[1] * len(r) for r in table.column("loss_mask").to_pylist()], type=pa.list_(pa.int8()))
+    tampered = table.set_column(table.schema.get_field_index("loss_mask"), "loss_mask", ones)
+    pq.write_table(tampered.replace_schema_metadata(table.schema.metadata), str(path))
+    report = verify_artifact(out, max_rows=3)
+    assert not report.ok
+    assert any("alignment padding carries loss" in f for f in report.failures)
+    assert inspect_artifact(out).splits[0].problems[0].startswith("padding carries loss on ")
