@@ -1,7 +1,22 @@
 #!/usr/bin/env bash
-# Main job: build the environment if needed, then check the embedded default recipe
-# (Llama-3-8B SFT, offline packed 8k, world size 8). Extra arguments go to `mbridge-seqpack check`.
+# Main job. Builds the environment if needed, then, on the embedded default:
+#   1. packs the embedded SFT corpus with the embedded tokenizer into 8k rows (pad_seq_to_mult 2 = TP2+SP),
+#   2. inspects and verifies the artifact (writes a sequences-per-row histogram PNG),
+#   3. checks the default recipe (Llama-3-8B SFT, packed 8k, 8 GPUs) pointed at that artifact:
+#      every packing/CP rule, the stale-pack fingerprint rule, and Megatron-Bridge's own validation.
+# With arguments, runs only `mbridge-seqpack check ARGS...` (e.g. model.context_parallel_size=2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh >&2
-exec .venv/bin/mbridge-seqpack check "$@"
+cli=.venv/bin/mbridge-seqpack
+if [ "$#" -gt 0 ]; then
+  exec "$cli" check "$@"
+fi
+out="${MBRIDGE_SEQPACK_OUT:-out/embedded_pack_8192}"
+"$cli" pack --pack-size 8192 --pad-seq-to-mult 2 --output "$out"
+"$cli" inspect "$out" --png "$out/sequences_per_row.png"
+specs=dataset.offline_packing_specs
+exec "$cli" check llama3_8b_sft_packed_8k \
+  "$specs.packed_train_data_path=$out/training_8192.idx.parquet" \
+  "$specs.packed_val_data_path=$out/validation_8192.idx.parquet" \
+  "$specs.packed_metadata_path=$out/8192_metadata.jsonl"
