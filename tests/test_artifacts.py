@@ -241,3 +241,15 @@ def test_verify_passes_on_a_good_pack_and_catches_loss_on_padding(tmp_path: Path
     assert not report.ok
     assert any("alignment padding carries loss" in f for f in report.failures)
     assert inspect_artifact(out).splits[0].problems[0].startswith("padding carries loss on ")
+
+
+def test_stale_pack_rule_on_an_unreadable_pack(packed_cfg: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "training_4096.idx.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(bad)
+    (v,) = check(packed_cfg, world_size=8)
+    assert v.rule_id == "artifact.fingerprint_mismatch"
+    assert v.fields == {"dataset.offline_packing_specs.packed_train_data_path": str(bad)}
+    assert v.rule.startswith(f"{bad}: not a readable Parquet file (")
+    assert v.fix == ("re-run mbridge-seqpack pack and point dataset.offline_packing_specs.packed_train_data_path at "
+                     "its output")
