@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any, Sequence
 
+from mbridge_seqpack.cli_data import add_data_commands, positive_int
+
 DEFAULT_RECIPE = "llama3_8b_sft_packed_8k"
 
 
@@ -30,7 +32,7 @@ def quiet_megatron_import() -> None:
         import megatron.bridge.training.config  # noqa: F401
 
 
-def _build_target(target: str, overrides: Sequence[str]) -> tuple[Any, Any]:
+def build_target(target: str, overrides: Sequence[str]) -> tuple[Any, Any]:
     from mbridge_seqpack.paths import parse_override, set_path
     from mbridge_seqpack.recipes import load_recipe_target
 
@@ -43,7 +45,7 @@ def _build_target(target: str, overrides: Sequence[str]) -> tuple[Any, Any]:
     return cfg, info
 
 
-def _resolve_world(explicit: int | None, info: Any) -> int:
+def resolve_world(explicit: int | None, info: Any) -> int:
     if explicit is not None:
         return explicit
     if info is not None:
@@ -58,13 +60,11 @@ def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
     from mbridge_seqpack import hook
 
     saved_env = os.environ.get("WORLD_SIZE")
-    saved_hook = (hook._state["mode"], hook._state["world_size"]) if hook._state["original"] is not None else None
-    hook.uninstall()
     os.environ["WORLD_SIZE"] = str(world_size)
     try:
         import warnings
 
-        with warnings.catch_warnings():
+        with hook.suspended(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Could not determine rank")  # no process group here
             runtime_config_update(cfg)
     except (AssertionError, ValueError, TypeError, RuntimeError, KeyError) as exc:
@@ -75,8 +75,6 @@ def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
             os.environ.pop("WORLD_SIZE", None)
         else:
             os.environ["WORLD_SIZE"] = saved_env
-        if saved_hook is not None:
-            hook.install(mode=saved_hook[0], world_size=saved_hook[1])
     return None
 
 
@@ -85,8 +83,8 @@ def check_target(target: str, overrides: Sequence[str], world_size: int | None, 
     from mbridge_seqpack.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
 
-    cfg, info = _build_target(target, overrides)
-    world = _resolve_world(world_size, info)
+    cfg, info = build_target(target, overrides)
+    world = resolve_world(world_size, info)
     ctx = RuleContext.build(cfg, world)
     results = evaluate(ctx)
     report = CheckReport(target=f"{target} (world size {world})", derived=derived_values(ctx), results=results,
@@ -173,18 +171,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # ---- parser -----------------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _int_list(text: str) -> list[int]:
-    return [_positive_int(part) for part in text.split(",") if part.strip()]
+    return [positive_int(part) for part in text.split(",") if part.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", nargs="?", default=DEFAULT_RECIPE,
                    help=f"packaged recipe name or path/to/file.py[:function] (default: {DEFAULT_RECIPE})")
     p.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. model.context_parallel_size=2")
-    p.add_argument("--world-size", type=_positive_int, default=None,
+    p.add_argument("--world-size", type=positive_int, default=None,
                    help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
@@ -208,14 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="pack length vs global batch at equal token slots per step")
     p.add_argument("target", nargs="?", default=DEFAULT_RECIPE)
     p.add_argument("overrides", nargs="*")
-    p.add_argument("--slots", type=_positive_int, default=65536, help="token slots per optimizer step")
-    p.add_argument("--world-size", type=_positive_int, default=None)
+    p.add_argument("--slots", type=positive_int, default=65536, help="token slots per optimizer step")
+    p.add_argument("--world-size", type=positive_int, default=None)
     p.add_argument("--lengths", type=_int_list, default=None,
                    help="comma-separated pack lengths (default: powers of two from 1024 up to --slots)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
-
-    from mbridge_seqpack.cli_data import add_data_commands
 
     add_data_commands(sub)
     return parser
@@ -223,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `check NAME --world-size 8 key=value`: overrides may follow the options too
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -75,8 +76,8 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("input", nargs="?", default=None, help="training JSONL (default: the embedded corpus)")
     p.add_argument("--validation", default=None, help="validation JSONL")
     p.add_argument("--tokenizer", default=None, help="HF tokenizer directory or tokenizer.json (default: embedded)")
-    p.add_argument("--pack-size", type=_positive, required=True, help="tokens per packed row")
-    p.add_argument("--pad-seq-to-mult", type=_positive, default=1,
+    p.add_argument("--pack-size", type=positive_int, required=True, help="tokens per packed row")
+    p.add_argument("--pad-seq-to-mult", type=positive_int, default=1,
                    help="pad every sequence to this multiple (lcm(2*CP, CP*TP if SP); see `check`)")
     p.add_argument("--output", default=None, help="artifact directory (default: ./packed_<N>_mult<M>)")
     p.add_argument("--seed", type=int, default=0)
@@ -97,6 +98,6 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
     p = sub.add_parser("verify", help="packed-vs-unpacked parity checks (attention, loss, CP split) on an artifact")
     p.add_argument("artifact", help="artifact directory written by `pack`")
-    p.add_argument("--rows", type=_positive, default=16, help="training rows to check (default 16)")
+    p.add_argument("--rows", type=positive_int, default=16, help="training rows to check (default 16)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_verify)

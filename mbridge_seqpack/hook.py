@@ -8,14 +8,15 @@ idempotent, and ``uninstall()`` puts back the exact original function object.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mbridge_seqpack.errors import PackingConfigError
 
-__all__ = ["install", "uninstall", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
+__all__ = ["install", "uninstall", "suspended", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
 
 MODES = ("error", "warn", "off")
 MODE_ENV = "MBRIDGE_SEQPACK_MODE"
@@ -118,6 +119,18 @@ def install(mode: str = "error", *, world_size: int | None = None) -> InstalledH
     _state["mode"] = mode
     _state["world_size"] = world_size
     return InstalledHook(previous)
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Run Megatron-Bridge's validation alone (as the CLI does after its own report), then restore."""
+    previous = (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+    uninstall()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            install(mode=previous[0], world_size=previous[1])
 
 
 def uninstall() -> None:

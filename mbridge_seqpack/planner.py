@@ -49,15 +49,15 @@ def default_lengths(slots: int) -> list[int]:
 def plan(target: str, *, slots: int, world_size: int | None = None, lengths: Sequence[int] | None = None,
          overrides: Sequence[str] = ()) -> list[PlanRow]:
     """Evaluate each pack length at ``slots`` token slots per step."""
-    from mbridge_seqpack.cli import _build_target, _resolve_world
+    from mbridge_seqpack.cli import build_target, resolve_world
     from mbridge_seqpack.mixins import derive
     from mbridge_seqpack.rules import check
     from mbridge_seqpack.rules.context import RuleContext
 
     rows = []
     for length in lengths or default_lengths(slots):
-        cfg, info = _build_target(target, overrides)
-        world = _resolve_world(world_size, info)
+        cfg, info = build_target(target, overrides)
+        world = resolve_world(world_size, info)
         cfg.model.seq_length = length
         derive(cfg)
         dp = RuleContext(cfg=cfg, world_size=world).topology.data_parallel

@@ -184,3 +184,13 @@ def test_issue_example_is_rejected_with_every_fix(megatron_bridge: Any) -> None:
 
             set_path(cfg, path, value)
     _runtime_update(cfg)  # every fix applied: both validations pass
+
+
+def test_suspended_runs_megatron_alone_then_restores(packed_cfg: Any) -> None:
+    from mbridge_seqpack.hook import current_mode, suspended
+
+    mbridge_seqpack.install(mode="warn", world_size=8)
+    with suspended():
+        assert not mbridge_seqpack.is_installed()
+        _runtime_update(_misaligned(packed_cfg))  # no plugin warning: only Megatron-Bridge validates
+    assert mbridge_seqpack.is_installed() and current_mode() == "warn"

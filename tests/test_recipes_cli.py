@@ -91,7 +91,7 @@ def test_cli_check_json_and_megatron_failure(megatron_bridge: Any, capsys: pytes
     assert main(["check", "small_gpt_smoke_4k", "--world-size", "4", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True and report["derived"]["dp"] == 4
-    assert main(["check", "small_gpt_smoke_4k", "train.global_batch_size=7", "--world-size", "2", "--json"]) == 1
+    assert main(["check", "small_gpt_smoke_4k", "--world-size", "2", "train.global_batch_size=7", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [v["rule_id"] for v in report["violations"]] == ["batch.global_batch_divisible"]
     assert report["violations"][0]["assignments"] == {"train.global_batch_size": 8}
