@@ -253,3 +253,29 @@ def test_stale_pack_rule_on_an_unreadable_pack(packed_cfg: Any, tmp_path: Path) 
     assert v.rule.startswith(f"{bad}: not a readable Parquet file (")
     assert v.fix == ("re-run mbridge-seqpack pack and point dataset.offline_packing_specs.packed_train_data_path at "
                      "its output")
+
+
+def test_inspect_catches_duplicated_and_broken_rows(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = _small_jsonl(tmp_path / "train.jsonl", n=60)
+    out = tmp_path / "p"
+    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=1024, output_dir=out)
+    path = out / "training_1024.idx.parquet"
+    table = pq.read_table(str(path))
+    meta = table.schema.metadata
+    index = table.column("sequence_index").to_pylist()
+    index[0] = [index[1][0]] + index[0][1:]  # row 0's first sequence claims to be row 1's
+    dup = table.set_column(table.schema.get_field_index("sequence_index"), "sequence_index",
+                           pa.array(index, type=pa.list_(pa.int64())))
+    pq.write_table(dup.replace_schema_metadata(meta), str(path))
+    assert inspect_artifact(out).splits[0].problems == [
+        "1 sequence(s) appear more than once", "1 sequence(s) of the input are missing (0 were dropped as too long)"]
+    starts = table.column("seq_start_id").to_pylist()
+    starts[0] = [0, starts[0][2], starts[0][1], *starts[0][3:]] if len(starts[0]) > 2 else [0, 5000]
+    broken = table.set_column(table.schema.get_field_index("seq_start_id"), "seq_start_id",
+                              pa.array(starts, type=pa.list_(pa.int32())))
+    pq.write_table(broken.replace_schema_metadata(meta), str(path))
+    problems = inspect_artifact(out).splits[0].problems
+    assert "boundaries are not strictly increasing (a segment of fewer than 2 tokens)" in problems

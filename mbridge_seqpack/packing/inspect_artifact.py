@@ -118,14 +118,15 @@ def _check_split(name: str, path: Path, table: Any, pack_size: int, pad_mult: in
         problems.append(f"{int((per_row == 0).sum())} row(s) hold no sequence")
     if not first_ok.all():
         problems.append("seq_start_id does not start at 0 on some row")
-    if (seg < 2).any():
+    structural_ok = not (seg < 2).any()
+    if not structural_ok:
         problems.append("boundaries are not strictly increasing (a segment of fewer than 2 tokens)")
     runtime = np.bincount(row_of_seq, weights=seg - 1, minlength=len(per_row)).astype(np.int64)
     if (runtime > pack_size).any():
         problems.append(f"{int((runtime > pack_size).sum())} row(s) exceed the pack size {pack_size}")
     if pad_mult > 1 and ((seg - 1) % pad_mult).any():
         problems.append(f"{int(((seg - 1) % pad_mult > 0).sum())} sequence(s) not padded to a multiple of {pad_mult}")
-    if "sequence_length" in table.column_names:
+    if "sequence_length" in table.column_names and structural_ok:
         orig = table.column("sequence_length").combine_chunks().values.to_numpy(zero_copy_only=False).astype(np.int64)
         # stored (label-aligned) mask positions orig-1 .. seg-1 predict padding: they must be 0
         pad_counts = seg - orig
