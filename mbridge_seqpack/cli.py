@@ -122,7 +122,8 @@ def recipe_rows() -> list[dict[str, Any]]:
     for name in list_recipes():
         info = recipe_info(name)
         derived = derived_values(RuleContext.build(build_recipe(name), info.world_size))
-        rows.append({"name": name, "model": info.model, "description": info.description, **derived})
+        rows.append({"name": name, "model": info.model, "description": info.description, **derived,
+                     "mode": info.mode})
     return rows
 
 

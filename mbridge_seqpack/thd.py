@@ -28,6 +28,7 @@ __all__ = [
     "StaticTHDBatches",
     "static_thd_forward_step",
     "layout_from_config",
+    "static_forward_step",
 ]
 
 CU_KEYS = ("cu_seqlens_q", "cu_seqlens_kv")
@@ -281,3 +282,18 @@ def layout_from_config(cfg: Any) -> StaticTHDLayout:
                                max_seqlen=spec.max_seqlen or base.max_seqlen, width=base.width)
     raise ValueError("the config asks for no static THD shapes: enable offline_packing_specs.pad_cu_seqlens, or "
                      "in-batch packing with mbridge_seqpack.apply(cfg, StaticTHD(...)) / PackedCudaGraphs()")
+
+
+def static_forward_step(cfg: Any, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The forward step to pass to ``finetune()``/``pretrain()`` for ``cfg`` with static THD shapes.
+
+    ``forward_step`` defaults to Megatron-Bridge's VLM step for in-batch packing and its GPT step
+    otherwise; the layout comes from :func:`layout_from_config`.
+    """
+    layout = layout_from_config(cfg)
+    if forward_step is None:
+        if getattr(cfg.dataset, "enable_in_batch_packing", False):
+            from megatron.bridge.training.vlm_step import forward_step
+        else:
+            from megatron.bridge.training.gpt_step import forward_step
+    return static_thd_forward_step(forward_step, layout)

@@ -182,6 +182,13 @@ def test_layout_from_config(megatron_bridge: Any, tmp_path: Any) -> None:
     graphs.dataset.offline_packing_specs.packed_metadata_path = str(meta)
     assert layout_from_config(graphs) == StaticTHDLayout(capacity=32, max_seqlen=4000, width=8192)
 
+    from megatron.bridge.training import gpt_step, vlm_step
+
+    from mbridge_seqpack.thd import static_forward_step
+
+    assert static_forward_step(graphs).__wrapped__ is gpt_step.forward_step
+    assert static_forward_step(cfg).__wrapped__ is vlm_step.forward_step
+
 
 # ---- parity ----------------------------------------------------------------------------------------
 
