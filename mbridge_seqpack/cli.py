@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 from mbridge_seqpack.cli_data import add_data_commands, positive_int
@@ -25,8 +26,6 @@ class UsageError(ValueError):
 
 def quiet_megatron_import() -> None:
     """Import Megatron-Bridge once with its import-time warnings (Apex, Triton, experimental APIs) muted."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import megatron.bridge.training.config  # noqa: F401
@@ -62,8 +61,6 @@ def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
     saved_env = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = str(world_size)
     try:
-        import warnings
-
         with hook.suspended(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Could not determine rank")  # no process group here
             runtime_config_update(cfg)

@@ -83,6 +83,18 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return validate
 
 
+def _snapshot() -> tuple[str, int | None] | None:
+    """(mode, world_size) when installed, else None."""
+    return (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+
+
+def _restore(previous: tuple[str, int | None] | None) -> None:
+    """Return to a :func:`_snapshot`: uninstalled, or installed with that mode and world size."""
+    uninstall()
+    if previous is not None:
+        install(mode=previous[0], world_size=previous[1])
+
+
 class InstalledHook:
     """Returned by :func:`install`; as a context manager it restores the previous hook state on exit."""
 
@@ -93,10 +105,7 @@ class InstalledHook:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        uninstall()
-        if self._previous is not None:
-            mode, world_size = self._previous
-            install(mode=mode, world_size=world_size)
+        _restore(self._previous)
 
 
 def install(mode: str = "error", *, world_size: int | None = None) -> InstalledHook:
@@ -109,7 +118,7 @@ def install(mode: str = "error", *, world_size: int | None = None) -> InstalledH
     """
     _check_mode(mode, "mode")
     cls = _config_container()
-    previous = (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+    previous = _snapshot()
     if _state["original"] is None:
         current = cls.__dict__["validate"]
         if getattr(current, _WRAPPER_FLAG, False):  # a reloaded module left a wrapper behind
@@ -124,13 +133,12 @@ def install(mode: str = "error", *, world_size: int | None = None) -> InstalledH
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
     """Run Megatron-Bridge's validation alone (as the CLI does after its own report), then restore."""
-    previous = (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+    previous = _snapshot()
     uninstall()
     try:
         yield
     finally:
-        if previous is not None:
-            install(mode=previous[0], world_size=previous[1])
+        _restore(previous)
 
 
 def uninstall() -> None:

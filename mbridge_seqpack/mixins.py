@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 from mbridge_seqpack.errors import PackingConfigError, Violation
-from mbridge_seqpack.paths import get_path, set_path
+from mbridge_seqpack.paths import set_path
 from mbridge_seqpack.thd_config import STATIC_THD_ATTR, StaticTHDSpec
 
 __all__ = [
@@ -237,11 +237,10 @@ def _ensure_specs(cfg: Any) -> Any:
     return cfg.dataset.offline_packing_specs
 
 
-def _set_fixed_width(cfg: Any) -> None:
-    if hasattr(cfg.dataset, "pad_to_max_length"):
-        cfg.dataset.pad_to_max_length = True
-    else:
-        cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), "pad_to_max_length": True}
+def _set_fixed_width(ctx: Any) -> None:
+    """Turn fixed-width rows on exactly as the rules' fix says (attribute or ``dataset_kwargs`` key)."""
+    for path, value in ctx.pad_to_max_length_fix().items():
+        set_path(ctx.cfg, path, value)
 
 
 def derive(cfg: Any) -> Any:
@@ -260,17 +259,17 @@ def derive(cfg: Any) -> Any:
         specs.pad_seq_to_mult = topo.alignment
         cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
         if ctx.training_cuda_graphs:
-            _set_fixed_width(cfg)
+            _set_fixed_width(ctx)
         if ctx.graphs_capture_attention:
             specs.pad_cu_seqlens = True
         if specs.pad_cu_seqlens:
-            _set_fixed_width(cfg)
+            _set_fixed_width(ctx)
 
     if ctx.in_batch_packing and ctx.training_cuda_graphs and getattr(cfg.dataset, STATIC_THD_ATTR, None) is None:
         # graphs over in-batch packing need the static path; size it for the worst case of one row
         # one row holds at most micro_batch_size sequences plus a tail padding segment, and the leading 0
         setattr(cfg.dataset, STATIC_THD_ATTR, StaticTHDSpec(capacity=cfg.train.micro_batch_size + 2))
-        _set_fixed_width(cfg)
+        _set_fixed_width(ctx)
 
     if topo.cp > 1 and ctx.is_finetuning:
         cfg.model.calculate_per_token_loss = True
@@ -278,7 +277,7 @@ def derive(cfg: Any) -> Any:
             cfg.ddp.average_in_collective = False
 
     if ctx.dataset_is("gpt_sft") and (topo.pp > 1 or topo.ep > 1):
-        _set_fixed_width(cfg)
+        _set_fixed_width(ctx)
     return cfg
 
 

@@ -49,11 +49,9 @@ class StaticTHDLayout:
     width: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.capacity, int) or self.capacity < 2:
-            raise ValueError(f"StaticTHDLayout.capacity must be an int >= 2 (0 plus one boundary), got "
-                             f"{self.capacity!r}")
-        if not isinstance(self.max_seqlen, int) or self.max_seqlen < 1:
-            raise ValueError(f"StaticTHDLayout.max_seqlen must be a positive int, got {self.max_seqlen!r}")
+        from mbridge_seqpack.thd_config import check_static_shape
+
+        check_static_shape("StaticTHDLayout", self.capacity, self.max_seqlen, max_seqlen_optional=False)
         if self.width is not None and (not isinstance(self.width, int) or self.width < 1):
             raise ValueError(f"StaticTHDLayout.width must be a positive int or None, got {self.width!r}")
 

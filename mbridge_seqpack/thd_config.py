@@ -9,9 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StaticTHDSpec", "STATIC_THD_ATTR", "static_thd_spec", "static_in_batch_enabled"]
+__all__ = ["StaticTHDSpec", "STATIC_THD_ATTR", "static_thd_spec", "static_in_batch_enabled", "check_static_shape"]
 
 STATIC_THD_ATTR = "mbridge_seqpack_static_thd"
+
+
+def check_static_shape(owner: str, capacity: object, max_seqlen: object, *, max_seqlen_optional: bool) -> None:
+    """Shared validation of a static cu_seqlens capacity and max_seqlen; messages name ``owner``."""
+    if not isinstance(capacity, int) or capacity < 2:
+        raise ValueError(f"{owner}.capacity must be an int >= 2 (0 plus one boundary), got {capacity!r}")
+    if max_seqlen is None and max_seqlen_optional:
+        return
+    if not isinstance(max_seqlen, int) or max_seqlen < 1:
+        raise ValueError(f"{owner}.max_seqlen must be a positive int, got {max_seqlen!r}")
 
 
 @dataclass(frozen=True)
@@ -25,10 +35,7 @@ class StaticTHDSpec:
     max_seqlen: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.capacity, int) or self.capacity < 2:
-            raise ValueError(f"StaticTHDSpec.capacity must be an int >= 2 (0 plus one boundary), got {self.capacity!r}")
-        if self.max_seqlen is not None and (not isinstance(self.max_seqlen, int) or self.max_seqlen < 1):
-            raise ValueError(f"StaticTHDSpec.max_seqlen must be a positive int, got {self.max_seqlen!r}")
+        check_static_shape("StaticTHDSpec", self.capacity, self.max_seqlen, max_seqlen_optional=True)
 
 
 def static_thd_spec(cfg: Any) -> StaticTHDSpec | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import math
 import sys
 import time
 from dataclasses import dataclass
