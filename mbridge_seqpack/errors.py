@@ -8,7 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Violation", "PackingConfigError", "format_assignment"]
+__all__ = ["Violation", "PackingConfigError", "format_assignment", "ERROR", "ADVISORY", "SEVERITIES"]
+
+ERROR = "error"  # Megatron code fails (crash, assert, silently wrong training): the hook raises
+ADVISORY = "advisory"  # documented or wasteful, no failing code: shown and warned, raised only when strict
+SEVERITIES = (ERROR, ADVISORY)
 
 
 def format_assignment(path: str, value: Any) -> str:
@@ -22,6 +26,7 @@ class Violation:
 
     ``assignments`` holds the machine-applicable part of the fix (dotted path under ``cfg`` -> value);
     ``fix`` is the human sentence. ``fix`` defaults to the assignments rendered as statements.
+    ``severity`` is stamped from the rule's catalog entry when the rule runs.
     """
 
     rule_id: str
@@ -29,6 +34,7 @@ class Violation:
     rule: str
     fix: str = ""
     assignments: dict[str, Any] = field(default_factory=dict)
+    severity: str = ERROR
 
     def __post_init__(self) -> None:
         if not self.fix:
@@ -37,7 +43,8 @@ class Violation:
     def describe(self) -> str:
         """Multi-line text for one violation, as it appears inside the error message."""
         fields_text = ", ".join(f"{name}={value!r}" for name, value in self.fields.items())
-        return f"[{self.rule_id}] {fields_text}\n    rule: {self.rule}\n    fix:  {self.fix}"
+        tag = self.rule_id if self.severity == ERROR else f"{self.rule_id} (advisory)"
+        return f"[{tag}] {fields_text}\n    rule: {self.rule}\n    fix:  {self.fix}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (values repr'd when not plain JSON scalars)."""
@@ -53,6 +60,7 @@ class Violation:
 
         return {
             "rule_id": self.rule_id,
+            "severity": self.severity,
             "fields": plain(self.fields),
             "rule": self.rule,
             "fix": self.fix,

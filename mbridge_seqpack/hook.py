@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any, Callable, Iterator
 
-from mbridge_seqpack.errors import PackingConfigError
+from mbridge_seqpack.errors import ERROR, PackingConfigError
 
 __all__ = ["install", "uninstall", "suspended", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
 
@@ -22,7 +22,7 @@ MODES = ("error", "warn", "off")
 MODE_ENV = "MBRIDGE_SEQPACK_MODE"
 _WRAPPER_FLAG = "__mbridge_seqpack_hook__"
 
-_state: dict[str, Any] = {"original": None, "mode": None, "world_size": None}
+_state: dict[str, Any] = {"original": None, "mode": None, "world_size": None, "strict": False}
 
 
 class PackingConfigWarning(UserWarning):
@@ -56,21 +56,35 @@ def is_installed() -> bool:
     return getattr(_config_container().__dict__.get("validate"), _WRAPPER_FLAG, False)
 
 
+def _is_rank_zero() -> bool:
+    """Warnings go out once per job, as Megatron-Bridge's ``print_rank_0`` does."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank() == 0
+    except Exception:  # noqa: BLE001  (a broken torch install must not break validation)
+        pass
+    return os.environ.get("RANK", "0") == "0"
+
+
 def run_hook_rules(cfg: Any) -> None:
-    """Apply the current mode to ``cfg``: raise, warn or do nothing."""
+    """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest."""
     mode = current_mode()
     if mode in (None, "off"):
         return
     from mbridge_seqpack.rules import check
 
-    world_size = _state["world_size"]
-    violations = check(cfg, world_size=world_size)
+    violations = check(cfg, world_size=_state["world_size"])
     if not violations:
         return
     if mode == "error":
-        raise PackingConfigError(violations)
-    for v in violations:
-        warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
+        raised = [v for v in violations if _state["strict"] or v.severity == ERROR]
+        if raised:
+            raise PackingConfigError(raised)
+    if _is_rank_zero():
+        for v in violations:
+            warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
 
 
 def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,16 +97,16 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return validate
 
 
-def _snapshot() -> tuple[str, int | None] | None:
-    """(mode, world_size) when installed, else None."""
-    return (_state["mode"], _state["world_size"]) if _state["original"] is not None else None
+def _snapshot() -> tuple[str, int | None, bool] | None:
+    """(mode, world_size, strict) when installed, else None."""
+    return (_state["mode"], _state["world_size"], _state["strict"]) if _state["original"] is not None else None
 
 
-def _restore(previous: tuple[str, int | None] | None) -> None:
-    """Return to a :func:`_snapshot`: uninstalled, or installed with that mode and world size."""
+def _restore(previous: tuple[str, int | None, bool] | None) -> None:
+    """Return to a :func:`_snapshot`: uninstalled, or installed with that mode, world size and strictness."""
     uninstall()
     if previous is not None:
-        install(mode=previous[0], world_size=previous[1])
+        install(mode=previous[0], world_size=previous[1], strict=previous[2])
 
 
 class InstalledHook:
@@ -108,14 +122,17 @@ class InstalledHook:
         _restore(self._previous)
 
 
-def install(mode: str = "error", *, world_size: int | None = None) -> InstalledHook:
+def install(mode: str = "error", *, world_size: int | None = None, strict: bool = False) -> InstalledHook:
     """Register the rules inside ``ConfigContainer.validate()``.
 
-    ``mode``: ``"error"`` raises :class:`PackingConfigError` listing every violation, ``"warn"`` emits one
-    :class:`PackingConfigWarning` each and continues, ``"off"`` does nothing. ``MBRIDGE_SEQPACK_MODE``
-    overrides it. ``world_size`` fixes the DP arithmetic (default: torch.distributed / ``WORLD_SIZE``).
-    Installing again only updates mode and world size.
+    ``mode``: ``"error"`` raises :class:`PackingConfigError` listing every error-level violation and warns the
+    advisories, ``"warn"`` emits one :class:`PackingConfigWarning` each (rank 0 only) and continues, ``"off"``
+    does nothing. ``MBRIDGE_SEQPACK_MODE`` overrides it. ``strict=True`` raises advisories too.
+    ``world_size`` fixes the DP arithmetic (default: torch.distributed / ``WORLD_SIZE``).
+    Installing again only updates mode, world size and strictness.
     """
+    if not isinstance(strict, bool):
+        raise ValueError(f"strict must be True or False, got {strict!r}")
     _check_mode(mode, "mode")
     cls = _config_container()
     previous = _snapshot()
@@ -125,8 +142,7 @@ def install(mode: str = "error", *, world_size: int | None = None) -> InstalledH
             current = current.__wrapped__
         _state["original"] = current
         cls.validate = _make_wrapper(current)
-    _state["mode"] = mode
-    _state["world_size"] = world_size
+    _state.update(mode=mode, world_size=world_size, strict=strict)
     return InstalledHook(previous)
 
 
@@ -146,4 +162,4 @@ def uninstall() -> None:
     if _state["original"] is None:
         return
     _config_container().validate = _state["original"]
-    _state.update(original=None, mode=None, world_size=None)
+    _state.update(original=None, mode=None, world_size=None, strict=False)

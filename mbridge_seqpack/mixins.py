@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from mbridge_seqpack.errors import PackingConfigError, Violation
+from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
 from mbridge_seqpack.paths import set_path
 from mbridge_seqpack.thd_config import STATIC_THD_ATTR, StaticTHDSpec
 
@@ -243,6 +244,20 @@ def _set_fixed_width(ctx: Any) -> None:
         set_path(ctx.cfg, path, value)
 
 
+def _align_variable_rows(ctx: Any) -> None:
+    """Variable-width GPT SFT rows are rounded up to ``dataset_kwargs['pad_seq_length_to_mult']``: keep it
+    a multiple of the row alignment (CP shards, SP splits) so every row splits evenly."""
+    need = ctx.topology.row_alignment
+    if ctx.pad_to_max_length or need == 1 or not ctx.dataset_is("gpt_sft"):
+        return
+    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
+
+    if ctx.cfg.dataset.dataset_kwargs is None:
+        ctx.cfg.dataset.dataset_kwargs = {}
+    kwargs = ctx.cfg.dataset.dataset_kwargs
+    kwargs["pad_seq_length_to_mult"] = math.lcm(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE), need)
+
+
 def derive(cfg: Any) -> Any:
     """Recompute every field that follows from topology, sequence length and packing mode. Idempotent."""
     from mbridge_seqpack.rules.context import RuleContext
@@ -256,7 +271,8 @@ def derive(cfg: Any) -> Any:
     if ctx.offline_packing:
         specs = _ensure_specs(cfg)
         specs.packed_sequence_size = seq
-        specs.pad_seq_to_mult = topo.alignment
+        # keep a user's stricter multiple: lcm(existing, needed), as Megatron-Bridge does for collate padding
+        specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, topo.sequence_alignment)
         cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
         if ctx.training_cuda_graphs:
             _set_fixed_width(ctx)
@@ -264,6 +280,7 @@ def derive(cfg: Any) -> Any:
             specs.pad_cu_seqlens = True
         if specs.pad_cu_seqlens:
             _set_fixed_width(ctx)
+        _align_variable_rows(ctx)
 
     if ctx.in_batch_packing and ctx.training_cuda_graphs and getattr(cfg.dataset, STATIC_THD_ATTR, None) is None:
         # graphs over in-batch packing need the static path; size it for the worst case of one row
@@ -294,7 +311,7 @@ def apply(cfg: Any, *mixins: Any, world_size: int | None = None) -> Any:
     derive(cfg)
     rules = [r for r in all_rules() if world_size is not None or r.rule_id not in _WORLD_SIZE_RULES]
     ctx = RuleContext.build(cfg, world_size if world_size is not None else 1)
-    violations = [v for result in evaluate(ctx, rules) for v in result.violations]
+    violations = [v for result in evaluate(ctx, rules) for v in result.violations if v.severity == ERROR]
     if violations:
         raise PackingConfigError(violations)
     return cfg

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Topology", "alignment_multiple", "round_up"]
+__all__ = ["Topology", "alignment_multiple", "sequence_alignment", "round_up"]
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -13,11 +13,20 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def alignment_multiple(tp: int, cp_sizes: tuple[int, ...] | list[int], sequence_parallel: bool) -> int:
-    """Per-sequence alignment THD needs: lcm over each CP size of (2*CP if CP>1) and (CP*TP if SP and TP>1).
+def sequence_alignment(cp_sizes: tuple[int, ...] | list[int]) -> int:
+    """Per-sequence multiple THD context parallelism needs: lcm over the CP sizes of (2*CP if CP>1).
 
-    This is the multiple Megatron-Bridge derives for its collate-time paths (``config.py:1213-1231``);
-    offline packs must be built with it baked in, or THD+CP silently drops tokens.
+    Each packed sequence is split into 2*CP zigzag chunks (TE ``thd_get_partitioned_indices``, used by
+    Megatron-Core's ``get_thd_cp_partition_indices``); at CP=1 nothing is split, so any length works.
+    """
+    return math.lcm(1, *(2 * cp for cp in cp_sizes if cp > 1))
+
+
+def alignment_multiple(tp: int, cp_sizes: tuple[int, ...] | list[int], sequence_parallel: bool) -> int:
+    """Row multiple: lcm over each CP size of (2*CP if CP>1) and (CP*TP if SP and TP>1).
+
+    This is the multiple Megatron-Bridge derives for its collate-time paths (``config.py`` validate); a
+    row is split into CP shards, and sequence parallelism splits each shard across TP ranks.
     """
     parts = [1]
     for cp in cp_sizes:
@@ -45,9 +54,17 @@ class Topology:
         return self.tp * self.pp * self.cp
 
     @property
+    def expert_tensor_parallel(self) -> int:
+        """Expert TP as it will run: explicit, else 1 with EP>1 (Megatron-Bridge's
+        ``_set_moe_expert_tensor_parallel_default``), else TP (Megatron-Core's default)."""
+        if self.etp is not None:
+            return self.etp
+        return 1 if self.ep > 1 else self.tp
+
+    @property
     def expert_model_parallel(self) -> int:
         """Ranks one expert replica spans (ETP*EP*PP); MCore needs the world size divisible by it."""
-        return (self.etp if self.etp is not None else self.tp) * self.ep * self.pp
+        return self.expert_tensor_parallel * self.ep * self.pp
 
     @property
     def data_parallel(self) -> int | None:
@@ -62,6 +79,16 @@ class Topology:
         return (self.cp,) if self.eval_cp is None else (self.cp, self.eval_cp)
 
     @property
-    def alignment(self) -> int:
-        """Required per-sequence alignment for THD under this layout (train and eval CP)."""
+    def sequence_alignment(self) -> int:
+        """Per-sequence multiple for THD under CP (train and eval CP); 1 at CP=1."""
+        return sequence_alignment(self.cp_sizes)
+
+    @property
+    def row_alignment(self) -> int:
+        """Multiple the whole packed row width needs (CP shards, then SP splits across TP)."""
         return alignment_multiple(self.tp, self.cp_sizes, self.sequence_parallel)
+
+    @property
+    def alignment(self) -> int:
+        """The collate-time padding multiple Megatron-Bridge uses for HF/VLM datasets (= ``row_alignment``)."""
+        return self.row_alignment

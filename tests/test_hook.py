@@ -51,9 +51,9 @@ def test_hook_fires_through_runtime_config_update(packed_cfg: Any) -> None:
     assert str(info.value) == (
         "mbridge_seqpack: 1 packing/long-context config violation:\n"
         "  [offline.alignment_multiple] dataset.offline_packing_specs.pad_seq_to_mult=1, "
-        "model.context_parallel_size=2, model.tensor_model_parallel_size=1, model.sequence_parallel=False\n"
-        "    rule: each packed sequence must be padded to a multiple of 4 so THD context-parallel partitioning "
-        "(2*CP chunks) and sequence-parallel splits see whole tokens; otherwise tokens are silently dropped\n"
+        "model.context_parallel_size=2\n"
+        "    rule: THD context parallelism splits every packed sequence into 2*CP chunks, so each sequence must be "
+        "padded to a multiple of 4; otherwise the split rounds lengths down and drops tokens\n"
         "    fix:  cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4"
     )
 
@@ -164,26 +164,52 @@ def test_issue_example_is_rejected_with_every_fix(megatron_bridge: Any) -> None:
     mbridge_seqpack.install()
     with pytest.raises(PackingConfigError) as info:
         _runtime_update(cfg)
+    assert info.value.rule_ids == ["cp.finetune_per_token_loss", "offline.alignment_multiple"]
+    mbridge_seqpack.install(strict=True)  # advisories raise too: the short pack wastes half the window
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(cfg)
     by_id = {v.rule_id: v for v in info.value.violations}
     assert list(by_id) == [
         "cp.finetune_per_token_loss",
         "offline.pack_size_matches_seq_length",
         "offline.alignment_multiple",
     ]
+    assert by_id["offline.pack_size_matches_seq_length"].severity == "advisory"
     assert by_id["offline.pack_size_matches_seq_length"].assignments == {
         "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.seq_length": 8192}
     assert by_id["offline.alignment_multiple"].assignments == {"dataset.offline_packing_specs.pad_seq_to_mult": 4}
     assert by_id["cp.finetune_per_token_loss"].assignments == {"model.calculate_per_token_loss": True}
     message = str(info.value)
     assert message.startswith("mbridge_seqpack: 3 packing/long-context config violations:\n")
+    assert "[offline.pack_size_matches_seq_length (advisory)]" in message
     for v in info.value.violations:
-        assert f"[{v.rule_id}]" in message and v.fix in message
+        assert v.fix in message
     for v in info.value.violations:
         for path, value in v.assignments.items():
             from mbridge_seqpack.paths import set_path
 
             set_path(cfg, path, value)
-    _runtime_update(cfg)  # every fix applied: both validations pass
+    _runtime_update(cfg)  # every fix applied: both validations pass, strict included
+
+
+def test_advisories_warn_in_error_mode(packed_cfg: Any) -> None:
+    packed_cfg.model.mtp_num_layers = 1
+    mbridge_seqpack.install()
+    with pytest.warns(PackingConfigWarning, match=r"\[mtp.no_packing \(advisory\)\]"):
+        _runtime_update(packed_cfg)
+    mbridge_seqpack.install(strict=True)
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(packed_cfg)
+    assert info.value.rule_ids == ["mtp.no_packing"]
+
+
+def test_warnings_only_on_rank_zero(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    mbridge_seqpack.install(mode="warn")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        _runtime_update(_misaligned(packed_cfg))
+    assert not [w for w in record if issubclass(w.category, PackingConfigWarning)]
 
 
 def test_suspended_runs_megatron_alone_then_restores(packed_cfg: Any) -> None:

@@ -27,6 +27,7 @@ class Case:
     repair: Callable[[Any, Any], Any] | None = None  # default: apply assignments
     also: tuple[str, ...] = ()
     repaired_world: int | None = None
+    base_world: int | None = None  # where the unbroken base config is valid, when not the checked world
 
 
 def _set(**values: Any) -> Callable[[Any, Any], None]:
@@ -153,15 +154,19 @@ CASES = [
          {f"{SPECS}.max_single_sequence_length": 8192, f"{SPECS}.packed_sequence_size": 4096},
          {f"{SPECS}.max_single_sequence_length": 4096}),
     Case("offline.alignment_multiple", "packed_cfg", 8, _set(**CP2_LOSS),
-         {f"{SPECS}.pad_seq_to_mult": 1, "model.context_parallel_size": 2, "model.tensor_model_parallel_size": 1,
-          "model.sequence_parallel": False},
+         {f"{SPECS}.pad_seq_to_mult": 1, "model.context_parallel_size": 2},
          {f"{SPECS}.pad_seq_to_mult": 4}),
-    Case("offline.pack_size_alignment", "packed_cfg", 8,
-         _set(model__tensor_model_parallel_size=2, model__sequence_parallel=True,
-              dataset__offline_packing_specs__pad_seq_to_mult=2, **_seq(4095, packed=True)),
-         {f"{SPECS}.packed_sequence_size": 4095, "model.context_parallel_size": 1,
-          "model.tensor_model_parallel_size": 2, "model.sequence_parallel": True},
+    Case("offline.row_width_alignment", "packed_cfg", 8,
+         _set(model__tensor_model_parallel_size=4, model__sequence_parallel=True,
+              **{"dataset__dataset_kwargs['pad_to_max_length']": True}, **_seq(4094, packed=True)),
+         {f"{SPECS}.packed_sequence_size": 4094, KW: True, "model.context_parallel_size": 1,
+          "model.tensor_model_parallel_size": 4, "model.sequence_parallel": True},
          {f"{SPECS}.packed_sequence_size": 4096, "model.seq_length": 4096, "dataset.seq_length": 4096}),
+    Case("offline.row_width_alignment", "packed_cfg", 32,
+         _set(model__tensor_model_parallel_size=32, model__sequence_parallel=True, train__global_batch_size=32),
+         {f"{SPECS}.packed_sequence_size": 4096, "dataset.dataset_kwargs.pad_seq_length_to_mult": 16, KW: False,
+          "model.context_parallel_size": 1, "model.tensor_model_parallel_size": 32, "model.sequence_parallel": True},
+         {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32}, base_world=8),
     Case("batch.world_size_divisible", "unpacked_cfg", 6, _set(model__tensor_model_parallel_size=4),
          {"world_size": 6, "model.tensor_model_parallel_size": 4, "model.pipeline_model_parallel_size": 1,
           "model.context_parallel_size": 1},
@@ -169,7 +174,7 @@ CASES = [
          repair=lambda cfg, tmp: None, repaired_world=8),
     Case("batch.global_batch_divisible", "unpacked_cfg", 8, _set(train__global_batch_size=12),
          {"train.global_batch_size": 12, "train.micro_batch_size": 1, "data_parallel_size": 8},
-         {"train.global_batch_size": 16}, fix="cfg.train.global_batch_size = 16 (or 8)"),
+         {"train.global_batch_size": 16}),
     Case("batch.global_batch_min", "unpacked_cfg", 8, _set(train__global_batch_size=4),
          {"train.global_batch_size": 4, "train.micro_batch_size": 1, "data_parallel_size": 8},
          {"train.global_batch_size": 8}),
@@ -189,8 +194,12 @@ CASES = [
          _both(_graphs(["attn"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
          {"model.cuda_graph_impl": "transformer_engine", f"{SPECS}.pad_cu_seqlens": False},
          {f"{SPECS}.pad_cu_seqlens": True, KW: True}),
-    Case("fixed_width.gpt_sft_pipeline_or_experts", "unpacked_cfg", 8, _set(model__pipeline_model_parallel_size=2),
-         {KW: False, "model.pipeline_model_parallel_size": 2, "model.expert_model_parallel_size": 1}, {KW: True}),
+    Case("fixed_width.gpt_sft_pipeline", "unpacked_cfg", 8,
+         _set(model__pipeline_model_parallel_size=2, dataset__dataloader_type="single"),
+         {KW: False, "model.pipeline_model_parallel_size": 2, "dataset.dataloader_type": "single"}, {KW: True}),
+    Case("fixed_width.gpt_sft_experts", "unpacked_cfg", 8,
+         _set(model__expert_model_parallel_size=2, model__num_moe_experts=4),
+         {KW: False, "model.expert_model_parallel_size": 2}, {KW: True}),
     Case("mtp.no_packing", "packed_cfg", 8, _set(model__mtp_num_layers=1),
          {"model.mtp_num_layers": 1, "dataset.enable_offline_packing": True}, {"model.mtp_num_layers": None},
          fix="cfg.model.mtp_num_layers = None (or turn packing off: cfg.dataset.enable_offline_packing = False)"),
@@ -231,7 +240,8 @@ def _apply_fix(cfg: Any, assignments: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.rule_id for c in CASES])
 def test_rule_breaks_and_fix_repairs(case: Case, request: pytest.FixtureRequest, tmp_path: Any) -> None:
     cfg = request.getfixturevalue(case.base)
-    assert check(cfg, world_size=case.repaired_world or case.world) == [], "the base config must be valid"
+    base_world = case.base_world or case.repaired_world or case.world
+    assert check(cfg, world_size=base_world) == [], "the base config must be valid"
     case.breaks(cfg, tmp_path)
 
     found = check(cfg, world_size=case.world)

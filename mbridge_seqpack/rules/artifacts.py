@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -58,7 +58,16 @@ def _compare(ctx: RuleContext, field_path: str, artifact: str, info: dict[str, A
     return found
 
 
-@rule("artifact.fingerprint_mismatch", "Explicit packed paths must match the config (pack size, alignment, tokenizer).")
+@rule(
+    "artifact.fingerprint_mismatch",
+    "Explicit packed paths must match the config (pack size, alignment, tokenizer).",
+    severity=ERROR,
+    evidence=(
+        "data/packing/parquet.py GPTSFTPackedParquetDataset reads whatever rows the path holds; nothing in "
+        "Megatron-Bridge compares them with the config, so a pack built for another size, alignment or "
+        "tokenizer trains silently wrong (misaligned THD splits, wrong token ids)."
+    ),
+)
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
 

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
 SPECS = "dataset.offline_packing_specs"
 
 
-@rule("cuda_graphs.pad_cu_seqlens_needs_fixed_width", "pad_cu_seqlens=True needs pad_to_max_length=True.")
+@rule(
+    "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
+    "pad_cu_seqlens=True needs pad_to_max_length=True.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError "
+        "'offline_packing_specs.pad_cu_seqlens=True requires dataset pad_to_max_length=True.'; "
+        "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts it again."
+    ),
+)
 def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.specs.pad_cu_seqlens:
         return None
@@ -30,6 +39,11 @@ def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None
 @rule(
     "cuda_graphs.training_graphs_need_fixed_width",
     "Offline packing with training CUDA graphs (full-iteration or TE) needs pad_to_max_length=True.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'Offline packing with CUDA graphs "
+        "requires dataset pad_to_max_length=True.'"
+    ),
 )
 def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.training_cuda_graphs:
@@ -51,6 +65,11 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
 @rule(
     "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
     "Graphs that capture packed attention need offline_packing_specs.pad_cu_seqlens=True.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'Packed attention CUDA graphs require "
+        "offline_packing_specs.pad_cu_seqlens=True.'"
+    ),
 )
 def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.graphs_capture_attention:
@@ -71,6 +90,12 @@ def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | 
 @rule(
     "cuda_graphs.pad_cu_seqlens_needs_metadata",
     "pad_cu_seqlens with explicit packed paths needs an existing packed_metadata_path.",
+    severity=ERROR,
+    evidence=(
+        "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts 'a metadata json file is required when "
+        "pad_cu_seqlens is enabled' and open()s it (FileNotFoundError), at dataset build after the GPUs are "
+        "allocated."
+    ),
 )
 def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs
@@ -93,22 +118,59 @@ def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
-    "fixed_width.gpt_sft_pipeline_or_experts",
-    "GPT SFT with PP>1 or EP>1 needs dataset_kwargs['pad_to_max_length']=True.",
+    "fixed_width.gpt_sft_pipeline",
+    "GPT SFT with PP>1 outside the 'batch' dataloader needs dataset_kwargs['pad_to_max_length']=True.",
+    severity=ERROR,
+    evidence=(
+        "With PP>1 and variable_seq_lengths=False, megatron/core/pipeline_parallel/schedules.py get_tensor_shapes "
+        "sizes every p2p buffer from the seq_length training/train.py passes: the width of the current global batch "
+        "for dataloader_type='batch' (data/batch_utils.py prepare_finetuning_batch, Megatron-Bridge's SFT default), "
+        "else model.seq_length, while data/packing/gpt_sft.py and data/datasets/gpt_sft.py collate_fn emit rows only "
+        "as wide as their content."
+    ),
 )
-def gpt_sft_pipeline_or_experts(ctx: RuleContext) -> list[Violation] | None:
+def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
-    if not ctx.dataset_is("gpt_sft") or (topo.pp <= 1 and topo.ep <= 1):
+    if not ctx.dataset_is("gpt_sft") or topo.pp <= 1 or getattr(ctx.model, "variable_seq_lengths", False) is True:
+        return None
+    if getattr(ctx.dataset, "dataloader_type", None) == "batch":
+        return None  # the training loop takes each global batch's own width
+    if ctx.pad_to_max_length:
+        return []
+    return [
+        Violation(
+            "fixed_width.gpt_sft_pipeline",
+            {ctx.pad_to_max_length_path: False, "model.pipeline_model_parallel_size": topo.pp,
+             "dataset.dataloader_type": getattr(ctx.dataset, "dataloader_type", None)},
+            "pipeline stages exchange activations through buffers of seq_length tokens; variable-width rows "
+            "do not fit them",
+            assignments=ctx.pad_to_max_length_fix(),
+        )
+    ]
+
+
+@rule(
+    "fixed_width.gpt_sft_experts",
+    "GPT SFT with EP>1: Megatron-Bridge pads rows to full width for expert parallelism on its other datasets.",
+    severity=ADVISORY,
+    evidence=(
+        "training/config.py ConfigContainer.validate sets pad_to_max_length=True for EP>1 on DirectHF/Energon/"
+        "MockVLM datasets; no Megatron-Core code fails on variable-width rows with EP>1 (alltoall dispatch takes "
+        "any token count), so for GPT SFT this is a consistency/performance advisory."
+    ),
+)
+def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
+    topo = ctx.topology
+    if not ctx.dataset_is("gpt_sft") or topo.ep <= 1:
         return None
     if ctx.pad_to_max_length:
         return []
     return [
         Violation(
-            "fixed_width.gpt_sft_pipeline_or_experts",
-            {ctx.pad_to_max_length_path: False, "model.pipeline_model_parallel_size": topo.pp,
-             "model.expert_model_parallel_size": topo.ep},
-            "pipeline stages exchange fixed-shape activations and expert dispatch expects equal shapes; "
-            "Megatron-Bridge forces this only for datasets with a pad_to_max_length attribute, not GPT SFT",
+            "fixed_width.gpt_sft_experts",
+            {ctx.pad_to_max_length_path: False, "model.expert_model_parallel_size": topo.ep},
+            "Megatron-Bridge pads rows to full width under expert parallelism for its HF/VLM datasets; GPT SFT "
+            "rows stay variable-width",
             assignments=ctx.pad_to_max_length_fix(),
         )
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ADVISORY, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -15,19 +15,37 @@ def _one(ctx: RuleContext, rule_id: str, fields: dict[str, Any], why: str, fix: 
     return [Violation(rule_id, {BUFFER: ctx.dataset.packing_buffer_size, **fields}, why, assignments=fix)]
 
 
-@rule("energon.micro_batch_one", "Energon online packing needs train.micro_batch_size == 1.")
+@rule(
+    "energon.micro_batch_one",
+    "Energon online packing needs train.micro_batch_size == 1.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
     mbs = ctx.train.micro_batch_size
-    if mbs == 1:
+    if mbs is None or mbs == 1:
         return []
     return _one(ctx, "energon.micro_batch_one", {"train.micro_batch_size": mbs},
                 "Energon packs samples into one physical row per micro batch",
                 {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1})
 
 
-@rule("energon.exclusive_in_batch", "Energon online packing excludes in-batch and deferred in-batch packing.")
+@rule(
+    "energon.exclusive_in_batch",
+    "Energon online packing excludes in-batch and deferred in-batch packing.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
@@ -40,7 +58,16 @@ def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
                 "boundaries", {k: False for k in on})
 
 
-@rule("energon.no_mtp", "Energon online packing does not support MTP.")
+@rule(
+    "energon.no_mtp",
+    "Energon online packing does not support MTP.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
@@ -50,7 +77,16 @@ def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
                 "MTP label rolling crosses packed boundaries", {"model.mtp_num_layers": None})
 
 
-@rule("energon.no_cuda_graphs", "Energon online packing does not support CUDA graphs.")
+@rule(
+    "energon.no_cuda_graphs",
+    "Energon online packing does not support CUDA graphs.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
@@ -61,7 +97,16 @@ def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
                 {"model.cuda_graph_impl": "none"})
 
 
-@rule("energon.no_pipeline", "Energon online packing does not support pipeline parallelism.")
+@rule(
+    "energon.no_pipeline",
+    "Energon online packing does not support pipeline parallelism.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
@@ -73,7 +118,16 @@ def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
                 {"model.pipeline_model_parallel_size": 1})
 
 
-@rule("energon.per_token_loss", "Energon online packing needs per-token loss and average_in_collective=False.")
+@rule(
+    "energon.per_token_loss",
+    "Energon online packing needs per-token loss and average_in_collective=False.",
+    severity=ADVISORY,
+    evidence=(
+        "Enforced only on Megatron-Bridge main (training/config.py Energon native packing checks, "
+        "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
+        "these are advisories for 0.6.2."
+    ),
+)
 def energon_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None

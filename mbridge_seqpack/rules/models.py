@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ADVISORY, Violation
 from mbridge_seqpack.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
@@ -19,7 +19,18 @@ def _packing_flags(ctx: RuleContext) -> dict[str, bool]:
     return flags
 
 
-@rule("mtp.no_packing", "Multi-token prediction (mtp_num_layers > 0) is not supported with packed sequences.")
+@rule(
+    "mtp.no_packing",
+    "Multi-token prediction (mtp_num_layers > 0) is not supported with packed sequences.",
+    severity=ADVISORY,
+    evidence=(
+        "Megatron-Core 0.19.2 rolls MTP labels within each packed sequence "
+        "(megatron/core/transformer/multi_token_prediction.py roll_tensor -> _roll_tensor_packed_seq whenever "
+        "packed_seq_params is passed, from models/gpt/gpt_model.py and models/hybrid/hybrid_model.py), and "
+        "Megatron-Bridge 0.6.2 ships Nemotron-3 SFT recipes with MTP and packing; only documentation calls "
+        "the combination unsupported."
+    ),
+)
 def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
     flags = _packing_flags(ctx)
     if ctx.mtp_layers == 0 or not flags:
@@ -38,7 +49,17 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("model.offline_packing_opt_out", "Qwen3-Next and GLM-4.5 do not support offline packing.")
+@rule(
+    "model.offline_packing_opt_out",
+    "Qwen3-Next and GLM-4.5 do not support offline packing.",
+    severity=ADVISORY,
+    evidence=(
+        "Megatron-Bridge 0.6.2 ships Qwen3-Next and GLM-4.5 SFT/PEFT recipes with offline packing off and a "
+        "docstring 'Packed sequence is NOT supported' (recipes/qwen/h100/qwen3_next.py, "
+        "recipes/glm/h100/glm45.py); no Megatron code fails on it (megatron/core/ssm/gated_delta_net/gdn.py "
+        "takes THD cu_seqlens)."
+    ),
+)
 def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
         return None
@@ -56,7 +77,17 @@ def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("model.in_batch_packing_opt_out", "Qwen3.5-VL does not support in-batch packing.")
+@rule(
+    "model.in_batch_packing_opt_out",
+    "Qwen3.5-VL does not support in-batch packing.",
+    severity=ADVISORY,
+    evidence=(
+        "Megatron-Bridge 0.6.2 ships every Qwen3.5-VL recipe with enable_in_batch_packing=False and "
+        "defer_in_batch_packing_to_step=True (recipes/qwen_vl/h100/qwen35_vl.py); its step "
+        "models/qwen_vl/qwen3_vl_step.py raises ValueError on collate-packed batches, but which step runs is "
+        "not part of the config."
+    ),
+)
 def in_batch_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:
         return None

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import math
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.topology import round_up
 
 SPECS = "dataset.offline_packing_specs"
+ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
+GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16), data/datasets/gpt_sft.py
 
 
-@rule("packing.modes_exclusive", "Offline packing and in-batch packing are mutually exclusive.")
+@rule(
+    "packing.modes_exclusive",
+    "Offline packing and in-batch packing are mutually exclusive.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'enable_offline_packing and "
+        "enable_in_batch_packing are mutually exclusive.'"
+    ),
+)
 def modes_exclusive(ctx: RuleContext) -> list[Violation] | None:
     if not (ctx.offline_packing or ctx.in_batch_packing):
         return None
@@ -34,14 +44,22 @@ def modes_exclusive(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("offline.specs_required", "enable_offline_packing=True needs dataset.offline_packing_specs.")
+@rule(
+    "offline.specs_required",
+    "enable_offline_packing=True needs dataset.offline_packing_specs.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'offline_packing_specs must be set "
+        "when enable_offline_packing=True.'"
+    ),
+)
 def specs_required(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
         return None
     if ctx.specs is not None:
         return []
     seq = getattr(ctx.dataset, "seq_length", ctx.model.seq_length)
-    align = ctx.topology.alignment
+    align = ctx.topology.sequence_alignment
     return [
         Violation(
             "offline.specs_required",
@@ -52,7 +70,15 @@ def specs_required(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("offline.flag_required", "dataset.offline_packing_specs set needs enable_offline_packing=True.")
+@rule(
+    "offline.flag_required",
+    "dataset.offline_packing_specs set needs enable_offline_packing=True.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'enable_offline_packing must be True "
+        "when offline_packing_specs is set.'"
+    ),
+)
 def flag_required(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None:
         return None
@@ -68,11 +94,21 @@ def flag_required(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("offline.micro_batch_one", "Offline packing needs train.micro_batch_size == 1.")
+@rule(
+    "offline.micro_batch_one",
+    "Offline packing needs train.micro_batch_size == 1.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError 'Micro batch size should be 1 when "
+        "training with packed sequence'; training/gpt_step.py also rejects it for THD CP slicing."
+    ),
+)
 def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
         return None
     mbs = ctx.train.micro_batch_size
+    if mbs is None:
+        return None  # Megatron-Bridge's own "train.micro_batch_size must be set" shows
     if mbs == 1:
         return []
     gbs = ctx.train.global_batch_size
@@ -86,7 +122,7 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
             fix=(
                 f"cfg.train.micro_batch_size = 1 (global_batch_size then counts {gbs} packed rows of {pack}); "
                 f"to keep the row count and tokens of one micro batch instead, also set "
-                f"cfg.train.global_batch_size = {gbs // mbs} and pack to {pack * mbs} "
+                f"cfg.train.global_batch_size = {gbs // mbs if gbs is not None else None} and pack to {pack * mbs} "
                 f"(model/dataset seq_length and packed_sequence_size = {pack * mbs})"
             ),
             assignments={"train.micro_batch_size": 1},
@@ -94,7 +130,15 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("offline.pack_size_positive", "offline_packing_specs.packed_sequence_size must be > 0.")
+@rule(
+    "offline.pack_size_positive",
+    "offline_packing_specs.packed_sequence_size must be > 0.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError "
+        "'offline_packing_specs.packed_sequence_size must be greater than 0.'"
+    ),
+)
 def pack_size_positive(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None:
         return None
@@ -114,6 +158,13 @@ def pack_size_positive(ctx: RuleContext) -> list[Violation] | None:
 @rule(
     "offline.pack_size_matches_seq_length",
     "packed_sequence_size == model.seq_length == dataset.seq_length.",
+    severity=ADVISORY,
+    evidence=(
+        "No Megatron code compares packed_sequence_size with seq_length (docs only: 'keep them equal'); "
+        "data/builders/gpt_sft.py sizes packed rows by packed_sequence_size, so a shorter pack wastes the "
+        "configured window and a longer one runs rows past the length the model (positions, RoPE scaling, "
+        "pipeline buffers) was configured for."
+    ),
 )
 def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or ctx.specs.packed_sequence_size <= 0:
@@ -134,7 +185,15 @@ def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("seq_length.model_matches_dataset", "model.seq_length == dataset.seq_length.")
+@rule(
+    "seq_length.model_matches_dataset",
+    "model.seq_length == dataset.seq_length.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate asserts 'Please ensure sequence length configuration in "
+        "model config and dataset config match.'"
+    ),
+)
 def model_matches_dataset(ctx: RuleContext) -> list[Violation] | None:
     data_seq = getattr(ctx.dataset, "seq_length", None)
     if data_seq is None:
@@ -152,7 +211,16 @@ def model_matches_dataset(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("offline.max_single_within_pack", "max_single_sequence_length <= packed_sequence_size.")
+@rule(
+    "offline.max_single_within_pack",
+    "max_single_sequence_length <= packed_sequence_size.",
+    severity=ERROR,
+    evidence=(
+        "data/packing/config.py PackedSequenceSpecs.__post_init__ raises ValueError "
+        "'max_single_sequence_length cannot exceed packed_sequence_size.' (a later assignment skips that "
+        "check, and data/packing/algorithms.py create_packing_strategy cannot place the sequence)."
+    ),
+)
 def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or ctx.specs.max_single_sequence_length is None:
         return None
@@ -169,13 +237,12 @@ def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-def _alignment_fields(ctx: RuleContext) -> dict[str, object]:
+def _alignment_fields(ctx: RuleContext, *, with_tp: bool = True) -> dict[str, object]:
     topo = ctx.topology
-    fields: dict[str, object] = {
-        "model.context_parallel_size": topo.cp,
-        "model.tensor_model_parallel_size": topo.tp,
-        "model.sequence_parallel": topo.sequence_parallel,
-    }
+    fields: dict[str, object] = {"model.context_parallel_size": topo.cp}
+    if with_tp:
+        fields["model.tensor_model_parallel_size"] = topo.tp
+        fields["model.sequence_parallel"] = topo.sequence_parallel
     if topo.eval_cp is not None:
         fields["dist.eval_context_parallel_size"] = topo.eval_cp
     return fields
@@ -183,43 +250,80 @@ def _alignment_fields(ctx: RuleContext) -> dict[str, object]:
 
 @rule(
     "offline.alignment_multiple",
-    "pad_seq_to_mult must be a multiple of lcm(2*CP if CP>1, CP*TP if SP and TP>1), for train and eval CP.",
+    "With CP>1, pad_seq_to_mult must be a multiple of 2*CP (train and eval CP).",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/utils.py get_thd_cp_partition_indices (used by training/gpt_step.py "
+        "_partition_packed_batch_for_cp) calls TE thd_get_partitioned_indices, which requires every sequence "
+        "length in cu_seqlens_padded divisible by 2*CP and otherwise drops tokens (TE #1930, Megatron-LM "
+        "#1669); the split needs a GPU, so it is cited, not run."
+    ),
 )
 def alignment_multiple(ctx: RuleContext) -> list[Violation] | None:
-    if ctx.specs is None:
+    need = ctx.topology.sequence_alignment
+    if ctx.specs is None or need == 1:
         return None
-    need = ctx.topology.alignment
     have = ctx.specs.pad_seq_to_mult or 1
     if have % need == 0:
         return []
     return [
         Violation(
             "offline.alignment_multiple",
-            {f"{SPECS}.pad_seq_to_mult": ctx.specs.pad_seq_to_mult, **_alignment_fields(ctx)},
-            f"each packed sequence must be padded to a multiple of {need} so THD context-parallel partitioning "
-            f"(2*CP chunks) and sequence-parallel splits see whole tokens; otherwise tokens are silently dropped",
+            {f"{SPECS}.pad_seq_to_mult": ctx.specs.pad_seq_to_mult, **_alignment_fields(ctx, with_tp=False)},
+            f"THD context parallelism splits every packed sequence into 2*CP chunks, so each sequence must be "
+            f"padded to a multiple of {need}; otherwise the split rounds lengths down and drops tokens",
             assignments={f"{SPECS}.pad_seq_to_mult": math.lcm(have, need)},
         )
     ]
 
 
-@rule("offline.pack_size_alignment", "packed_sequence_size must be divisible by the THD alignment multiple.")
-def pack_size_alignment(ctx: RuleContext) -> list[Violation] | None:
-    if ctx.specs is None or ctx.specs.packed_sequence_size <= 0:
+def _pad_seq_length_to_mult(ctx: RuleContext) -> int:
+    """The variable-width row multiple of GPT SFT's packed collate (``dataset_kwargs``, default 16)."""
+    kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
+    return int(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE))
+
+
+@rule(
+    "offline.row_width_alignment",
+    "The packed row width must be divisible by lcm(2*CP if CP>1, CP*TP if SP): packed_sequence_size for "
+    "fixed-width rows, also dataset_kwargs['pad_seq_length_to_mult'] for variable-width rows.",
+    severity=ERROR,
+    evidence=(
+        "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn makes the row packed_sequence_size wide "
+        "(pad_to_max_length) or min(packed_sequence_size, ceil(row, pad_seq_length_to_mult)) wide; the CP "
+        "split (2*CP chunks per segment, the tail padding segment included) and "
+        "megatron/core/tensor_parallel/mappings.py _split_along_first_dim (asserts 'First dimension of the "
+        "tensor should be divisible by tensor parallel size' under SP) then need that width divisible by "
+        "lcm(2*CP, CP*TP)."
+    ),
+)
+def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
+    need = ctx.topology.row_alignment
+    if ctx.specs is None or ctx.specs.packed_sequence_size <= 0 or need == 1:
         return None
-    need = ctx.topology.alignment
     size = ctx.specs.packed_sequence_size
-    if size % need == 0:
+    fix: dict[str, object] = {}
+    fields: dict[str, object] = {f"{SPECS}.packed_sequence_size": size}
+    if size % need:
+        new = round_up(size, need)
+        fix.update({f"{SPECS}.packed_sequence_size": new, "model.seq_length": new})
+        if hasattr(ctx.dataset, "seq_length"):
+            fix["dataset.seq_length"] = new
+    if not ctx.pad_to_max_length:
+        mult = _pad_seq_length_to_mult(ctx)
+        if mult % need:
+            fields[ROW_MULT] = mult
+            fix[ROW_MULT] = math.lcm(mult, need)
+    if not fix:
         return []
-    new = round_up(size, need)
-    fix = {f"{SPECS}.packed_sequence_size": new, "model.seq_length": new}
-    if hasattr(ctx.dataset, "seq_length"):
-        fix["dataset.seq_length"] = new
+    width = "packed_sequence_size" if ctx.pad_to_max_length else (
+        "min(packed_sequence_size, longest row rounded up to pad_seq_length_to_mult)")
     return [
         Violation(
-            "offline.pack_size_alignment",
-            {f"{SPECS}.packed_sequence_size": size, **_alignment_fields(ctx)},
-            f"a row is a sequence of aligned segments, so its width must be a multiple of {need}",
+            "offline.row_width_alignment",
+            {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
+            f"each packed row ({width} tokens wide) is split across CP ranks and then, with sequence "
+            f"parallelism, across TP ranks, so its width must be a multiple of {need}",
             assignments=fix,
         )
     ]

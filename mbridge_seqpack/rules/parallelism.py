@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.topology import round_up
@@ -20,7 +20,16 @@ def _seq_length_fix(ctx: RuleContext, new_length: int) -> dict[str, int]:
     return fix
 
 
-@rule("cp.seq_length_divisible", "With CP>1, model.seq_length must be divisible by 2*CP (train and eval CP).")
+@rule(
+    "cp.seq_length_divisible",
+    "With CP>1, model.seq_length must be divisible by 2*CP (train and eval CP).",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate asserts model.seq_length % (2*CP) == 0 for the train CP; "
+        "for the eval CP nothing checks it and megatron/core/utils.py get_batch_on_this_cp_rank reshapes each "
+        "row into 2*CP chunks (view fails on a non-divisible length)."
+    ),
+)
 def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
     active = [cp for cp in topo.cp_sizes if cp > 1]
@@ -47,6 +56,11 @@ def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
 @rule(
     "collate.seq_length_alignment",
     "DirectHF/Energon/MockVLM: dataset.seq_length divisible by lcm(2*CP, CP*TP if SP) for train and eval CP.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate raises ValueError '<Dataset>.seq_length must be "
+        "divisible by the CP/SP collate padding multiple' for DirectHF/Energon/MockVLM datasets."
+    ),
 )
 def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.has_collate_padding:
@@ -72,7 +86,15 @@ def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("cp.finetune_per_token_loss", "Fine-tuning with CP>1 needs model.calculate_per_token_loss=True.")
+@rule(
+    "cp.finetune_per_token_loss",
+    "Fine-tuning with CP>1 needs model.calculate_per_token_loss=True.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate asserts 'When finetuning with CP>1, "
+        "calculate_per_token_loss must be True' (GPT SFT, DirectHF, Energon, MockVLM datasets)."
+    ),
+)
 def finetune_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or not ctx.is_finetuning:
         return None
@@ -93,7 +115,15 @@ def _uses_megatron_fsdp(ctx: RuleContext) -> bool:
     return bool(getattr(ctx.cfg.dist, "use_megatron_fsdp", False) or getattr(ctx.cfg.ddp, "use_megatron_fsdp", False))
 
 
-@rule("cp.finetune_average_in_collective", "Fine-tuning with CP>1 needs ddp.average_in_collective=False.")
+@rule(
+    "cp.finetune_average_in_collective",
+    "Fine-tuning with CP>1 needs ddp.average_in_collective=False.",
+    severity=ERROR,
+    evidence=(
+        "training/config.py ConfigContainer.validate asserts 'When finetuning with CP>1, "
+        "average_in_collective must be False' (Megatron-FSDP sets it to False itself)."
+    ),
+)
 def finetune_average_in_collective(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or not ctx.is_finetuning or _uses_megatron_fsdp(ctx):
         return None  # Megatron-FSDP forces it to False itself
@@ -121,7 +151,17 @@ def _suggest_hierarchy(cp: int, tp: int) -> list[int]:
     return [inner, cp // inner]
 
 
-@rule("cp.hierarchical_sizes_required", "cp_comm_type 'a2a+p2p' needs model.hierarchical_context_parallel_sizes.")
+@rule(
+    "cp.hierarchical_sizes_required",
+    "cp_comm_type 'a2a+p2p' needs model.hierarchical_context_parallel_sizes.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/extensions/transformer_engine.py TEDotProductAttention.__init__ passes "
+        "get_hierarchical_context_parallel_groups(check_initialized=False) as cp_group for 'a2a+p2p'; without "
+        "hierarchical sizes parallel_state never creates those groups, so TE gets cp_group=None (crash at "
+        "model build)."
+    ),
+)
 def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
     if not any(t is not None and "a2a+p2p" in t for t in _comm_types(ctx)):
         return None
@@ -140,7 +180,15 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-@rule("cp.hierarchical_sizes_product", "prod(model.hierarchical_context_parallel_sizes) must equal CP.")
+@rule(
+    "cp.hierarchical_sizes_product",
+    "prod(model.hierarchical_context_parallel_sizes) must equal CP.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/parallel_state.py initialize_model_parallel asserts "
+        "np.prod(hierarchical_context_parallel_sizes) == context_parallel_size."
+    ),
+)
 def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
     sizes = getattr(ctx.model, "hierarchical_context_parallel_sizes", None)
     if sizes is None:
@@ -168,7 +216,15 @@ def _mcore_version() -> tuple[int, ...]:
     return Version(package_info.__version__).release[:3]
 
 
-@rule("cp.thd_mcore_version", "Packed (THD) sequences with CP>1 need Megatron-Core >= 0.18.")
+@rule(
+    "cp.thd_mcore_version",
+    "Packed (THD) sequences with CP>1 need Megatron-Core >= 0.18.",
+    severity=ERROR,
+    evidence=(
+        "THD partitioning under CP (megatron/core/utils.py get_thd_cp_partition_indices) does not exist "
+        "before Megatron-Core 0.18: training/gpt_step.py cannot import it."
+    ),
+)
 def thd_mcore_version(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.any_packing or ctx.topology.cp <= 1:
         return None

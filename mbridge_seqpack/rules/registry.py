@@ -2,14 +2,21 @@
 
 A rule is a small function ``(ctx) -> list[Violation] | None``: ``None`` means the rule does not
 apply to this config (reported as "n/a"), an empty list means it holds.
+
+Every rule carries its severity and its evidence: ``error`` only where Megatron-Bridge / Megatron-Core
+code fails for the pinned versions (crash, assert, or silently wrong training; ``evidence`` names the
+file and function), ``advisory`` where only documentation or waste speaks against the config.
+The ``config.types`` rule runs first: when a field the rules read has the wrong type, the other rules
+are reported as "skipped" rather than run on values they cannot interpret.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.errors import SEVERITIES, Violation
 from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = ["Rule", "RuleResult", "rule", "all_rules", "evaluate"]
@@ -19,16 +26,18 @@ RuleFn = Callable[[RuleContext], "list[Violation] | None"]
 
 @dataclass(frozen=True)
 class Rule:
-    """A catalog entry: stable id, one-line statement, the checking function."""
+    """A catalog entry: stable id, one-line statement, the checking function, severity and evidence."""
 
     rule_id: str
     summary: str
     fn: RuleFn
+    severity: str
+    evidence: str
 
 
 @dataclass(frozen=True)
 class RuleResult:
-    """Outcome of one rule on one config: ``status`` is "ok", "fail" or "n/a"."""
+    """Outcome of one rule on one config: ``status`` is "ok", "fail", "n/a" or "skipped"."""
 
     rule: Rule
     status: str
@@ -38,13 +47,17 @@ class RuleResult:
 _CATALOG: list[Rule] = []
 
 
-def rule(rule_id: str, summary: str) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, summary: str, *, severity: str, evidence: str) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` under ``rule_id``; ids are unique and keep registration order."""
+    if severity not in SEVERITIES:
+        raise RuntimeError(f"rule {rule_id!r}: severity must be one of {SEVERITIES}, got {severity!r}")
+    if not evidence.strip():
+        raise RuntimeError(f"rule {rule_id!r}: every rule states its evidence")
 
     def register(fn: RuleFn) -> RuleFn:
         if any(r.rule_id == rule_id for r in _CATALOG):
             raise RuntimeError(f"duplicate rule id {rule_id!r}")
-        _CATALOG.append(Rule(rule_id, summary, fn))
+        _CATALOG.append(Rule(rule_id, summary, fn, severity, " ".join(evidence.split())))
         fn.rule_id = rule_id  # type: ignore[attr-defined]
         return fn
 
@@ -58,15 +71,28 @@ def all_rules() -> list[Rule]:
     return list(_CATALOG)
 
 
+def _run(entry: Rule, ctx: RuleContext) -> RuleResult:
+    found = entry.fn(ctx)
+    if found is None:
+        return RuleResult(entry, "n/a")
+    if found:
+        return RuleResult(entry, "fail", tuple(dataclasses.replace(v, severity=entry.severity) for v in found))
+    return RuleResult(entry, "ok")
+
+
 def evaluate(ctx: RuleContext, rules: Iterable[Rule] | None = None) -> list[RuleResult]:
-    """Run every rule on ``ctx``; a rule's own crash is a bug, so it propagates."""
+    """Run the rules on ``ctx``, ``config.types`` first; a rule's own crash is a bug, so it propagates."""
+    from mbridge_seqpack.rules.types import TYPES_RULE_ID
+
+    chosen = list(rules if rules is not None else all_rules())
+    types_entry = next((r for r in all_rules() if r.rule_id == TYPES_RULE_ID), None)
+    typed = _run(types_entry, ctx) if types_entry is not None else None
     results = []
-    for entry in rules if rules is not None else all_rules():
-        found = entry.fn(ctx)
-        if found is None:
-            results.append(RuleResult(entry, "n/a"))
-        elif found:
-            results.append(RuleResult(entry, "fail", tuple(found)))
+    for entry in chosen:
+        if entry.rule_id == TYPES_RULE_ID:
+            results.append(typed)
+        elif typed is not None and typed.status == "fail":
+            results.append(RuleResult(entry, "skipped"))
         else:
-            results.append(RuleResult(entry, "ok"))
+            results.append(_run(entry, ctx))
     return results

@@ -1,0 +1,68 @@
+"""Megatron-Bridge 0.6.2's own recipes as a regression suite: zero false rejections, every flag explained.
+
+Each recipe is built offline through its real bridge (``tests/zoo``), at the GPU count in its name, and
+judged by Megatron-Bridge/Core (``runtime_config_update``, the micro-batch calculator, world-size
+divisibility) and by the plugin. ``tests/zoo/expected.json`` is the committed outcome; refresh it with
+``.venv/bin/python -m tests.zoo.report --write`` after a deliberate rule change and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.zoo.report import EXPECTED, snapshot, summary
+
+pytestmark = pytest.mark.slow
+
+#: the only error-level flags allowed on configs Megatron-Bridge accepts: CP doubled the way its messages
+#: ask leaves pad_seq_to_mult=1, which the THD split cannot take (offline.alignment_multiple's evidence)
+TRUE_POSITIVES = {"offline.alignment_multiple:error"}
+
+
+@pytest.fixture(scope="module")
+def zoo(megatron_bridge: Any) -> dict[str, dict[str, Any]]:
+    from tests.zoo.harness import run_zoo
+
+    return snapshot(run_zoo())
+
+
+def test_zoo_matches_committed_expectations(zoo: dict[str, dict[str, Any]]) -> None:
+    expected = json.loads(EXPECTED.read_text())
+    for variant in expected:
+        changed = {name: (expected[variant].get(name), zoo[variant].get(name))
+                   for name in set(expected[variant]) | set(zoo[variant])
+                   if expected[variant].get(name) != zoo[variant].get(name)}
+        assert not changed, f"{variant}: {len(changed)} recipes changed, e.g. {sorted(changed.items())[:3]}"
+
+
+def test_no_false_rejection_of_shipped_recipes(zoo: dict[str, dict[str, Any]]) -> None:
+    shipped = zoo["shipped"]
+    accepted = {k: v for k, v in shipped.items() if v["megatron"] == "accepted"}
+    assert len(shipped) == 297 and len(accepted) >= 230
+    rejected = {k: v["flags"] for k, v in accepted.items() if any(f.endswith(":error") for f in v["flags"])}
+    assert rejected == {}
+
+
+def test_variant_flags_are_the_true_positives(zoo: dict[str, dict[str, Any]]) -> None:
+    for variant in ("cp2", "packed"):
+        for name, row in zoo[variant].items():
+            assert row["megatron"] == "accepted", name
+            assert {f for f in row["flags"] if f.endswith(":error")} <= TRUE_POSITIVES, name
+    assert sum("offline.alignment_multiple:error" in r["flags"] for r in zoo["cp2"].values()) == 98
+
+
+def test_glm45_from_autobridge_is_recognised_with_packing(zoo: dict[str, dict[str, Any]]) -> None:
+    packed = zoo["packed"]
+    glm = {k: v for k, v in packed.items() if k.startswith("glm.h100.glm45:")}
+    assert len(glm) == 4
+    assert all("model.offline_packing_opt_out:advisory" in v["flags"] for v in glm.values())
+    assert "model.offline_packing_opt_out:advisory" in packed[
+        "qwen.h100.qwen3_next:qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config+packed"]["flags"]
+
+
+def test_summary_lines(zoo: dict[str, dict[str, Any]]) -> None:
+    lines = summary(zoo)
+    assert lines[0].startswith("shipped: 297 configs, 264 built, 235 accepted by Megatron-Bridge, 0 with an error")

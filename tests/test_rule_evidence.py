@@ -1,0 +1,236 @@
+"""Every error-level rule's boundary is where Megatron's own code fails, shown by running that code on CPU
+(or, where it needs a GPU, by citing it in the rule's evidence); documentation-only rules are advisories."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack import check
+from mbridge_seqpack.errors import ADVISORY, ERROR
+
+pytestmark = pytest.mark.slow
+
+
+def _mb_validate(cfg: Any, world_size: int) -> Exception | None:
+    """Megatron-Bridge's own ``runtime_config_update`` (hook suspended): the exception it raises, if any."""
+    import copy
+
+    from megatron.bridge.training.config import runtime_config_update
+
+    from mbridge_seqpack.hook import suspended
+
+    old = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(world_size)
+    try:
+        with suspended():
+            runtime_config_update(copy.deepcopy(cfg))
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    finally:
+        os.environ.pop("WORLD_SIZE") if old is None else os.environ.__setitem__("WORLD_SIZE", old)
+    return None
+
+
+def _ids(cfg: Any, world_size: int, severity: str = ERROR) -> set[str]:
+    return {v.rule_id for v in check(cfg, world_size=world_size) if v.severity == severity}
+
+
+def test_every_rule_states_severity_and_evidence() -> None:
+    from mbridge_seqpack.rules import all_rules
+
+    rules = all_rules()
+    assert len({r.rule_id for r in rules}) == len(rules)
+    for r in rules:
+        assert r.severity in (ERROR, ADVISORY), r.rule_id
+        assert len(r.evidence) > 40 and ("py" in r.evidence or "Megatron" in r.evidence), r.rule_id
+    advisories = {r.rule_id for r in rules if r.severity == ADVISORY}
+    assert {"mtp.no_packing", "model.offline_packing_opt_out", "model.in_batch_packing_opt_out",
+            "offline.pack_size_matches_seq_length", "fixed_width.gpt_sft_experts"} <= advisories
+
+
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_offline_micro_batch_boundary_is_megatron_bridges(packed_cfg: Any, mbs: int) -> None:
+    packed_cfg.train.micro_batch_size = mbs
+    packed_cfg.train.global_batch_size = 16 * mbs
+    mb_error = _mb_validate(packed_cfg, 8)
+    flagged = "offline.micro_batch_one" in _ids(packed_cfg, 8)
+    assert flagged == (mbs > 1)
+    assert (mb_error is not None and "Micro batch size should be 1" in str(mb_error)) == (mbs > 1)
+
+
+@pytest.mark.parametrize("gbs", [8, 12, 16, 4])
+def test_global_batch_boundary_is_megatron_cores_calculator(packed_cfg: Any, gbs: int) -> None:
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    packed_cfg.train.global_batch_size = gbs
+    try:
+        ConstantNumMicroBatchesCalculator(gbs, 1, 8, False, 0)  # what setup() runs at world size 8
+        failed = False
+    except AssertionError:
+        failed = True
+    assert failed == (gbs in (12, 4))
+    assert bool(_ids(packed_cfg, 8) & {"batch.global_batch_divisible", "batch.global_batch_min"}) == failed
+
+
+def _moe_cfg(megatron_bridge: Any, ep: int, etp: int | None) -> Any:
+    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+
+    cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
+    cfg.model.num_moe_experts = 16
+    cfg.model.moe_router_topk = 2
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    cfg.model.tensor_model_parallel_size = 2
+    cfg.model.sequence_parallel = True
+    cfg.model.expert_model_parallel_size = ep
+    cfg.model.expert_tensor_parallel_size = etp
+    cfg.dataset.dataset_kwargs = {"pad_to_max_length": True}
+    return cfg
+
+
+def test_expert_tensor_parallel_defaults_to_one_with_experts(megatron_bridge: Any) -> None:
+    """EP=16 on 16 GPUs with TP=2 and expert-TP unset: Megatron-Bridge sets expert-TP to 1, so it fits."""
+    import copy
+
+    from megatron.bridge.training.config import runtime_config_update
+
+    from mbridge_seqpack.hook import suspended
+
+    cfg = _moe_cfg(megatron_bridge, ep=16, etp=None)
+    assert _mb_validate(cfg, 16) is None
+    finalized = copy.deepcopy(cfg)
+    os.environ["WORLD_SIZE"] = "16"
+    try:
+        with suspended():
+            runtime_config_update(finalized)
+    finally:
+        os.environ.pop("WORLD_SIZE")
+    assert finalized.model.expert_tensor_parallel_size == 1
+    assert 16 % (finalized.model.expert_tensor_parallel_size * 16 * 1) == 0  # initialize_model_parallel's test
+    assert "batch.world_size_divisible" not in _ids(cfg, 16)
+    explicit = _moe_cfg(megatron_bridge, ep=16, etp=2)  # expert-TP 2 x EP 16 = 32 does not divide 16
+    [v] = [v for v in check(explicit, world_size=16) if v.rule_id == "batch.world_size_divisible"]
+    assert v.fields["model.expert_tensor_parallel_size"] == 2
+    assert "16 / 32" in v.rule
+
+
+def test_mtp_labels_roll_within_packed_sequences(packed_cfg: Any) -> None:
+    """Megatron-Core 0.19.2's roll_tensor keeps each packed sequence's labels inside it: MTP is advisory."""
+    import torch
+    from megatron.core.packed_seq_params import PackedSeqParams
+    from megatron.core.transformer.multi_token_prediction import roll_tensor
+
+    labels = torch.arange(1, 11).view(1, 10)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    rolled, _ = roll_tensor(labels, shifts=-1, dims=-1, packed_seq_params=params)
+    assert rolled[0, :4].tolist() == [2, 3, 4, 0]  # first sequence does not see the second's token 5
+    assert rolled[0, 4:].tolist() == [6, 7, 8, 9, 10, 0]
+    packed_cfg.model.mtp_num_layers = 1
+    found = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "mtp.no_packing"]
+    assert [v.severity for v in found] == [ADVISORY]
+    assert "mtp.no_packing" not in _ids(packed_cfg, 8)
+
+
+def _packed_rows(tmp_path: Any, lengths_per_row: list[list[int]], eos: int) -> Any:
+    from megatron.bridge.data.packing.parquet import write_packed_parquet
+
+    rows = []
+    for lengths in lengths_per_row:
+        ids, starts = [], []
+        for n in lengths:
+            starts.append(len(ids))
+            ids += [7] * (n - 1) + [eos]
+        rows.append({"input_ids": ids, "loss_mask": [1] * len(ids), "seq_start_id": starts})
+    path = tmp_path / "training_64.idx.parquet"
+    write_packed_parquet(rows, path)
+    return path
+
+
+@pytest.mark.parametrize("row_mult", [16, 32])
+def test_row_width_boundary_is_megatron_bridges_collate(packed_cfg: Any, tmp_path: Any, row_mult: int) -> None:
+    """GPT SFT's packed collate makes variable rows ceil(len, pad_seq_length_to_mult) wide; with SP at TP=32
+    every width must divide by 32, which only pad_seq_length_to_mult=32 guarantees."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.training.tokenizers.config import TokenizerConfig
+    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    from mbridge_seqpack.recipe_kit import embedded_tokenizer_dir
+
+    tok = build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
+                                          tokenizer_model=str(embedded_tokenizer_dir())))
+    path = _packed_rows(tmp_path, [[9, 9], [30, 5], [17]], tok.eos_id)
+    dataset = build_gpt_sft_split(path, tokenizer=tok, seq_length=64, memmap_workers=1, seed=1,
+                                  packed_sequence_size=64, pad_seq_to_mult=1,
+                                  dataset_kwargs={"pad_seq_length_to_mult": row_mult})
+    widths = [dataset.collate_fn([dataset[i]])["tokens"].shape[1] for i in range(len(dataset))]
+    assert widths == ([16, 48, 16] if row_mult == 16 else [32, 64, 32])
+    splits_evenly = all(w % 32 == 0 for w in widths)  # _split_along_first_dim's assert at TP=32 with SP
+
+    cfg = packed_cfg
+    cfg.model.tensor_model_parallel_size = 32
+    cfg.model.sequence_parallel = True
+    cfg.model.num_attention_heads = 32
+    cfg.dataset.dataset_kwargs = {"pad_seq_length_to_mult": row_mult}
+    flagged = "offline.row_width_alignment" in _ids(cfg, 32)
+    assert flagged == (not splits_evenly)
+    if flagged:
+        [v] = [v for v in check(cfg, world_size=32) if v.rule_id == "offline.row_width_alignment"]
+        assert v.assignments == {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32}
+
+
+def test_cp1_needs_no_per_sequence_alignment_even_with_sp(packed_cfg: Any) -> None:
+    """Megatron-Bridge's own 405B recipe shape: TP8+SP, CP1, fixed width, pad_seq_to_mult=1 is valid."""
+    packed_cfg.model.tensor_model_parallel_size = 8
+    packed_cfg.model.num_attention_heads = 16
+    packed_cfg.model.num_query_groups = 8
+    packed_cfg.model.sequence_parallel = True
+    packed_cfg.dataset.dataset_kwargs = {"pad_to_max_length": True}
+    packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = 1
+    assert _mb_validate(packed_cfg, 8) is None
+    assert check(packed_cfg, world_size=8) == []
+
+
+@pytest.mark.parametrize("mult, flagged", [(1, True), (2, True), (4, False), (8, False)])
+def test_cp2_per_sequence_alignment(packed_cfg: Any, mult: int, flagged: bool) -> None:
+    packed_cfg.model.context_parallel_size = 2
+    packed_cfg.model.calculate_per_token_loss = True
+    packed_cfg.ddp.average_in_collective = False
+    packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = mult
+    assert _mb_validate(packed_cfg, 8) is None  # Megatron-Bridge accepts it either way
+    ids = _ids(packed_cfg, 8)
+    assert ("offline.alignment_multiple" in ids) == flagged
+    if flagged:
+        [v] = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "offline.alignment_multiple"]
+        assert v.assignments == {"dataset.offline_packing_specs.pad_seq_to_mult": 4}
+
+
+def _validate_backed_cases() -> list[Any]:
+    from mbridge_seqpack.rules import all_rules
+    from tests.test_rules import CASES
+
+    backed = {r.rule_id for r in all_rules() if "ConfigContainer.validate" in r.evidence and r.severity == ERROR}
+    return [c for c in CASES if c.rule_id in backed]
+
+
+@pytest.mark.parametrize("case", _validate_backed_cases(), ids=lambda c: c.rule_id)
+def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
+        case: Any, request: pytest.FixtureRequest, tmp_path: Any) -> None:
+    """The rule's break makes Megatron-Bridge's own validate() fail; the rule's fix makes it pass."""
+    from mbridge_seqpack.paths import set_path
+
+    cfg = request.getfixturevalue(case.base)
+    world = case.base_world or case.repaired_world or case.world
+    assert _mb_validate(cfg, world) is None
+    case.breaks(cfg, tmp_path)
+    assert _mb_validate(cfg, case.world) is not None, f"{case.rule_id}: Megatron-Bridge accepts the break"
+    found = [v for v in check(cfg, world_size=case.world) if v.rule_id == case.rule_id]
+    assert found
+    if case.repair is not None:
+        case.repair(cfg, tmp_path)
+    else:
+        for path, value in found[0].assignments.items():
+            set_path(cfg, path, value)
+    assert _mb_validate(cfg, case.repaired_world or case.world) is None
