@@ -215,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # `mbridge-seqpack inspect --json | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Data subcommands ``pack``, ``inspect`` and ``verify``; none of them imports Megatron-Bridge."""
+"""Data subcommands ``pack`` (tokenizes with Megatron-Bridge), ``inspect`` and ``verify`` (no Megatron import)."""
 
 from __future__ import annotations
 
@@ -19,23 +19,74 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _dataset_kwargs(args: argparse.Namespace) -> dict:
+    """Megatron-Bridge ``dataset_kwargs`` from the flags: the template reads --prompt-key and --answer-key."""
+    kwargs: dict = {}
+    if args.dataset_kwargs:
+        try:
+            kwargs = json.loads(args.dataset_kwargs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--dataset-kwargs must be a JSON object ({exc.msg}), e.g. "
+                             f"'{{\"prompt_template\": \"{{input}} {{output}}\"}}'") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
+    if (args.prompt_key, args.answer_key) != ("input", "output"):
+        kwargs.setdefault("prompt_template", f"{{{args.prompt_key}}} {{{args.answer_key}}}")
+        kwargs.setdefault("label_key", args.answer_key)
+        kwargs.setdefault("truncation_field", args.prompt_key)
+    if args.chat:
+        kwargs.update(chat=True, use_hf_tokenizer_chat_template=True)
+    return kwargs
+
+
+def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
+    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep)."""
+    from mbridge_seqpack.cli import build_target
+    from mbridge_seqpack.packing.pipeline import PackOptions
+
+    cfg, _ = build_target(args.recipe, args.overrides)
+    specs = getattr(cfg.dataset, "offline_packing_specs", None)
+    if specs is None:
+        raise ValueError(f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
+                         f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size")
+    root = Path(str(getattr(cfg.dataset, "dataset_root", "") or "."))
+    inputs = {"training": Path(args.input) if args.input else root / "training.jsonl"}
+    validation = Path(args.validation) if args.validation else root / "validation.jsonl"
+    if args.validation or (not args.input and validation.is_file()):
+        inputs["validation"] = validation
+    options = PackOptions(pack_size=int(specs.packed_sequence_size), pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
+                          max_seq_length=specs.max_single_sequence_length or None,
+                          dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}), seed=int(cfg.dataset.seed))
+    return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options
+
+
 def cmd_pack(args: argparse.Namespace) -> int:
-    from mbridge_seqpack.packing.pipeline import pack_jsonl
+    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
     from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
 
-    if args.input is None:  # the embedded corpus, both splits
-        inputs = {"training": embedded_data_dir() / "training.jsonl",
-                  "validation": embedded_data_dir() / "validation.jsonl"}
+    if args.input and "=" in args.input and not Path(args.input).exists():  # `pack --recipe X key=value`
+        args.overrides, args.input = [args.input, *args.overrides], None
+    if args.overrides and not args.recipe:
+        raise ValueError(f"overrides {args.overrides} need --recipe NAME")
+    if args.recipe:
+        inputs, tokenizer, options = _from_recipe(args)
     else:
-        inputs = {"training": Path(args.input)}
-        if args.validation:
-            inputs["validation"] = Path(args.validation)
-    tokenizer = args.tokenizer or embedded_tokenizer_dir()
-    output = Path(args.output) if args.output else Path(f"packed_{args.pack_size}_mult{args.pad_seq_to_mult}")
-    result = pack_jsonl(inputs, tokenizer=tokenizer, pack_size=args.pack_size, output_dir=output,
-                        pad_seq_to_mult=args.pad_seq_to_mult, seed=args.seed, overflow=args.overflow,
-                        prompt_key=args.prompt_key, answer_key=args.answer_key, eos_token=args.eos_token,
-                        progress=not args.json and sys.stderr.isatty() or args.progress)
+        if args.pack_size is None:
+            raise ValueError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
+        if args.input is None:  # the embedded corpus, both splits
+            inputs = {"training": embedded_data_dir() / "training.jsonl",
+                      "validation": embedded_data_dir() / "validation.jsonl"}
+        else:
+            inputs = {"training": Path(args.input)}
+            if args.validation:
+                inputs["validation"] = Path(args.validation)
+        tokenizer = args.tokenizer or embedded_tokenizer_dir()
+        options = PackOptions(pack_size=args.pack_size, pad_seq_to_mult=args.pad_seq_to_mult,
+                              max_seq_length=args.max_seq_length, dataset_kwargs=_dataset_kwargs(args),
+                              seed=args.seed)
+    output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
+    result = pack_jsonl(inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite,
+                        workers=args.workers)
     if args.json:
         print(json.dumps({"directory": str(result.directory), "metadata": str(result.metadata),
                           "splits": result.splits}, indent=2))
@@ -45,10 +96,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
         stats = entry["stats"]
         print(f"  {name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
               f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-              f"max {entry['max_samples_per_bin']} per row, {stats['num_dropped']} dropped")
+              f"max {entry['max_samples_per_bin']} per row")
     print(f"  metadata: {result.metadata}")
-    print("  use: cfg.dataset.offline_packing_specs.packed_train_data_path = "
-          f"'{result.directory / ('training_%d.idx.parquet' % args.pack_size)}'")
+    print("  use: dataset.offline_packing_specs.packed_train_data_path="
+          f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}")
     return 0
 
 
@@ -72,21 +123,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register the data subcommands on the main parser."""
-    p = sub.add_parser("pack", help="tokenize a prompt/answer JSONL and pack it into a Megatron-Bridge artifact")
+    p = sub.add_parser("pack", help="tokenize SFT JSONL with Megatron-Bridge's own dataset code and pack it, sealed")
     p.add_argument("input", nargs="?", default=None, help="training JSONL (default: the embedded corpus)")
+    p.add_argument("overrides", nargs="*", default=[], help="with --recipe: Hydra-style key=value overrides")
+    p.add_argument("--recipe", default=None, help="take pack size, alignment, tokenizer and dataset_kwargs from "
+                   "this recipe (packaged name or file.py:function), as Megatron-Bridge's own prep does")
     p.add_argument("--validation", default=None, help="validation JSONL")
-    p.add_argument("--tokenizer", default=None, help="HF tokenizer directory or tokenizer.json (default: embedded)")
-    p.add_argument("--pack-size", type=positive_int, required=True, help="tokens per packed row")
+    p.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer directory (default: embedded)")
+    p.add_argument("--pack-size", type=positive_int, default=None, help="tokens per packed row")
     p.add_argument("--pad-seq-to-mult", type=positive_int, default=1,
-                   help="pad every sequence to this multiple (lcm(2*CP, CP*TP if SP); see `check`)")
+                   help="pad every sequence to this multiple (2*CP with context parallelism; see `check`)")
+    p.add_argument("--max-seq-length", type=positive_int, default=None,
+                   help="longest single sequence (Megatron-Bridge truncates longer prompts; default: pack size)")
     p.add_argument("--output", default=None, help="artifact directory (default: ./packed_<N>_mult<M>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--overflow", choices=("error", "drop"), default="error",
-                   help="sequences longer than the pack: fail (default) or drop and count them")
-    p.add_argument("--prompt-key", default="input")
-    p.add_argument("--answer-key", default="output")
-    p.add_argument("--eos-token", default=None)
-    p.add_argument("--progress", action="store_true", help="show a progress bar even when not on a terminal")
+    p.add_argument("--prompt-key", default="input", help="JSONL field of the prompt (default: input)")
+    p.add_argument("--answer-key", default="output", help="JSONL field of the answer (default: output)")
+    p.add_argument("--chat", action="store_true",
+                   help="records hold a 'messages' list; use the tokenizer's chat template")
+    p.add_argument("--dataset-kwargs", default=None, help="JSON object of Megatron-Bridge dataset_kwargs")
+    p.add_argument("--workers", type=positive_int, default=1, help="tokenizer processes (default 1)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_pack)
 
@@ -97,7 +154,7 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="packed-vs-unpacked parity checks (attention, loss, CP split) on an artifact")
-    p.add_argument("artifact", help="artifact directory written by `pack`")
-    p.add_argument("--rows", type=positive_int, default=16, help="training rows to check (default 16)")
+    p.add_argument("artifact", help="artifact directory (or one .idx.parquet file)")
+    p.add_argument("--rows", type=positive_int, default=16, help="rows to check per file (default 16)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_verify)

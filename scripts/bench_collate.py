@@ -30,15 +30,15 @@ def main() -> None:
         from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
 
         from mbridge_seqpack.packing.collate import PackedCollator
-        from mbridge_seqpack.packing.pipeline import pack_jsonl
+        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
         from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
 
         with tempfile.TemporaryDirectory() as tmp:
             corpus = Path(tmp) / "train.jsonl"
             corpus.write_text((embedded_data_dir() / "training.jsonl").read_text() * args.repeat)
             n = args.pack_size
-            pack_jsonl({"training": corpus}, tokenizer=embedded_tokenizer_dir(), pack_size=n,
-                       output_dir=Path(tmp) / "packed", pad_seq_to_mult=8)
+            pack_jsonl({"training": corpus}, tokenizer=embedded_tokenizer_dir(), output_dir=Path(tmp) / "packed",
+                       options=PackOptions(pack_size=n, pad_seq_to_mult=8))
             art = Path(tmp) / "packed"
             tok = build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
                                                   tokenizer_model=str(embedded_tokenizer_dir())))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Main job. Builds the environment if needed, then, on the embedded default:
-#   1. packs the embedded SFT corpus with the embedded tokenizer into 8k rows (pad_seq_to_mult 2 = TP2+SP),
+#   1. packs the embedded SFT corpus into 8k rows exactly as the default recipe asks (`pack --recipe`: pack size,
+#      alignment, tokenizer and dataset_kwargs from the recipe; tokenized by Megatron-Bridge's own dataset code),
 #   2. inspects and verifies the artifact (writes a sequences-per-row histogram PNG),
 #   3. checks the default recipe (Llama-3-8B SFT, packed 8k, 8 GPUs) pointed at that artifact:
 #      every packing/CP rule, the stale-pack fingerprint rule, and Megatron-Bridge's own validation.
@@ -13,8 +14,9 @@ if [ "$#" -gt 0 ]; then
   exec "$cli" check "$@"
 fi
 out="${MBRIDGE_SEQPACK_OUT:-out/embedded_pack_8192}"
-"$cli" pack --pack-size 8192 --pad-seq-to-mult 2 --output "$out"
-"$cli" inspect "$out" --png "$out/sequences_per_row.png"
+"$cli" pack --recipe llama3_8b_sft_packed_8k --output "$out" --overwrite
+"$cli" verify "$out" --rows 4
+"$cli" inspect "$out" --png "out/sequences_per_row_8192.png"
 specs=dataset.offline_packing_specs
 exec "$cli" check llama3_8b_sft_packed_8k \
   "$specs.packed_train_data_path=$out/training_8192.idx.parquet" \

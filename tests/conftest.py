@@ -5,6 +5,7 @@ Megatron-Bridge's import (~40 s on CPU) is paid once per session, on first use.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -27,6 +28,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """``runtime_config_update`` exports a recipe's ``env_vars`` into ``os.environ``; keep tests independent."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

@@ -1,31 +1,42 @@
-"""Packed artifacts: Megatron-Bridge's own packed dataset reads them; atomic writes; stale-pack rule."""
+"""Packed artifacts: the same sequences as Megatron-Bridge's own prep, read by its own dataset, sealed,
+resolved as it resolves paths, and refusing every corruption, truncation, interruption and mix-up."""
 
 from __future__ import annotations
 
+import collections
 import json
-import sys
+import random
+import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from mbridge_seqpack import check
 from mbridge_seqpack.packing.artifact import ArtifactError
 from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-from mbridge_seqpack.packing.pipeline import pack_jsonl
-from mbridge_seqpack.packing.sequences import load_tokenizer, tokenize_jsonl
+from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
 from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+
+pytestmark = pytest.mark.slow
 
 DATA = embedded_data_dir()
 TOKENIZER = embedded_tokenizer_dir()
+CHAT_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'user' %}<user> {{ m['content'] }}\n{% else %}"
+                 "{% generation %}<assistant> {{ m['content'] }}{{ eos_token }}{% endgeneration %}\n{% endif %}"
+                 "{% endfor %}")
+
+
+def _pack(inputs: dict[str, Path], out: Path, **options: Any) -> Any:
+    return pack_jsonl(inputs, tokenizer=options.pop("tokenizer", TOKENIZER), output_dir=out,
+                      options=PackOptions(**{"pack_size": 4096, **options}), overwrite=True)
 
 
 @pytest.fixture(scope="module")
-def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def artifact(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Path:
     out = tmp_path_factory.mktemp("packed") / "a"
-    pack_jsonl({"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"},
-               tokenizer=TOKENIZER, pack_size=4096, output_dir=out, pad_seq_to_mult=4, seed=7)
+    _pack({"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"}, out, pad_seq_to_mult=4,
+          seed=7)
     return out
 
 
@@ -35,130 +46,258 @@ def _small_jsonl(path: Path, n: int = 40) -> Path:
     return path
 
 
-def test_metadata_has_what_megatron_bridge_reads(artifact: Path) -> None:
+def _sequences(path: Path) -> collections.Counter:
+    """The multiset of (tokens, loss mask) sequences a packed file holds."""
+    import pyarrow.parquet as pq
+
+    out: collections.Counter = collections.Counter()
+    for row in pq.read_table(str(path), columns=["input_ids", "loss_mask", "seq_start_id"]).to_pylist():
+        bounds = row["seq_start_id"] + [len(row["input_ids"])]
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            out[(tuple(row["input_ids"][s:e]), tuple(row["loss_mask"][s:e]))] += 1
+    return out
+
+
+def _megatron_bridge_prep(src: Path, tokenizer: Path, tmp: Path, pack_size: int, mult: int,
+                          kwargs: dict[str, Any]) -> Path:
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+
+    out = tmp / "mb.idx.parquet"
+    prepare_gpt_sft_packed_data(input_path=src, output_path=out, output_metadata_path=tmp / "mb_metadata.jsonl",
+                                packed_sequence_size=pack_size, tokenizer=load_megatron_tokenizer(tokenizer),
+                                max_seq_length=pack_size, seed=0,
+                                dataset_kwargs={**kwargs, "index_mapping_dir": str(tmp / "index")},
+                                pad_seq_to_mult=mult, num_tokenizer_workers=1, dataset_builder=build_gpt_sft_split)
+    return out
+
+
+@pytest.mark.parametrize("mult", [1, 4])
+def test_byte_identical_to_megatron_bridge_prep_prompt_answer(tmp_path: Path, megatron_bridge: Any,
+                                                               mult: int) -> None:
+    ours = _pack({"training": DATA / "training.jsonl"}, tmp_path / "ours", pad_seq_to_mult=mult)
+    theirs = _megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4096, mult, {})
+    mine = _sequences(ours.directory / "training_4096.idx.parquet")
+    assert sum(mine.values()) == 1799
+    assert mine == _sequences(theirs)
+    (tokens, mask), _ = next(iter(mine.items()))
+    assert 0 < sum(mask) < len(mask)  # loss on the answer only
+
+
+def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_bridge: Any) -> None:
+    tok = tmp_path / "tok"
+    shutil.copytree(TOKENIZER, tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    chat = tmp_path / "chat.jsonl"
+    with open(chat, "w") as f:
+        for line in (DATA / "training.jsonl").read_text().splitlines()[:300]:
+            r = json.loads(line)
+            f.write(json.dumps({"messages": [{"role": "user", "content": r["input"]},
+                                             {"role": "assistant", "content": r["output"]}]}) + "\n")
+    kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
+    ours = _pack({"training": chat}, tmp_path / "ours", pack_size=2048, pad_seq_to_mult=4, dataset_kwargs=kwargs,
+                 tokenizer=tok)
+    mine = _sequences(ours.directory / "training_2048.idx.parquet")
+    assert sum(mine.values()) == 300
+    assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 2048, 4, kwargs))
+    assert inspect_artifact(ours.directory).ok
+
+
+def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) -> None:
     entries = json.loads((artifact / "4096_metadata.jsonl").read_text())
     assert [e["split"] for e in entries] == ["training", "validation"]
     for e in entries:
         assert {"max_samples_per_bin", "dataset_max_seqlen", "min_packed_seqlen", "pack_size"} <= set(e)
         fp = e["fingerprint"]
-        assert (fp["pack_size"], fp["pad_seq_to_mult"], fp["algorithm"], fp["seed"]) == (
-            4096, 4, "best_fit_decreasing", 7)
+        assert (fp["pack_size"], fp["pad_seq_to_mult"], fp["algorithm"], fp["seed"], fp["eos_id"],
+                fp["vocab_size"], fp["dataset_kwargs"], fp["megatron_bridge_version"]) == (
+            4096, 4, "best_fit_decreasing", 7, 0, 8192, "{}", "0.6.2")
         assert len(fp["input_sha256"]) == 64 and len(fp["tokenizer_sha256"]) == 64
+        sums = e["checksums"]
+        assert set(sums["columns"]) == {"input_ids", "loss_mask", "seq_start_id", "sequence_index"}
+        assert sums["file_bytes"] == (artifact / f"{e['split']}_4096.idx.parquet").stat().st_size
     assert entries[0]["stats"]["num_sequences"] == 1799
-    assert entries[0]["stats"]["gap_to_lower_bound"] == 0
 
 
-def test_inspect_verifies_the_artifact(artifact: Path, tmp_path: Path) -> None:
+def test_inspect_and_verify_pass_on_a_good_pack(artifact: Path, tmp_path: Path) -> None:
+    from mbridge_seqpack.verify import verify_artifact
+
     report = inspect_artifact(artifact, png=tmp_path / "hist.png")
     assert report.ok, report.to_text()
-    train = report.splits[0]
-    assert (train.name, train.sequences, train.pack_size) == ("training", 1799, 4096)
-    assert sum(train.sequences_per_row.values()) == train.rows
+    assert [(s.name, s.sequences, s.sealed) for s in report.splits] == [("training", 1799, True),
+                                                                        ("validation", 94, True)]
     assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert report.to_text().endswith("verify: OK")
+    assert report.to_text().endswith("inspect: OK")
+    checked = verify_artifact(artifact, max_rows=3)
+    assert checked.ok, checked.to_text()
+    assert checked.passed == {"static cu_seqlens": 5, "attention parity": 5, "loss parity": 5,
+                              "CP2 partition round trip": 5}
 
 
 def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megatron_bridge: Any) -> None:
-    """Every original sequence comes back from GPTSFTPackedParquetDataset's collate, tokens and loss mask."""
+    """Every row comes back from GPTSFTPackedParquetDataset's collate with static cu_seqlens, and every input
+    record appears exactly once."""
     import pyarrow.parquet as pq
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
-    from megatron.bridge.training.tokenizers.config import TokenizerConfig
-    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
 
-    tok, eos = load_tokenizer(TOKENIZER)
-    seqs = tokenize_jsonl(DATA / "training.jsonl", tok, eos, pad_seq_to_mult=4)
-    mb_tok = build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(TOKENIZER)))
-    assert mb_tok.eos_id == eos
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+
     path = artifact / "training_4096.idx.parquet"
-    dataset = build_gpt_sft_split(  # exactly what Megatron-Bridge's GPT SFT builder runs for training
-        path, tokenizer=mb_tok, seq_length=4096, memmap_workers=1, seed=1234, packed_sequence_size=4096,
-        pack_metadata_path=artifact / "4096_metadata.jsonl", pad_cu_seqlens=True, pad_seq_to_mult=4,
-        dataset_kwargs={"pad_to_max_length": True})
+    dataset = build_gpt_sft_split(
+        path, tokenizer=load_megatron_tokenizer(TOKENIZER), seq_length=4096, memmap_workers=1, seed=1234,
+        packed_sequence_size=4096, pack_metadata_path=artifact / "4096_metadata.jsonl", pad_cu_seqlens=True,
+        pad_seq_to_mult=4, dataset_kwargs={"pad_to_max_length": True})
     assert type(dataset).__name__ == "GPTSFTPackedParquetDataset"
-    order = pq.read_table(str(path), columns=["sequence_index"]).column("sequence_index").to_pylist()
-    seen = []
+    table = pq.read_table(str(path)).to_pylist()
     capacity = None
-    for row in range(len(dataset)):
-        batch = dataset.collate_fn([dataset[row]])
-        tokens, labels, mask = batch["tokens"][0], batch["labels"][0], batch["loss_mask"][0]
-        cu = batch["cu_seqlens_q"][0].tolist()
+    for number, row in enumerate(table):
+        batch = dataset.collate_fn([dataset[number]])
         cu_padded = batch["cu_seqlens_q_padded"][0].tolist()
-        assert tokens.shape == (4096,)  # fixed width
-        capacity = capacity or len(cu)
-        assert len(cu) == capacity == len(cu_padded)  # static cu_seqlens shape on every row
-        for k, index in enumerate(order[row]):
-            lo, hi = seqs.offsets[index], seqs.offsets[index + 1]
-            ids = seqs.tokens[lo:hi]
-            real = int(seqs.original_tokens[index])
-            start = cu_padded[k]
-            assert cu_padded[k + 1] - start == hi - lo - 1  # aligned runtime length
-            assert cu[k + 1] - cu[k] == real - 1  # logical length excludes alignment padding
-            assert tokens[start:start + real - 1].tolist() == ids[:real - 1].tolist()
-            assert labels[start:start + real - 1].tolist() == ids[1:real].tolist()
-            expected = seqs.loss_mask[lo + 1:lo + real].astype(np.int64)
-            assert mask[start:start + real - 1].tolist() == expected.tolist()
-            assert mask[start + real - 1:cu_padded[k + 1]].sum() == 0  # padding never trains
-            seen.append(index)
-        assert mask[cu_padded[len(order[row])]:].sum() == 0  # row tail
-    assert sorted(seen) == list(range(seqs.count))
-    assert capacity == max(len(r) for r in order) + 2
+        assert batch["tokens"].shape == (1, 4096)
+        capacity = capacity or len(cu_padded)
+        assert len(cu_padded) == capacity
+        bounds = row["seq_start_id"] + [len(row["input_ids"])]
+        assert cu_padded[:len(bounds)] == [b - i for i, b in enumerate(bounds)]  # each segment loses its last token
+    assert sorted(i for row in table for i in row["sequence_index"]) == list(range(1799))
 
 
-def test_interrupted_write_leaves_no_complete_looking_artifact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                               ) -> None:
+def _flip(path: Path, offset: int) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_every_byte_flip_and_truncation_is_detected(tmp_path: Path, megatron_bridge: Any) -> None:
+    from mbridge_seqpack.verify import verify_artifact
+
+    out = _pack({"training": _small_jsonl(tmp_path / "t.jsonl", 120)}, tmp_path / "p", pack_size=1024).directory
+    path = out / "training_1024.idx.parquet"
+    good = path.read_bytes()
+    rng = random.Random(0)
+    for offset in sorted(rng.sample(range(len(good)), 60)) + [0, len(good) - 1]:
+        path.write_bytes(good)
+        _flip(path, offset)
+        report = inspect_artifact(out)
+        assert not report.ok, offset
+        assert report.all_problems[0].endswith("re-run mbridge-seqpack pack"), report.all_problems
+        assert not verify_artifact(out, max_rows=1).ok
+    for cut in (1, 100, len(good) // 2, len(good) - 8):
+        path.write_bytes(good[:cut])
+        problems = inspect_artifact(out).all_problems
+        assert len(problems) == 1 and problems[0].endswith("re-run mbridge-seqpack pack"), problems
+    path.write_bytes(good)
+    assert inspect_artifact(out).ok
+
+
+def test_value_checks_on_an_unsealed_pack(tmp_path: Path) -> None:
+    """A pack written by another tool: structure and values still checked, reported as unsealed."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    real_write = pq.write_table
-    calls = {"n": 0}
+    path = tmp_path / "training_64.idx.parquet"
+    pq.write_table(pa.table({"input_ids": [[5, 6, 0, 7, 0]], "loss_mask": [[0, 0, 0, 0, 0]],
+                             "seq_start_id": [[0, 3]]}), str(path))
+    report = inspect_artifact(tmp_path)
+    (split,) = report.splits
+    assert not split.sealed and split.notes[0].startswith("unsealed: no mbridge_seqpack fingerprint")
+    assert split.problems == ["no sequence has any loss token: the loss mask is empty"]
 
-    def dying_write(table: Any, where: str, **kwargs: Any) -> None:
-        calls["n"] += 1
-        if calls["n"] == 2:  # the validation split
-            Path(where).write_bytes(b"PAR1 half written")
+
+def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                megatron_bridge: Any) -> None:
+    import mbridge_seqpack.packing.pipeline as pipeline
+
+    src = _small_jsonl(tmp_path / "train.jsonl")
+    out = tmp_path / "out"
+    for stage in ("write_split", "write_metadata", "build_rows"):
+        real = getattr(pipeline, stage)
+
+        def dying(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            _real(*args, **kwargs)
             raise KeyboardInterrupt
-        real_write(table, where, **kwargs)
 
-    monkeypatch.setattr(pq, "write_table", dying_write)
-    out = tmp_path / "out"
+        monkeypatch.setattr(pipeline, stage, dying)
+        with pytest.raises(KeyboardInterrupt):
+            _pack({"training": src, "validation": src}, out, pack_size=2048)
+        monkeypatch.setattr(pipeline, stage, real)
+        assert not out.exists()
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
+    _pack({"training": src}, out, pack_size=2048)
+    assert inspect_artifact(out).ok
+
+
+def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
+    import fcntl
+
     src = _small_jsonl(tmp_path / "train.jsonl")
-    with pytest.raises(KeyboardInterrupt):
-        pack_jsonl({"training": src, "validation": src}, tokenizer=TOKENIZER, pack_size=2048, output_dir=out)
-    assert sorted(p.name for p in out.iterdir()) == ["training_2048.idx.parquet"]  # no temp files, no metadata
-    with pytest.raises(ArtifactError) as info:
-        inspect_artifact(out)
-    assert str(info.value) == (f"{out}: expected one <N>_metadata.jsonl, found 0; the artifact is incomplete "
-                               "(an interrupted pack writes it last) - re-run mbridge-seqpack pack")
-
-
-def test_corrupted_and_mixed_artifacts_are_refused(tmp_path: Path) -> None:
-    src = _small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
-    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=2048, output_dir=out)
-    data = out / "training_2048.idx.parquet"
-    good = data.read_bytes()
-    data.write_bytes(good[: len(good) // 2])
-    with pytest.raises(ArtifactError, match=r"not a readable Parquet file .*; re-run mbridge-seqpack pack"):
-        inspect_artifact(out)
-    data.write_bytes(good)
-    other = tmp_path / "other"
-    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=2048, output_dir=other, seed=99)
-    (out / "2048_metadata.jsonl").write_bytes((other / "2048_metadata.jsonl").read_bytes())
-    with pytest.raises(ArtifactError) as info:
-        inspect_artifact(out)
-    assert str(info.value) == (f"{data}: fingerprint differs from 2048_metadata.jsonl; the files come from "
-                               "different pack runs - re-run mbridge-seqpack pack")
+    out.mkdir()
+    (out / "old_file").write_text("x")
+    with pytest.raises(ArtifactError, match=r"--output .*/out: not empty; choose an empty directory or pass "
+                                            r"--overwrite"):
+        pack_jsonl({"training": src}, tokenizer=TOKENIZER, output_dir=out, options=PackOptions(pack_size=2048))
+    _pack({"training": src}, out, pack_size=2048)  # overwrite: the stale file is gone with the old contents
+    assert sorted(p.name for p in out.iterdir()) == ["2048_metadata.jsonl", "training_2048.idx.parquet"]
+    with open(tmp_path / ".out.lock", "w") as held:  # a concurrent pack holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ArtifactError, match="another mbridge-seqpack pack is writing there right now"):
+            _pack({"training": src}, out, pack_size=2048)
+    as_file = tmp_path / "file"
+    as_file.write_text("x")
+    with pytest.raises(ArtifactError, match="is a file, not a directory"):
+        _pack({"training": src}, as_file, pack_size=2048)
 
 
-def test_overflow_drop_is_counted_and_verified(tmp_path: Path) -> None:
-    src = _small_jsonl(tmp_path / "train.jsonl", n=200)
-    with pytest.raises(ValueError, match=r"exceeds capacity 128 \(\d+ sequence\(s\) too long\)"):
-        pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=128, output_dir=tmp_path / "x")
-    result = pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=128, output_dir=tmp_path / "y",
-                        overflow="drop")
-    dropped = result.splits["training"]["stats"]["num_dropped"]
-    assert dropped > 0
-    report = inspect_artifact(tmp_path / "y")
-    assert report.ok and report.splits[0].sequences == 200 - dropped
+@pytest.mark.parametrize("line, message", [
+    ('{"input": null, "output": "a"}', "field 'input' must be a string, got NoneType null"),
+    ('{"input": 3.5, "output": "a"}', "field 'input' must be a string, got float 3.5"),
+    ('{"input": ["x"], "output": "a"}', "field 'input' must be a string, got list"),
+    ('{"input": "\\ud800", "output": "a"}', "field 'input' holds a lone surrogate"),
+    ('{"output": "a"}', "missing field 'input'"),
+    ('[1, 2]', "each line must be a JSON object, got list"),
+    ('{"input": "a", "output": ', "not valid JSON"),
+])
+def test_strict_input_names_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
+    from mbridge_seqpack.packing.sequences import InputError, check_jsonl
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"input": "q", "output": "a"}\n' + line + "\n")
+    with pytest.raises(InputError) as info:
+        check_jsonl(src, {})
+    assert str(info.value).startswith(f"{src}:2: ")
+    assert message in str(info.value)
+
+
+def test_cli_errors_have_no_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"input": "q", "output": "a"}\n{"input": "\xff", "output": "a"}\n')
+    garbage_tok = tmp_path / "tok"
+    garbage_tok.mkdir()
+    (garbage_tok / "tokenizer.json").write_text("not json")
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    cases = [
+        (["pack", str(bad), "--pack-size", "64"], f"{bad}:2: not UTF-8"),
+        (["pack", "--pack-size", "64", "--tokenizer", str(tmp_path / "nope")], "tokenizer"),
+        (["pack", "--pack-size", "64", "--pad-seq-to-mult", "3"], "--pack-size 64 must be a multiple of"),
+        (["pack", "--pack-size", "64", "--output", str(bad)], "is a file, not a directory"),
+        (["inspect", str(tmp_path / "missing")], "no such file or directory"),
+        (["pack"], "pack needs --pack-size N"),
+    ]
+    for argv, expected in cases:
+        done = subprocess.run([sys.executable, "-m", "mbridge_seqpack", *argv], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and expected in done.stderr, (argv, done.stderr)
+    readonly.chmod(0o700)
 
 
 def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
@@ -170,112 +309,63 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
     assert [v.rule_id for v in found] == ["artifact.fingerprint_mismatch"]
     assert found[0].fields == {"dataset.offline_packing_specs.packed_train_data_path": train,
                                "artifact pad_seq_to_mult": 4, "dataset.offline_packing_specs.pad_seq_to_mult": 1}
-    assert found[0].fix == (
-        "re-pack: mbridge-seqpack pack INPUT.jsonl --pack-size 4096 --pad-seq-to-mult 1 --tokenizer TOKENIZER (or "
-        "point dataset.offline_packing_specs.packed_train_data_path at a matching pack)")
     specs.pad_seq_to_mult = 4
     assert check(packed_cfg, world_size=8) == []
-    for path in ("model.seq_length", "dataset.seq_length", "dataset.offline_packing_specs.packed_sequence_size"):
-        from mbridge_seqpack.paths import set_path
+    specs.packed_train_data_path = str(artifact / "training_*.idx.parquet")  # a glob of the same file
+    assert check(packed_cfg, world_size=8) == []
 
-        set_path(packed_cfg, path, 8192)
+
+def test_directory_path_that_holds_validation_data_is_refused(artifact: Path, packed_cfg: Any) -> None:
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(artifact)  # Megatron-Bridge reads every .parquet of the directory
     (v,) = check(packed_cfg, world_size=8)
-    assert v.fields == {"dataset.offline_packing_specs.packed_train_data_path": train, "artifact pack_size": 4096,
-                        "dataset.offline_packing_specs.packed_sequence_size": 8192}
+    assert v.rule == ("resolves to 2 file(s) holding split(s) ['training', 'validation']; Megatron-Bridge would "
+                      "read all of them as training data")
 
 
-def test_stale_pack_rule_tokenizer_and_metadata(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
+def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    train = copy / "training_4096.idx.parquet"
+    specs.packed_train_data_path = str(train)
+    _flip(train, 1000)
+    (v,) = check(packed_cfg, world_size=8)
+    assert v.rule.endswith("sha256 differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack "
+                           "pack")
+    shutil.copy(artifact / "training_4096.idx.parquet", train)
+    (copy / "4096_metadata.jsonl").unlink()  # an interrupted pack has no metadata
+    (v,) = check(packed_cfg, world_size=8)
+    assert "no <N>_metadata.jsonl next to it: the pack is incomplete" in v.rule
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(artifact / "training_4096.idx.parquet", mixed / "training_4096.idx.parquet")
+    shutil.copy(artifact / "training_4096.idx.parquet", mixed / "training_8192.idx.parquet")
+    shutil.copy(artifact / "4096_metadata.jsonl", mixed / "4096_metadata.jsonl")
+    shutil.copy(artifact / "4096_metadata.jsonl", mixed / "8192_metadata.jsonl")
+    specs.packed_train_data_path = str(mixed)
+    assert "2 metadata files" in check(packed_cfg, world_size=8)[0].rule
+    specs.packed_train_data_path = str(tmp_path / "nowhere")
+    (v,) = check(packed_cfg, world_size=8)
+    assert v.rule.startswith("Megatron-Bridge finds no packed data there")
+
+
+def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
     other_tok = tmp_path / "tok"
-    other_tok.mkdir()
-    (other_tok / "tokenizer.json").write_text((TOKENIZER / "tokenizer.json").read_text().replace('"<|pad|>"',
-                                                                                                  '"<|PAD|>"'))
+    shutil.copytree(TOKENIZER, other_tok)
+    (other_tok / "tokenizer_config.json").write_text(
+        (TOKENIZER / "tokenizer_config.json").read_text().replace("}", ', "model_max_length": 7}', 1))
     packed_cfg.tokenizer.tokenizer_model = str(other_tok)
     (v,) = check(packed_cfg, world_size=8)
-    assert v.rule_id == "artifact.fingerprint_mismatch"
-    assert set(v.fields) == {"dataset.offline_packing_specs.packed_train_data_path", "artifact tokenizer_sha256",
-                             "tokenizer.tokenizer_model sha256"}
+    assert v.rule.startswith("the pack was tokenized with another tokenizer")
     packed_cfg.tokenizer.tokenizer_model = str(TOKENIZER)
-    foreign = tmp_path / "m.json"
-    foreign.write_text('[{"max_samples_per_bin": 3, "dataset_max_seqlen": 10, "min_packed_seqlen": 1}]')
-    specs.packed_metadata_path = str(foreign)
+    other = tmp_path / "other"
+    _pack({"training": _small_jsonl(tmp_path / "s.jsonl")}, other, pad_seq_to_mult=4)
+    specs.packed_metadata_path = str(other / "4096_metadata.jsonl")
     (v,) = check(packed_cfg, world_size=8)
-    assert v.rule.startswith("the metadata file was written by a different pack run")
-
-
-def test_cli_pack_and_inspect_do_not_import_megatron(tmp_path: Path) -> None:
-    import subprocess
-
-    code = ("import sys; from mbridge_seqpack.cli import main\n"
-            f"rc = main(['pack', '--pack-size', '4096', '--output', {str(tmp_path / 'p')!r}])\n"
-            f"rc2 = main(['inspect', {str(tmp_path / 'p')!r}, '--png', {str(tmp_path / 'h.png')!r}])\n"
-            "print('RC', rc, rc2, any(m.startswith('megatron') for m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "RC 0 0 False" in done.stdout
-    assert "packed into" in done.stdout and "verify: OK" in done.stdout
-
-
-def test_verify_passes_on_a_good_pack_and_catches_loss_on_padding(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from mbridge_seqpack.verify import verify_artifact
-
-    src = _small_jsonl(tmp_path / "train.jsonl", n=60)
-    out = tmp_path / "p"
-    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=1024, output_dir=out, pad_seq_to_mult=8)
-    report = verify_artifact(out, max_rows=3)
-    assert report.ok, report.to_text()
-    assert report.cp_sizes == (2, 4)
-    assert report.passed == {"static cu_seqlens": 3, "attention parity": 3, "loss parity": 3,
-                             "padding has no loss": 3, "CP2 partition round trip": 3, "CP4 partition round trip": 3}
-    path = out / "training_1024.idx.parquet"
-    table = pq.read_table(str(path))
-    ones = pa.array([[1] * len(r) for r in table.column("loss_mask").to_pylist()], type=pa.list_(pa.int8()))
-    tampered = table.set_column(table.schema.get_field_index("loss_mask"), "loss_mask", ones)
-    pq.write_table(tampered.replace_schema_metadata(table.schema.metadata), str(path))
-    report = verify_artifact(out, max_rows=3)
-    assert not report.ok
-    assert any("alignment padding carries loss" in f for f in report.failures)
-    assert inspect_artifact(out).splits[0].problems[0].startswith("padding carries loss on ")
-
-
-def test_stale_pack_rule_on_an_unreadable_pack(packed_cfg: Any, tmp_path: Path) -> None:
-    bad = tmp_path / "training_4096.idx.parquet"
-    bad.write_bytes(b"PAR1 not really")
-    packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(bad)
-    (v,) = check(packed_cfg, world_size=8)
-    assert v.rule_id == "artifact.fingerprint_mismatch"
-    assert v.fields == {"dataset.offline_packing_specs.packed_train_data_path": str(bad)}
-    assert v.rule.startswith(f"{bad}: not a readable Parquet file (")
-    assert v.fix == ("re-run mbridge-seqpack pack and point dataset.offline_packing_specs.packed_train_data_path at "
-                     "its output")
-
-
-def test_inspect_catches_duplicated_and_broken_rows(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    src = _small_jsonl(tmp_path / "train.jsonl", n=60)
-    out = tmp_path / "p"
-    pack_jsonl({"training": src}, tokenizer=TOKENIZER, pack_size=1024, output_dir=out)
-    path = out / "training_1024.idx.parquet"
-    table = pq.read_table(str(path))
-    meta = table.schema.metadata
-    index = table.column("sequence_index").to_pylist()
-    index[0] = [index[1][0]] + index[0][1:]  # row 0's first sequence claims to be row 1's
-    dup = table.set_column(table.schema.get_field_index("sequence_index"), "sequence_index",
-                           pa.array(index, type=pa.list_(pa.int64())))
-    pq.write_table(dup.replace_schema_metadata(meta), str(path))
-    assert inspect_artifact(out).splits[0].problems == [
-        "1 sequence(s) appear more than once", "1 sequence(s) of the input are missing (0 were dropped as too long)"]
-    starts = table.column("seq_start_id").to_pylist()
-    starts[0] = [0, starts[0][2], starts[0][1], *starts[0][3:]] if len(starts[0]) > 2 else [0, 5000]
-    broken = table.set_column(table.schema.get_field_index("seq_start_id"), "seq_start_id",
-                              pa.array(starts, type=pa.list_(pa.int32())))
-    pq.write_table(broken.replace_schema_metadata(meta), str(path))
-    problems = inspect_artifact(out).splits[0].problems
-    assert "boundaries are not strictly increasing (a segment of fewer than 2 tokens)" in problems
+    assert v.rule.startswith("packed_metadata_path was written by a different pack run")

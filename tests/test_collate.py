@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mbridge_seqpack.packing.collate import PackedCollator
-from mbridge_seqpack.packing.pipeline import pack_jsonl
+from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
 from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
 
 
@@ -20,7 +20,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     for mult in (1, 4):
         d = tmp_path_factory.mktemp(f"mult{mult}")
         pack_jsonl({"training": embedded_data_dir() / "training.jsonl"}, tokenizer=embedded_tokenizer_dir(),
-                   pack_size=2048, output_dir=d, pad_seq_to_mult=mult)
+                   output_dir=d, options=PackOptions(pack_size=2048, pad_seq_to_mult=mult), overwrite=True)
         out[mult] = d
     return out
 

@@ -22,15 +22,15 @@ def _mb_validate(cfg: Any, world_size: int) -> Exception | None:
 
     from mbridge_seqpack.hook import suspended
 
-    old = os.environ.get("WORLD_SIZE")
-    os.environ["WORLD_SIZE"] = str(world_size)
-    try:
-        with suspended():
-            runtime_config_update(copy.deepcopy(cfg))
-    except Exception as exc:  # noqa: BLE001
-        return exc
-    finally:
-        os.environ.pop("WORLD_SIZE") if old is None else os.environ.__setitem__("WORLD_SIZE", old)
+    from tests.zoo.harness import restored_environ
+
+    with restored_environ():
+        os.environ["WORLD_SIZE"] = str(world_size)
+        try:
+            with suspended():
+                runtime_config_update(copy.deepcopy(cfg))
+        except Exception as exc:  # noqa: BLE001
+            return exc
     return None
 
 

@@ -1,40 +1,45 @@
-"""Packed artifacts Megatron-Bridge reads unchanged, that describe themselves and refuse staleness.
+"""Sealed packed artifacts that Megatron-Bridge reads unchanged and that refuse corruption and staleness.
 
 Layout of one artifact directory (Megatron-Bridge's names, so ``packed_*_path`` point straight at it)::
 
-    training_<N>.idx.parquet     input_ids / loss_mask / seq_start_id (+ sequence_index, sequence_length)
+    training_<N>.idx.parquet     input_ids / loss_mask / seq_start_id (+ sequence_index: the input record)
     validation_<N>.idx.parquet   optional
-    <N>_metadata.jsonl           JSON list, one entry per split: max_samples_per_bin, dataset_max_seqlen,
-                                 min_packed_seqlen, ... and the fingerprint
+    <N>_metadata.jsonl           JSON list, one entry per split: max_samples_per_bin, dataset_max_seqlen, ...,
+                                 the fingerprint and the checksums (file sha256 and size, one sha256 per column)
 
-The fingerprint (input hash, tokenizer hash, pack size, pad_seq_to_mult, algorithm, seed, plugin
-version) is stored in the metadata and in each Parquet file's schema metadata. Files are written to a
-temporary name and renamed; the metadata file is renamed last, so a directory without it is not a
-complete artifact.
+The fingerprint names every input that changes the tokens (input file, tokenizer files, EOS id, vocabulary,
+``dataset_kwargs`` i.e. keys, template and chat settings, lengths, alignment, packer, seed, plugin and
+Megatron-Bridge versions); it is also stored in each Parquet file's schema metadata. A pack is built in a
+temporary sibling directory, fsync'ed and renamed into place, under a lock file, so an interrupted or
+concurrent run never leaves anything that looks like a pack.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
-import tempfile
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from mbridge_seqpack.packing.sequences import TokenizedSequences
+from mbridge_seqpack.packing.sequences import TokenizedSequences, file_sha256
 
 __all__ = ["Fingerprint", "FINGERPRINT_KEY", "ArtifactError", "build_rows", "write_split", "write_metadata",
-           "read_parquet_fingerprint", "split_paths", "metadata_path"]
+           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "staged_directory",
+           "SPLITS"]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
-FORMAT = "mbridge_seqpack.packed/1"
+FORMAT = "mbridge_seqpack.packed/2"
+SPLITS = ("training", "validation")
 
 
 class ArtifactError(ValueError):
-    """A packed artifact that is missing, incomplete, corrupted or stale."""
+    """A packed artifact that is missing, incomplete, corrupted, mixed or stale."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,16 @@ class Fingerprint:
     input_sha256: str
     tokenizer: str
     tokenizer_sha256: str
+    eos_id: int
+    vocab_size: int
+    dataset_kwargs: str  # canonical JSON: template, keys, chat settings, add_eos, ...
+    max_seq_length: int
     pack_size: int
     pad_seq_to_mult: int
     algorithm: str
     seed: int
     plugin_version: str
+    megatron_bridge_version: str
     format: str = FORMAT
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +68,7 @@ class Fingerprint:
 def split_paths(directory: str | Path, pack_size: int) -> dict[str, Path]:
     """Megatron-Bridge's file names for the packed splits."""
     d = Path(directory)
-    return {"training": d / f"training_{pack_size}.idx.parquet", "validation": d / f"validation_{pack_size}.idx.parquet"}
+    return {split: d / f"{split}_{pack_size}.idx.parquet" for split in SPLITS}
 
 
 def metadata_path(directory: str | Path, pack_size: int) -> Path:
@@ -66,26 +76,90 @@ def metadata_path(directory: str | Path, pack_size: int) -> Path:
     return Path(directory) / f"{pack_size}_metadata.jsonl"
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp_path)`` then fsync + rename over ``path``; on any failure the temp file is removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are shared like any output
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield an empty staging directory next to ``output``; on success it replaces ``output`` atomically.
+
+    A lock file (``.<name>.lock``, ``flock``) refuses a second concurrent pack into the same place; a
+    non-empty ``output`` is refused unless ``overwrite``. On any failure the staging directory is removed.
+    """
+    import fcntl
+
+    output = output.absolute()
+    parent = output.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"--output {output}: cannot create its parent directory ({exc.strerror})") from None
+    if output.exists() and not output.is_dir():
+        raise ArtifactError(f"--output {output}: is a file, not a directory; choose another --output")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise ArtifactError(f"--output {output}: not empty; choose an empty directory or pass --overwrite "
+                            f"(the old contents are replaced only once the new pack is complete)")
+    try:
+        lock = open(parent / f".{output.name}.lock", "w")
+    except OSError as exc:
+        raise ArtifactError(f"--output {output}: cannot write in {parent} ({exc.strerror}); choose a writable "
+                            f"--output") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ArtifactError(f"--output {output}: another mbridge-seqpack pack is writing there right now; "
+                                f"wait for it or choose another --output") from None
+        staging = parent / f".{output.name}.staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            yield staging
+            for child in staging.iterdir():
+                with open(child, "rb") as f:
+                    os.fsync(f.fileno())
+            _fsync_dir(staging)
+            old = parent / f".{output.name}.old-{os.getpid()}"
+            if output.exists():
+                os.replace(output, old)
+            os.replace(staging, output)
+            _fsync_dir(parent)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _column_digest(offsets: np.ndarray, values: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+def column_checksums(table_or_columns: Any) -> dict[str, str]:
+    """sha256 of every list column (row offsets and values, as int64), from a pyarrow table or column dict."""
+    columns = (dict(zip(table_or_columns.column_names, table_or_columns.columns))
+               if hasattr(table_or_columns, "column_names") else table_or_columns)
+    out = {}
+    for name, column in sorted(columns.items()):
+        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+        offsets = array.offsets.to_numpy()
+        values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+        out[name] = _column_digest(offsets - offsets[0], values)
+    return out
 
 
 def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
-    """Arrow columns for the packed rows: sequences of one bin in input order, bins in id order."""
+    """Arrow columns for the packed rows: sequences of one bin in input order, bins in id order.
+
+    ``loss_mask`` is copied as stored (already label-aligned, as Megatron-Bridge writes it).
+    """
     import pyarrow as pa
 
     placed = np.flatnonzero(bins >= 0)
@@ -93,17 +167,10 @@ def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
     row_of = bins[order]
     num_rows = int(row_of.max()) + 1 if order.size else 0
     sizes = np.diff(seqs.offsets)[order]
-    # gather token/mask ranges in `order` with one vectorised index
     starts = seqs.offsets[:-1][order]
     seg_offsets = np.zeros(order.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=seg_offsets[1:])
     index = np.repeat(starts - seg_offsets[:-1], sizes) + np.arange(seg_offsets[-1], dtype=np.int64)
-    tokens = seqs.tokens[index]
-    mask = seqs.loss_mask[index]
-    # stored loss mask is label-aligned: position j trains the prediction of token j+1 (Megatron-Bridge's shift)
-    shifted = np.zeros_like(mask)
-    shifted[:-1] = mask[1:]
-    shifted[seg_offsets[1:] - 1] = 0  # last position of each sequence predicts nothing inside it
     per_row_seqs = np.bincount(row_of, minlength=num_rows)
     row_seq_offsets = np.zeros(num_rows + 1, dtype=np.int64)
     np.cumsum(per_row_seqs, out=row_seq_offsets[1:])
@@ -111,43 +178,55 @@ def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
     seq_start = seg_offsets[:-1] - np.repeat(row_token_offsets[:-1], per_row_seqs)
 
     def lists(values: np.ndarray, offsets: np.ndarray, kind: Any) -> Any:
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=kind))
+        return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values, type=kind))
 
     return {
-        "input_ids": lists(tokens.astype(np.int32), row_token_offsets, pa.int32()),
-        "loss_mask": lists(shifted.astype(np.int8), row_token_offsets, pa.int8()),
-        "seq_start_id": lists(seq_start.astype(np.int32), row_seq_offsets, pa.int32()),
+        "input_ids": lists(seqs.tokens[index].astype(np.int64), row_token_offsets, pa.int64()),
+        "loss_mask": lists(seqs.loss_mask[index].astype(np.int8), row_token_offsets, pa.int8()),
+        "seq_start_id": lists(seq_start.astype(np.int64), row_seq_offsets, pa.int64()),
         "sequence_index": lists(order.astype(np.int64), row_seq_offsets, pa.int64()),
-        "sequence_length": lists(seqs.original_tokens[order].astype(np.int32), row_seq_offsets, pa.int32()),
     }
 
 
-def write_split(path: Path, columns: dict[str, Any], info: dict[str, Any], row_group_size: int = 500) -> None:
-    """Write one packed split atomically, with ``info`` (fingerprint + stats) in the schema metadata."""
+def write_split(path: Path, columns: dict[str, Any], info: dict[str, Any], row_group_size: int = 500) -> dict[str, Any]:
+    """Write one packed split (``info`` in the schema metadata); returns its checksums."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.table(columns).replace_schema_metadata({FINGERPRINT_KEY: json.dumps(info, sort_keys=True).encode()})
-    _atomic_write(path, lambda tmp: pq.write_table(table, str(tmp), row_group_size=row_group_size))
+    try:
+        pq.write_table(table, str(path), row_group_size=row_group_size)
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
+    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size,
+            "columns": column_checksums(columns)}
 
 
 def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Write the metadata JSON list atomically (the artifact's commit point)."""
-    _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(entries, indent=1, sort_keys=True)))
+    """Write the metadata JSON list (inside the staging directory: the rename commits it)."""
+    try:
+        path.write_text(json.dumps(entries, indent=1, sort_keys=True))
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot be written ({exc.strerror}); free space or choose another "
+                            f"--output") from None
 
 
 def read_parquet_fingerprint(path: str | Path) -> dict[str, Any] | None:
-    """The ``info`` this plugin stored in a packed Parquet file, or None for a foreign file."""
+    """The ``info`` this plugin stored in a packed Parquet file, or None for a foreign (unsealed) file."""
     import pyarrow.parquet as pq
 
     try:
         schema = pq.read_schema(str(path))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{path}: not a readable Parquet file ({exc}); re-run mbridge-seqpack pack") from None
+    except (OSError, ValueError, MemoryError) as exc:
+        raise ArtifactError(f"{path}: not a readable Parquet file ({str(exc)[:120]}); re-run mbridge-seqpack "
+                            f"pack") from None
     raw = (schema.metadata or {}).get(FINGERPRINT_KEY)
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
+        info = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ArtifactError(f"{path}: corrupted mbridge_seqpack fingerprint; re-run mbridge-seqpack pack") from None
+    if not isinstance(info, dict) or not isinstance(info.get("fingerprint"), dict):
+        raise ArtifactError(f"{path}: corrupted mbridge_seqpack fingerprint; re-run mbridge-seqpack pack")
+    return info

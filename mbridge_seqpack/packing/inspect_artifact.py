@@ -1,4 +1,12 @@
-"""``inspect``: load a packed artifact, verify every invariant, report statistics, draw a histogram."""
+"""``inspect``: verify a packed artifact (seal, structure, values), report statistics, draw a histogram.
+
+Sealed packs (written by ``mbridge-seqpack pack``) are checked against their metadata before any byte is
+parsed: every split listed, file size and sha256 equal, one fingerprint throughout; then every column's
+checksum, the row structure and the values (token ids inside the vocabulary, EOS closing every sequence
+when the template adds one, loss on some token of every sequence, each input record exactly once).
+Packs written by Megatron-Bridge itself carry no seal: their structure and values are checked and the
+report says they are unsealed. Problems are reported, never raised; only "nothing to inspect" raises.
+"""
 
 from __future__ import annotations
 
@@ -9,195 +17,281 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
+from mbridge_seqpack.packing.artifact import ArtifactError, column_checksums, read_parquet_fingerprint
+from mbridge_seqpack.packing.sequences import file_sha256
 
-__all__ = ["SplitReport", "ArtifactReport", "inspect_artifact", "find_artifact_files"]
+__all__ = ["SplitReport", "ArtifactReport", "inspect_artifact", "resolve_files", "find_metadata", "seal_problems"]
 
 
 @dataclass
 class SplitReport:
-    """Statistics and verification findings of one packed split."""
+    """Statistics and findings of one packed file."""
 
     name: str
     path: Path
-    rows: int
-    sequences: int
-    real_tokens: int
-    alignment_padding: int
-    row_padding: int
-    pack_size: int
-    sequences_per_row: dict[int, int]
+    rows: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    row_padding: int = 0
+    pack_size: int = 0
+    sequences_per_row: dict[int, int] = field(default_factory=dict)
+    sealed: bool = False
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def efficiency(self) -> float:
         slots = self.rows * self.pack_size
-        return (slots - self.alignment_padding - self.row_padding) / slots if slots else 0.0
+        return self.tokens / slots if slots else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"split": self.name, "path": str(self.path), "rows": self.rows, "sequences": self.sequences,
-                "real_tokens": self.real_tokens, "alignment_padding_tokens": self.alignment_padding,
-                "row_padding_tokens": self.row_padding, "pack_size": self.pack_size,
-                "efficiency": round(self.efficiency, 6),
+        return {"split": self.name, "path": str(self.path), "sealed": self.sealed, "rows": self.rows,
+                "sequences": self.sequences, "tokens": self.tokens, "row_padding_tokens": self.row_padding,
+                "pack_size": self.pack_size, "efficiency": round(self.efficiency, 6),
                 "sequences_per_row": {str(k): v for k, v in sorted(self.sequences_per_row.items())},
-                "problems": self.problems}
+                "problems": self.problems, "notes": self.notes}
 
 
 @dataclass
 class ArtifactReport:
-    """The whole artifact: its fingerprint and each split."""
+    """The whole artifact: its fingerprint, each file, and problems that concern no single file."""
 
     directory: Path
     fingerprint: dict[str, Any]
     splits: list[SplitReport]
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(not s.problems for s in self.splits)
+        return not self.problems and all(not s.problems for s in self.splits)
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [f"{s.path.name}: {p}" for s in self.splits for p in s.problems]
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "ok": self.ok, "fingerprint": self.fingerprint,
-                "splits": [s.to_dict() for s in self.splits]}
+                "problems": self.problems, "splits": [s.to_dict() for s in self.splits]}
 
     def to_text(self) -> str:
         fp = self.fingerprint
-        lines = [f"packed artifact {self.directory}",
-                 f"  fingerprint  pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
-                 f"algorithm={fp.get('algorithm')} seed={fp.get('seed')} plugin={fp.get('plugin_version')}",
-                 f"               input sha256 {str(fp.get('input_sha256'))[:16]}...  tokenizer "
-                 f"{fp.get('tokenizer')} (sha256 {str(fp.get('tokenizer_sha256'))[:16]}...)"]
+        lines = [f"packed artifact {self.directory}"]
+        if fp:
+            lines += [f"  seal     pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
+                      f"algorithm={fp.get('algorithm')} seed={fp.get('seed')}",
+                      f"           input {str(fp.get('input_sha256'))[:12]}  tokenizer {fp.get('tokenizer')} "
+                      f"({str(fp.get('tokenizer_sha256'))[:12]}, eos {fp.get('eos_id')}, vocab {fp.get('vocab_size')})",
+                      f"           megatron-bridge {fp.get('megatron_bridge_version')}, "
+                      f"plugin {fp.get('plugin_version')}"]
+        lines += [f"  PROBLEM: {p}" for p in self.problems]
         for s in self.splits:
-            hist = ", ".join(f"{k}:{v}" for k, v in sorted(s.sequences_per_row.items()))
-            lines += [f"  {s.name}: {s.rows} rows, {s.sequences} sequences, {s.real_tokens:,} real tokens, "
-                      f"efficiency {s.efficiency:.2%}",
-                      f"    padding: {s.alignment_padding:,} alignment + {s.row_padding:,} row-tail tokens",
-                      f"    sequences per row: {hist}"]
+            seal = "sealed" if s.sealed else "UNSEALED"
+            lines.append(f"  {s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
+                         f"{s.tokens:,} tokens, efficiency {s.efficiency:.2%}")
+            if s.sequences_per_row:
+                keys = sorted(s.sequences_per_row)
+                lines.append(f"    sequences per row: {keys[0]}..{keys[-1]} "
+                             f"(median {int(np.median(np.repeat(keys, [s.sequences_per_row[k] for k in keys])))})")
+            lines += [f"    note: {n}" for n in s.notes]
             lines += [f"    PROBLEM: {p}" for p in s.problems]
-        lines.append("verify: OK" if self.ok else
-                     f"verify: FAILED ({sum(len(s.problems) for s in self.splits)} problem(s))")
+        count = len(self.all_problems)
+        lines.append("inspect: OK" if self.ok else f"inspect: FAILED ({count} problem(s))")
         return "\n".join(lines)
 
 
-def find_artifact_files(target: str | Path) -> tuple[Path, list[Path]]:
-    """Metadata file and split files of an artifact directory (or of the directory holding one file)."""
+def resolve_files(target: str | Path) -> list[Path]:
+    """The Parquet files a packed path names: a file, or every ``*.parquet``/``*.pq`` of a directory (as
+    Megatron-Bridge's packed dataset resolves a directory)."""
     path = Path(target)
-    directory = path if path.is_dir() else path.parent
-    if not directory.is_dir():
-        raise ArtifactError(f"{target}: no such artifact directory")
+    if path.is_dir():
+        files = sorted({*path.glob("*.parquet"), *path.glob("*.pq")})
+        if not files:
+            raise ArtifactError(f"{target}: no .parquet files in this directory; pass a pack directory")
+        return files
+    if not path.is_file():
+        raise ArtifactError(f"{target}: no such file or directory")
+    return [path]
+
+
+def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | None, str | None]:
+    """(path, entries, problem) of the ``<N>_metadata.jsonl`` in ``directory``."""
     metas = sorted(directory.glob("*_metadata.jsonl"))
-    parquet = sorted(directory.glob("*.idx.parquet")) if path.is_dir() else [path]
-    if not parquet:
-        raise ArtifactError(f"{directory}: no packed .idx.parquet files")
-    if len(metas) != 1:
-        raise ArtifactError(f"{directory}: expected one <N>_metadata.jsonl, found {len(metas)}; the artifact is "
-                            f"incomplete (an interrupted pack writes it last) - re-run mbridge-seqpack pack")
-    return metas[0], parquet
+    if not metas:
+        return None, None, None
+    if len(metas) > 1:
+        return None, None, f"{len(metas)} metadata files ({', '.join(m.name for m in metas)}): packs are mixed"
+    try:
+        entries = json.loads(metas[0].read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return metas[0], None, f"{metas[0].name}: unreadable metadata ({exc})"
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return metas[0], None, f"{metas[0].name}: metadata must be a JSON list of objects"
+    return metas[0], entries, None
 
 
-def _check_split(name: str, path: Path, table: Any, pack_size: int, pad_mult: int,
-                 expected_sequences: int | None, dropped: int) -> SplitReport:
-    ids = table.column("input_ids").combine_chunks()
-    mask = table.column("loss_mask").combine_chunks()
-    starts = table.column("seq_start_id").combine_chunks()
-    problems: list[str] = []
-    row_off = ids.offsets.to_numpy()
-    if not np.array_equal(row_off, mask.offsets.to_numpy()):
+REPACK = "re-run mbridge-seqpack pack"
+
+
+def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None) -> list[str]:
+    """Compare one sealed file with its metadata entry before parsing it."""
+    if meta is None:
+        return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
+    if entry is None:
+        return [f"its split {info.get('split')!r} is not in {meta.name}: stale or mixed files - {REPACK}"]
+    if entry.get("fingerprint") != info.get("fingerprint"):
+        return [f"fingerprint differs from {meta.name}: the files come from different pack runs - {REPACK}"]
+    sums = entry.get("checksums") or {}
+    if not isinstance(sums, dict) or "file_sha256" not in sums:
+        return [f"{meta.name} has no checksums for it - {REPACK}"]
+    size = path.stat().st_size
+    if size != sums.get("file_bytes"):
+        return [f"file is {size} bytes, the seal says {sums.get('file_bytes')}: truncated or modified - {REPACK}"]
+    if file_sha256(path) != sums["file_sha256"]:
+        return [f"sha256 differs from the seal: the file was modified or corrupted - {REPACK}"]
+    return []
+
+
+def _values(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    array = table.column(name).combine_chunks()
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
+    return offsets - offsets[0], values
+
+
+def _check_rows(report: SplitReport, table: Any, fp: dict[str, Any], stats: dict[str, Any]) -> None:
+    problems = report.problems
+    row_off, ids = _values(table, "input_ids")
+    mask_off, mask = _values(table, "loss_mask")
+    seq_off, starts = _values(table, "seq_start_id")
+    if not np.array_equal(row_off, mask_off):
         problems.append("loss_mask and input_ids differ in length on some row")
-    mask_values = mask.values.to_numpy(zero_copy_only=False).astype(np.int64)
-    seq_row_off = starts.offsets.to_numpy()
-    per_row = np.diff(seq_row_off)
-    start_vals = starts.values.to_numpy(zero_copy_only=False).astype(np.int64)
-    row_of_seq = np.repeat(np.arange(len(per_row)), per_row)
-    abs_starts = start_vals + row_off[:-1][row_of_seq]
-    ends = np.append(abs_starts[1:], 0)
-    filled = per_row > 0
-    ends[seq_row_off[1:][filled] - 1] = row_off[1:][filled]  # a row's last sequence runs to the row end
-    seg = ends - abs_starts
-    first_ok = start_vals[seq_row_off[:-1][per_row > 0]] == 0
+        return
+    per_row = np.diff(seq_off)
+    report.rows, report.sequences = len(per_row), len(starts)
     if (per_row == 0).any():
         problems.append(f"{int((per_row == 0).sum())} row(s) hold no sequence")
-    if not first_ok.all():
+        return
+    row_of_seq = np.repeat(np.arange(len(per_row)), per_row)
+    if (starts[seq_off[:-1]] != 0).any():
         problems.append("seq_start_id does not start at 0 on some row")
-    structural_ok = not (seg < 2).any()
-    if not structural_ok:
-        problems.append("boundaries are not strictly increasing (a segment of fewer than 2 tokens)")
+        return
+    abs_starts = starts + row_off[:-1][row_of_seq]
+    ends = np.append(abs_starts[1:], 0)
+    ends[seq_off[1:] - 1] = row_off[1:]  # a row's last sequence runs to the row end
+    seg = ends - abs_starts
+    if (seg < 2).any():
+        problems.append(f"{int((seg < 2).sum())} segment(s) shorter than 2 tokens: boundaries are not strictly "
+                        f"increasing")
+        return
     runtime = np.bincount(row_of_seq, weights=seg - 1, minlength=len(per_row)).astype(np.int64)
+    report.tokens = int(runtime.sum())
+    hist_k, hist_v = np.unique(per_row, return_counts=True)
+    report.sequences_per_row = {int(k): int(v) for k, v in zip(hist_k, hist_v)}
+    if not np.isin(mask, (0, 1)).all():
+        problems.append("loss_mask holds values other than 0 and 1")
+    if (ids < 0).any():
+        problems.append(f"{int((ids < 0).sum())} negative token id(s)")
+    no_loss = np.add.reduceat(mask, abs_starts) == 0 if len(abs_starts) else np.zeros(0, bool)
+    if no_loss.all() and len(no_loss):
+        problems.append("no sequence has any loss token: the loss mask is empty")
+    elif no_loss.any():
+        report.notes.append(f"{int(no_loss.sum())} sequence(s) have no loss token (truncated answers)")
+    if not fp:
+        return
+    pack_size, mult = int(fp["pack_size"]), int(fp["pad_seq_to_mult"])
+    report.pack_size = pack_size
+    report.row_padding = int(len(per_row) * pack_size - runtime.sum())
     if (runtime > pack_size).any():
         problems.append(f"{int((runtime > pack_size).sum())} row(s) exceed the pack size {pack_size}")
-    if pad_mult > 1 and ((seg - 1) % pad_mult).any():
-        problems.append(f"{int(((seg - 1) % pad_mult > 0).sum())} sequence(s) not padded to a multiple of {pad_mult}")
-    if "sequence_length" in table.column_names and structural_ok:
-        orig = table.column("sequence_length").combine_chunks().values.to_numpy(zero_copy_only=False).astype(np.int64)
-        # stored (label-aligned) mask positions orig-1 .. seg-1 predict padding: they must be 0
-        pad_counts = seg - orig
-        if (pad_counts < 0).any():
-            problems.append("a recorded sequence_length exceeds its segment")
-        else:
-            pos = np.repeat(abs_starts + orig - 1, pad_counts + 1) + _ramp(pad_counts + 1)
-            if mask_values[pos].any():
-                problems.append(f"padding carries loss on {int(mask_values[pos].sum())} position(s)")
-        alignment = int(pad_counts.clip(min=0).sum())
-    else:
-        alignment = 0
+    if mult > 1 and ((seg - 1) % mult).any():
+        problems.append(f"{int(((seg - 1) % mult > 0).sum())} sequence(s) not padded to a multiple of {mult}")
+    vocab = int(fp.get("vocab_size", 0))
+    if vocab and (ids >= vocab).any():
+        problems.append(f"{int((ids >= vocab).sum())} token id(s) outside the vocabulary (>= {vocab})")
+    kwargs = json.loads(fp.get("dataset_kwargs") or "{}")
+    if not kwargs.get("chat") and kwargs.get("add_eos", True):
+        closing = ids[ends - 1]
+        if (closing != int(fp["eos_id"])).any():
+            problems.append(f"{int((closing != int(fp['eos_id'])).sum())} sequence(s) do not end in EOS "
+                            f"({fp['eos_id']}), where the template puts it")
     if "sequence_index" in table.column_names:
-        idx = table.column("sequence_index").combine_chunks().values.to_numpy(zero_copy_only=False)
-        n = expected_sequences if expected_sequences is not None else len(idx)
-        counts = np.bincount(idx, minlength=n) if len(idx) else np.zeros(n, dtype=np.int64)
+        _, index = _values(table, "sequence_index")
+        n = int(stats.get("num_sequences", len(index)))
+        counts = np.bincount(index, minlength=n) if len(index) and index.min() >= 0 else np.zeros(n, np.int64)
         if len(counts) > n or (counts > 1).any():
-            problems.append(f"{int((counts > 1).sum())} sequence(s) appear more than once")
+            problems.append(f"{int((counts > 1).sum())} input sequence(s) appear more than once")
         missing = int((counts[:n] == 0).sum())
-        if missing != dropped:
-            problems.append(f"{missing} sequence(s) of the input are missing ({dropped} were dropped as too long)")
-    real = int((seg - 1).sum()) - alignment
-    hist_k, hist_v = np.unique(per_row, return_counts=True)
-    return SplitReport(name, path, len(per_row), int(len(seg)), real, alignment,
-                       int(len(per_row) * pack_size - runtime.sum()), pack_size,
-                       {int(k): int(v) for k, v in zip(hist_k, hist_v)}, problems)
+        if missing != int(stats.get("num_dropped", 0)):
+            problems.append(f"{missing} input sequence(s) are missing")
 
 
-def _ramp(counts: np.ndarray) -> np.ndarray:
-    """0..c-1 for each c in counts, concatenated."""
-    total = int(counts.sum())
-    offsets = np.repeat(np.cumsum(counts) - counts, counts)
-    return np.arange(total) - offsets
+def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] | None) -> tuple[SplitReport, dict]:
+    import pyarrow.parquet as pq
+
+    name = path.name.split("_")[0] if "_" in path.name else path.stem
+    report = SplitReport(name, path)
+    try:
+        info = read_parquet_fingerprint(path)
+    except ArtifactError as exc:
+        report.problems.append(str(exc).removeprefix(f"{path}: "))  # already ends in the re-pack advice
+        return report, {}
+    fp: dict[str, Any] = {}
+    if info is not None:
+        report.sealed, report.name, fp = True, str(info.get("split", name)), info["fingerprint"]
+        by_split = {e.get("split"): e for e in entries or []}
+        report.problems += seal_problems(path, info, by_split.get(info.get("split")), meta)
+        if report.problems:
+            return report, fp
+    else:
+        report.notes.append("unsealed: no mbridge_seqpack fingerprint (written by Megatron-Bridge or another tool); "
+                            "structure and values checked, content cannot be verified against a seal")
+    try:
+        table = pq.read_table(str(path))
+    except (OSError, ValueError, MemoryError) as exc:
+        report.problems.append(f"unreadable Parquet data ({str(exc)[:120]}) - {REPACK}")
+        return report, fp
+    missing = {"input_ids", "loss_mask", "seq_start_id"} - set(table.column_names)
+    if missing:
+        report.problems.append(f"missing column(s) {sorted(missing)} that Megatron-Bridge reads")
+        return report, fp
+    if info is not None:
+        sealed_sums = (({e.get("split"): e for e in entries or []}.get(info.get("split")) or {})
+                       .get("checksums", {}).get("columns", {}))
+        bad = sorted(k for k, v in column_checksums(table).items() if sealed_sums.get(k) != v)
+        if bad:
+            report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")
+            return report, fp
+    _check_rows(report, table, fp, info.get("stats", {}) if info else {})
+    return report, fp
 
 
 def inspect_artifact(target: str | Path, *, png: str | Path | None = None) -> ArtifactReport:
-    """Verify an artifact written by ``pack`` and collect its statistics."""
-    import pyarrow.parquet as pq
-
-    meta_path, files = find_artifact_files(target)
-    try:
-        entries = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{meta_path}: unreadable metadata ({exc}); re-run mbridge-seqpack pack") from None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ArtifactError(f"{meta_path}: metadata must be a JSON list of objects")
-    by_split = {e.get("split"): e for e in entries}
-    reports = []
-    fingerprint: dict[str, Any] = {}
+    """Verify every file of a packed artifact (a directory or one file) and collect its statistics."""
+    files = resolve_files(target)
+    directory = files[0].parent
+    meta, entries, meta_problem = find_metadata(directory)
+    report = ArtifactReport(directory, {}, [])
+    if meta_problem:
+        report.problems.append(meta_problem)
+    fingerprints = []
     for path in files:
-        info = read_parquet_fingerprint(path)
-        if info is None:
-            raise ArtifactError(f"{path}: has no mbridge_seqpack fingerprint; it was not written by mbridge-seqpack")
-        entry = by_split.get(info.get("split"))
-        if entry is None:
-            raise ArtifactError(f"{path}: split {info.get('split')!r} is not in {meta_path.name}; stale or mixed "
-                                f"artifact - re-run mbridge-seqpack pack")
-        if entry.get("fingerprint") != info.get("fingerprint"):
-            raise ArtifactError(f"{path}: fingerprint differs from {meta_path.name}; the files come from different "
-                                f"pack runs - re-run mbridge-seqpack pack")
-        fingerprint = info["fingerprint"]
-        try:
-            table = pq.read_table(str(path))
-        except (OSError, ValueError) as exc:
-            raise ArtifactError(f"{path}: corrupted Parquet data ({exc}); re-run mbridge-seqpack pack") from None
-        stats = info.get("stats", {})
-        reports.append(_check_split(info["split"], path, table, int(fingerprint["pack_size"]),
-                                    int(fingerprint["pad_seq_to_mult"]), stats.get("num_sequences"),
-                                    int(stats.get("num_dropped", 0))))
-    report = ArtifactReport(meta_path.parent, fingerprint, reports)
-    if png is not None:
+        split, fp = _inspect_file(path, meta, entries)
+        report.splits.append(split)
+        if fp:
+            fingerprints.append(fp)
+    unique = {json.dumps({k: v for k, v in fp.items() if k != "input_sha256"}, sort_keys=True) for fp in fingerprints}
+    if len(unique) > 1:
+        report.problems.append(f"{len(unique)} different pack settings among the files: mixed packs in one place")
+    names = [s.name for s in report.splits]
+    if len(set(names)) < len(names):
+        report.problems.append(f"a split appears in more than one file ({', '.join(sorted(names))}): mixed packs")
+    if fingerprints:
+        report.fingerprint = fingerprints[0]
+        listed = {e.get("split") for e in entries or [] if isinstance(e.get("fingerprint"), dict)}
+        absent = sorted(listed - set(names)) if Path(target).is_dir() else []
+        if absent:
+            report.problems.append(f"split(s) {absent} listed in the metadata have no file: incomplete pack")
+    if png is not None and report.splits:
         _draw_histogram(report, Path(png))
     return report
 
@@ -208,12 +302,15 @@ def _draw_histogram(report: ArtifactReport, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(report.splits), figsize=(6 * len(report.splits), 4), squeeze=False)
-    for ax, split in zip(axes[0], report.splits):
+    splits = [s for s in report.splits if s.sequences_per_row]
+    if not splits:
+        return
+    fig, axes = plt.subplots(len(splits), 1, figsize=(8, 3.2 * len(splits)), squeeze=False)
+    for ax, split in zip(axes[:, 0], splits):
         keys = sorted(split.sequences_per_row)
-        values = np.repeat(keys, [split.sequences_per_row[k] for k in keys])
-        ax.hist(values, bins=min(40, max(1, len(keys))), color="#4C72B0", edgecolor="white")
-        ax.set_title(f"{split.name}: {split.rows} rows, efficiency {split.efficiency:.1%}")
+        ax.bar(keys, [split.sequences_per_row[k] for k in keys], width=0.9 if len(keys) < 60 else 1.0,
+               color="#4C72B0")
+        ax.set_title(f"{split.name}: {split.rows} rows of {split.pack_size} tokens, efficiency {split.efficiency:.1%}")
         ax.set_xlabel("sequences per packed row")
         ax.set_ylabel("rows")
     fig.tight_layout()

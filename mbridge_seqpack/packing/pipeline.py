@@ -1,7 +1,8 @@
-"""``pack``: JSONL splits -> tokenized sequences -> bins -> one self-describing artifact directory."""
+"""``pack``: JSONL splits -> Megatron-Bridge's tokenization -> bins -> one sealed artifact directory."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,17 +10,50 @@ from typing import Any
 import numpy as np
 
 from mbridge_seqpack.packing.artifact import (
+    ArtifactError,
     Fingerprint,
     build_rows,
     metadata_path,
     split_paths,
+    staged_directory,
     write_metadata,
     write_split,
 )
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
-from mbridge_seqpack.packing.sequences import file_sha256, load_tokenizer, tokenize_jsonl, tokenizer_identity
+from mbridge_seqpack.packing.sequences import (
+    InputError,
+    check_jsonl,
+    file_sha256,
+    load_megatron_tokenizer,
+    tokenize_split,
+    tokenizer_files_sha256,
+)
 
-__all__ = ["PackResult", "pack_jsonl"]
+__all__ = ["PackResult", "pack_jsonl", "PackOptions"]
+
+ALGORITHM = "best_fit_decreasing"
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """What shapes the pack, with Megatron-Bridge's names (``PackedSequenceSpecs`` and ``dataset_kwargs``)."""
+
+    pack_size: int
+    pad_seq_to_mult: int = 1
+    max_seq_length: int | None = None  # Megatron-Bridge: max_single_sequence_length or seq_length
+    dataset_kwargs: dict[str, Any] | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("pack_size", "pad_seq_to_mult"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.pack_size % self.pad_seq_to_mult:
+            raise InputError(f"--pack-size {self.pack_size} must be a multiple of --pad-seq-to-mult "
+                             f"{self.pad_seq_to_mult}")
+        if self.max_seq_length is not None and not 0 < self.max_seq_length <= self.pack_size:
+            raise InputError(f"--max-seq-length {self.max_seq_length} must be in 1..--pack-size ({self.pack_size})")
 
 
 @dataclass(frozen=True)
@@ -50,48 +84,55 @@ def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerp
     }
 
 
-def pack_jsonl(
-    inputs: dict[str, str | Path],
-    *,
-    tokenizer: str | Path,
-    pack_size: int,
-    output_dir: str | Path,
-    pad_seq_to_mult: int = 1,
-    seed: int = 0,
-    overflow: str = "error",
-    prompt_key: str = "input",
-    answer_key: str = "output",
-    eos_token: str | None = None,
-    progress: bool = False,
-) -> PackResult:
-    """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``."""
+def _megatron_bridge_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("megatron-bridge")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_dir: str | Path, options: PackOptions,
+               overwrite: bool = False, workers: int = 1) -> PackResult:
+    """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
+
+    Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own.
+    """
     from mbridge_seqpack import __version__
 
+    options.validate()
     if "training" not in inputs:
-        raise ValueError("pack needs a training split (inputs['training'])")
+        raise InputError("pack needs a training split (the INPUT argument)")
     unknown = set(inputs) - {"training", "validation"}
     if unknown:
-        raise ValueError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
-    if not isinstance(pack_size, int) or pack_size < 1:
-        raise ValueError(f"pack_size must be a positive integer, got {pack_size!r}")
-    if pad_seq_to_mult < 1 or pack_size % pad_seq_to_mult:
-        raise ValueError(f"pack_size {pack_size} must be a multiple of pad_seq_to_mult {pad_seq_to_mult}")
-    tok, eos_id = load_tokenizer(tokenizer, eos_token)
-    tok_sha = tokenizer_identity(tokenizer)
+        raise InputError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
+    kwargs = dict(options.dataset_kwargs or {})
+    for split, source in inputs.items():
+        check_jsonl(source, kwargs)
+    tok_sha = tokenizer_files_sha256(tokenizer)
+    mb_tokenizer = load_megatron_tokenizer(tokenizer)
+    max_seq_length = options.max_seq_length or options.pack_size
     out = Path(output_dir)
     entries = []
-    for split, source in inputs.items():
-        if not Path(source).is_file():
-            raise ValueError(f"{split} input {source} does not exist")
-        fingerprint = Fingerprint(input_sha256=file_sha256(source), tokenizer=str(tokenizer), tokenizer_sha256=tok_sha,
-                                  pack_size=pack_size, pad_seq_to_mult=pad_seq_to_mult,
-                                  algorithm="best_fit_decreasing", seed=seed, plugin_version=__version__)
-        seqs = tokenize_jsonl(source, tok, eos_id, prompt_key=prompt_key, answer_key=answer_key,
-                              pad_seq_to_mult=pad_seq_to_mult, progress=progress)
-        bins = pack_lengths(seqs.lengths, pack_size, seed=seed, overflow=overflow)  # type: ignore[arg-type]
-        entry = _split_entry(split, seqs, bins, pack_size, fingerprint)
-        write_split(split_paths(out, pack_size)[split], build_rows(seqs, bins), entry)
-        entries.append(entry)
-    meta = metadata_path(out, pack_size)
-    write_metadata(meta, entries)
-    return PackResult(out, meta, {e["split"]: e for e in entries})
+    with staged_directory(out, overwrite=overwrite) as staging:
+        for split, source in inputs.items():
+            fingerprint = Fingerprint(
+                input_sha256=file_sha256(source), tokenizer=str(tokenizer), tokenizer_sha256=tok_sha,
+                eos_id=int(mb_tokenizer.eos_id), vocab_size=int(mb_tokenizer.vocab_size),
+                dataset_kwargs=json.dumps(kwargs, sort_keys=True, default=str), max_seq_length=max_seq_length,
+                pack_size=options.pack_size, pad_seq_to_mult=options.pad_seq_to_mult, algorithm=ALGORITHM,
+                seed=options.seed, plugin_version=__version__, megatron_bridge_version=_megatron_bridge_version())
+            seqs = tokenize_split(source, mb_tokenizer, max_seq_length=max_seq_length,
+                                  pad_seq_to_mult=options.pad_seq_to_mult, dataset_kwargs=kwargs, seed=options.seed,
+                                  workers=workers)
+            bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
+            entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
+            entry["checksums"] = write_split(split_paths(staging, options.pack_size)[split], build_rows(seqs, bins),
+                                             {k: v for k, v in entry.items() if k != "checksums"})
+            entries.append(entry)
+        write_metadata(metadata_path(staging, options.pack_size), entries)
+    return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
+
+
+__all__ += ["ArtifactError"]

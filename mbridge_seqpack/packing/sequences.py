@@ -1,27 +1,34 @@
-"""Prompt/answer JSONL -> token sequences with a per-token loss mask, using Hugging Face ``tokenizers``.
+"""SFT JSONL -> token sequences with the loss mask Megatron-Bridge stores, tokenized by Megatron-Bridge itself.
 
-Matches Megatron-Bridge's prompt-completion SFT layout: ``prompt + separator + answer + EOS``, loss on
-the answer tokens and the EOS only. Sequences are padded with EOS (loss 0) so that their runtime
-length (tokens - 1, labels are shifted) is a multiple of ``pad_seq_to_mult``, as Megatron-Bridge's
-offline packer does for THD context parallelism.
+The tokens of a pack must be exactly what Megatron-Bridge would train on, so tokenization is not
+re-implemented: :func:`tokenize_split` calls Megatron-Bridge's own ``tokenize_dataset`` (its
+``GPTSFTDataset`` / ``GPTSFTChatDataset`` with the prompt template, chat template, truncation and
+alignment padding of ``dataset_kwargs``), then turns each example into the label-aligned loss mask
+Megatron-Bridge's ``fill_packing_strategy`` writes. The plugin's parts are the input checks before the
+~40 s Megatron import, the packer and the sealed artifact.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["TokenizedSequences", "load_tokenizer", "tokenizer_identity", "read_jsonl", "tokenize_jsonl",
-           "file_sha256"]
+__all__ = ["TokenizedSequences", "InputError", "file_sha256", "tokenizer_files_sha256", "check_jsonl",
+           "template_fields", "load_megatron_tokenizer", "tokenize_split"]
+
+
+class InputError(ValueError):
+    """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback."""
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Content hash of a file (what the artifact fingerprint records for inputs and tokenizers)."""
+    """Content hash of a file (inputs, tokenizer files, packed splits)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -29,62 +36,127 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _tokenizer_json(path: str | Path) -> Path:
-    p = Path(path)
-    candidate = p / "tokenizer.json" if p.is_dir() else p
-    if not candidate.is_file():
-        raise ValueError(f"tokenizer {path}: no tokenizer.json there; pass a Hugging Face tokenizer directory or "
-                         f"its tokenizer.json")
-    return candidate
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "tokenizer.model", "added_tokens.json", "chat_template.jinja")
 
 
-def tokenizer_identity(path: str | Path) -> str:
-    """sha256 of the tokenizer's ``tokenizer.json``: two tokenizers with one identity tokenize alike."""
-    return file_sha256(_tokenizer_json(path))
+def tokenizer_files_sha256(directory: str | Path) -> str:
+    """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise InputError(f"tokenizer {directory}: not a directory; pass a Hugging Face tokenizer directory "
+                         f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json)")
+    digest = hashlib.sha256()
+    found = [name for name in TOKENIZER_FILES if (root / name).is_file()]
+    if not found:
+        raise InputError(f"tokenizer {directory}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+                         f"pass a Hugging Face tokenizer directory with --tokenizer")
+    for name in found:
+        digest.update(name.encode() + b"\0" + file_sha256(root / name).encode() + b"\0")
+    return digest.hexdigest()
 
 
-def load_tokenizer(path: str | Path, eos_token: str | None = None) -> tuple[object, int]:
-    """A ``tokenizers.Tokenizer`` and its EOS id (from ``eos_token`` or ``tokenizer_config.json``)."""
-    from tokenizers import Tokenizer
-
-    tok_json = _tokenizer_json(path)
-    tokenizer = Tokenizer.from_file(str(tok_json))
-    if eos_token is None:
-        config = tok_json.parent / "tokenizer_config.json"
-        if config.is_file():
-            value = json.loads(config.read_text()).get("eos_token")
-            eos_token = value.get("content") if isinstance(value, dict) else value
-    if eos_token is None:
-        raise ValueError(f"tokenizer {path}: no eos_token in tokenizer_config.json; pass --eos-token")
-    eos_id = tokenizer.token_to_id(eos_token)
-    if eos_id is None:
-        raise ValueError(f"tokenizer {path}: eos_token {eos_token!r} is not in its vocabulary")
-    return tokenizer, int(eos_id)
+_FIELD = re.compile(r"{(\w+)}")
 
 
-def read_jsonl(path: str | Path, prompt_key: str, answer_key: str) -> Iterator[tuple[str, str]]:
-    """(prompt, answer) per line; a bad line raises ValueError with its line number."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+def template_fields(dataset_kwargs: dict[str, Any]) -> list[str]:
+    """The JSONL fields Megatron-Bridge's prompt template reads (``{input} {output}`` by default)."""
+    return _FIELD.findall(str(dataset_kwargs.get("prompt_template", "{input} {output}")))
+
+
+def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}:{number}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or prompt_key not in record or answer_key not in record:
-                raise ValueError(f"{path}:{number}: needs string fields {prompt_key!r} and {answer_key!r}")
-            yield str(record[prompt_key]), str(record[answer_key])
+                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            yield number, record
+
+
+def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> None:
+    if not isinstance(value, str):
+        raise InputError(f"{path}:{number}: field {name!r} must be a string, got {type(value).__name__} "
+                         f"{json.dumps(value)[:60]}; fix the data, or point {flag} at the right field")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{path}:{number}: field {name!r} holds a lone surrogate (invalid Unicode); "
+                         f"fix the data") from None
+
+
+def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
+    """Validate every record before tokenizing; returns the record count. Prompt/answer records need string
+    template fields; chat records (``chat: true``) need a ``messages`` list of {role, content} strings."""
+    path = Path(path)
+    chat = bool(dataset_kwargs.get("chat", False))
+    fields = template_fields(dataset_kwargs)
+    count = 0
+    for number, record in _iter_records(path):
+        if not isinstance(record, dict):
+            raise InputError(f"{path}:{number}: each line must be a JSON object, got {type(record).__name__}")
+        if chat:
+            messages = record.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise InputError(f"{path}:{number}: field 'messages' must be a non-empty list of "
+                                 f"{{role, content}} objects (chat format)")
+            for i, message in enumerate(messages):
+                if not isinstance(message, dict) or "role" not in message or "content" not in message:
+                    raise InputError(f"{path}:{number}: messages[{i}] must be an object with 'role' and 'content'")
+                _check_text(path, number, f"messages[{i}].content", message["content"], "the data")
+                _check_text(path, number, f"messages[{i}].role", message["role"], "the data")
+        else:
+            for name in fields:
+                if name not in record:
+                    raise InputError(f"{path}:{number}: missing field {name!r} (the prompt template "
+                                     f"{dataset_kwargs.get('prompt_template', '{input} {output}')!r} reads it); "
+                                     f"pass --prompt-key/--answer-key to name your fields")
+                _check_text(path, number, name, record[name], "--prompt-key/--answer-key")
+        count += 1
+    if count == 0:
+        raise InputError(f"{path}: no records; pass a JSONL file with one example per line")
+    return count
+
+
+def load_megatron_tokenizer(directory: str | Path) -> Any:
+    """The tokenizer Megatron-Bridge's builders use (``HuggingFaceTokenizer`` over ``directory``)."""
+    import warnings
+
+    from megatron.bridge.training.tokenizers.config import TokenizerConfig
+    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    tokenizer_files_sha256(directory)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
+                                                   tokenizer_model=str(directory)))
+    except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
+        raise InputError(f"tokenizer {directory}: Megatron-Bridge cannot load it ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}); pass a working Hugging Face tokenizer directory with --tokenizer") from None
 
 
 @dataclass
 class TokenizedSequences:
-    """Concatenated tokens of all sequences with offsets; ``lengths`` are runtime lengths (tokens - 1)."""
+    """Concatenated tokens of all sequences with offsets, and the label-aligned loss mask as stored.
 
-    tokens: np.ndarray  # int32, all sequences back to back (after alignment padding)
-    loss_mask: np.ndarray  # int8, same length: 1 where the token is a trained label target
+    ``loss_mask[j]`` says whether position j's prediction (of token j+1) trains, exactly as
+    Megatron-Bridge's ``fill_packing_strategy`` writes it; ``lengths`` are runtime lengths (tokens - 1).
+    """
+
+    tokens: np.ndarray  # int64
+    loss_mask: np.ndarray  # int8
     offsets: np.ndarray  # int64, len n+1
-    original_tokens: np.ndarray  # int64, tokens per sequence before alignment padding
 
     @property
     def count(self) -> int:
@@ -92,44 +164,45 @@ class TokenizedSequences:
 
     @property
     def lengths(self) -> np.ndarray:
-        """Runtime length of each sequence: stored tokens minus one (labels are shifted)."""
         return np.diff(self.offsets) - 1
 
 
-def tokenize_jsonl(path: str | Path, tokenizer: object, eos_id: int, *, prompt_key: str = "input",
-                   answer_key: str = "output", separator: str = " ", pad_seq_to_mult: int = 1,
-                   batch_size: int = 4096, progress: bool = False) -> TokenizedSequences:
-    """Tokenize every record; pad each to ``pad_seq_to_mult`` (runtime length) with EOS at loss 0."""
-    if not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-        raise ValueError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}")
-    pairs = list(read_jsonl(path, prompt_key, answer_key))
-    if not pairs:
-        raise ValueError(f"{path}: no records")
-    iterator = range(0, len(pairs), batch_size)
-    if progress:
-        from tqdm import tqdm
+def _as_list(values: Any) -> list[Any]:
+    """Megatron-Bridge's chat path returns tensors, its prompt path lists."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
-        iterator = tqdm(iterator, desc="tokenize", unit="batch")
-    token_chunks: list[np.ndarray] = []
-    mask_chunks: list[np.ndarray] = []
-    lengths: list[int] = []
-    originals: list[int] = []
-    for start in iterator:
-        batch = pairs[start:start + batch_size]
-        prompts = tokenizer.encode_batch([p + separator for p, _ in batch], add_special_tokens=False)
-        answers = tokenizer.encode_batch([a for _, a in batch], add_special_tokens=False)
-        for p_enc, a_enc in zip(prompts, answers):
-            ids = p_enc.ids + a_enc.ids + [eos_id]
-            mask = [0] * len(p_enc.ids) + [1] * (len(a_enc.ids) + 1)
-            originals.append(len(ids))
-            runtime = len(ids) - 1
-            pad = (-runtime) % pad_seq_to_mult
-            ids += [eos_id] * pad
-            mask += [0] * pad
-            token_chunks.append(np.asarray(ids, dtype=np.int32))
-            mask_chunks.append(np.asarray(mask, dtype=np.int8))
-            lengths.append(len(ids))
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return TokenizedSequences(np.concatenate(token_chunks), np.concatenate(mask_chunks), offsets,
-                              np.asarray(originals, dtype=np.int64))
+
+def _stored_mask(item: dict[str, Any]) -> list[int]:
+    """Megatron-Bridge's ``fill_packing_strategy``: a ``loss_mask`` rolled left by one, else every position
+    from ``answer_start_idx - 1`` on."""
+    if "loss_mask" in item:
+        mask = [int(bool(x)) for x in _as_list(item["loss_mask"])]
+        return mask[1:] + [0]
+    start = int(item["answer_start_idx"]) - 1
+    return [int(i >= start) for i in range(len(item["input_ids"]))]
+
+
+def tokenize_split(path: str | Path, tokenizer: Any, *, max_seq_length: int, pad_seq_to_mult: int,
+                   dataset_kwargs: dict[str, Any], seed: int, workers: int = 1) -> TokenizedSequences:
+    """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes)."""
+    import contextlib
+    import io
+    import logging
+    import tempfile
+
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.data.packing.offline import tokenize_dataset
+
+    with tempfile.TemporaryDirectory(prefix="mbridge_seqpack_index_") as index_dir:
+        kwargs = {**dataset_kwargs, "index_mapping_dir": index_dir}  # never write index files next to the input
+        logging.getLogger("megatron.bridge").setLevel(logging.WARNING)
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            items = tokenize_dataset(Path(path), tokenizer, max_seq_length, seed, kwargs,
+                                     pad_seq_to_mult=pad_seq_to_mult, num_tokenizer_workers=workers,
+                                     dataset_builder=build_gpt_sft_split)
+    ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
+    masks = [np.asarray(_stored_mask(item), dtype=np.int8) for item in items]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in ids], out=offsets[1:])
+    return TokenizedSequences(np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                              np.concatenate(masks) if masks else np.zeros(0, np.int8), offsets)

@@ -1,107 +1,138 @@
-"""Stale-pack rule: explicit packed paths must carry a fingerprint that agrees with the config."""
+"""Stale, mixed or broken packs: explicit packed paths must resolve, as Megatron-Bridge resolves them, to one
+sealed, complete pack that agrees with the config."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
 SPECS = "dataset.offline_packing_specs"
+PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
 
 def _tokenizer_sha(cfg: Any) -> str | None:
-    """sha256 of the configured tokenizer's tokenizer.json, when it is a local file or directory."""
-    from mbridge_seqpack.packing.sequences import tokenizer_identity
+    """Hash of the configured tokenizer's files, when it is a local Hugging Face directory."""
+    from mbridge_seqpack.packing.sequences import InputError, tokenizer_files_sha256
 
     model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
-    if model is None:
-        return None
-    path = Path(str(model))
-    if not (path / "tokenizer.json").is_file() and not (path.is_file() and path.name.endswith(".json")):
+    if model is None or not Path(str(model)).is_dir():
         return None  # a hub id or a non-HF tokenizer: nothing local to compare
-    return tokenizer_identity(path)
+    try:
+        return tokenizer_files_sha256(model)
+    except InputError:
+        return None
 
 
-def _compare(ctx: RuleContext, field_path: str, artifact: str, info: dict[str, Any]) -> list[Violation]:
-    found = []
-    fp = info.get("fingerprint", {})
+def _resolve(spec: str) -> tuple[list[Path], str | None]:
+    """The files Megatron-Bridge's packed dataset reads for ``spec`` (file, directory or glob)."""
+    from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
+
+    if not is_packed_parquet_spec(spec):
+        return [], None if Path(spec).exists() else "does not exist"
+    try:
+        return [Path(p) for p in resolve_packed_parquet_paths(spec)], None
+    except ValueError as exc:
+        return [], str(exc)
+
+
+def _violation(field: str, spec: str, why: str, fix: str, **extra: Any) -> Violation:
+    return Violation("artifact.fingerprint_mismatch", {field: spec, **extra}, why, fix=fix)
+
+
+def _repack_fix(ctx: RuleContext, field: str) -> str:
     specs = ctx.specs
-    checks = [
-        ("pack_size", fp.get("pack_size"), f"{SPECS}.packed_sequence_size", specs.packed_sequence_size),
-        ("pad_seq_to_mult", fp.get("pad_seq_to_mult"), f"{SPECS}.pad_seq_to_mult", specs.pad_seq_to_mult or 1),
-    ]
-    for key, packed, cfg_path, configured in checks:
-        if packed != configured:
-            found.append(Violation(
-                "artifact.fingerprint_mismatch",
-                {field_path: artifact, f"artifact {key}": packed, cfg_path: configured},
-                f"the pack at {artifact} was built with {key}={packed}, the config asks for {configured}; "
-                "reusing it would train on rows of the wrong shape or alignment",
-                fix=f"re-pack: mbridge-seqpack pack INPUT.jsonl --pack-size {specs.packed_sequence_size} "
-                f"--pad-seq-to-mult {specs.pad_seq_to_mult or 1} --tokenizer TOKENIZER (or point {field_path} at "
-                f"a matching pack)",
-            ))
+    return (f"re-run `mbridge-seqpack pack --pack-size {specs.packed_sequence_size} --pad-seq-to-mult "
+            f"{specs.pad_seq_to_mult or 1} --tokenizer TOKENIZER --output DIR` (or `pack --recipe ...`) and set "
+            f"{field}=DIR/<split>_{specs.packed_sequence_size}.idx.parquet")
+
+
+def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: list[Path]) -> list[Violation]:
+    from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
+    from mbridge_seqpack.packing.inspect_artifact import seal_problems, find_metadata
+
+    fix = _repack_fix(ctx, field)
+    found: list[Violation] = []
+    infos = []
+    for path in files:
+        try:
+            info = read_parquet_fingerprint(path)
+        except ArtifactError as exc:
+            return [_violation(field, spec, str(exc), fix)]
+        if info is None:
+            continue  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare
+        meta, entries, problem = find_metadata(path.parent)
+        problems = [problem] if problem else seal_problems(
+            path, info, {e.get("split"): e for e in entries or []}.get(info.get("split")), meta)
+        if problems:
+            found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
+            continue
+        infos.append((path, info))
+    splits = {str(i.get("split")) for _, i in infos}
+    if splits - {split}:
+        found.append(_violation(field, spec, f"resolves to {len(files)} file(s) holding split(s) {sorted(splits)}; "
+                                f"Megatron-Bridge would read all of them as {split} data", fix))
+    prints = {repr(sorted((k, v) for k, v in i["fingerprint"].items() if k != "input_sha256")) for _, i in infos}
+    if len(prints) > 1:
+        found.append(_violation(field, spec, f"resolves to files of {len(prints)} different pack runs (mixed pack "
+                                f"sizes or settings)", fix))
+    if found or not infos:
+        return found
+    fp = infos[0][1]["fingerprint"]
+    specs = ctx.specs
+    for key, cfg_path, configured in (
+            ("pack_size", f"{SPECS}.packed_sequence_size", specs.packed_sequence_size),
+            ("pad_seq_to_mult", f"{SPECS}.pad_seq_to_mult", specs.pad_seq_to_mult or 1)):
+        if fp.get(key) != configured:
+            found.append(_violation(field, spec, f"the pack was built with {key}={fp.get(key)}, the config asks for "
+                                    f"{configured}; it would train on rows of the wrong shape or alignment", fix,
+                                    **{f"artifact {key}": fp.get(key), cfg_path: configured}))
     tok_sha = _tokenizer_sha(ctx.cfg)
-    if tok_sha is not None and fp.get("tokenizer_sha256") not in (None, tok_sha):
-        found.append(Violation(
-            "artifact.fingerprint_mismatch",
-            {field_path: artifact, "artifact tokenizer_sha256": fp.get("tokenizer_sha256"),
-             "tokenizer.tokenizer_model sha256": tok_sha},
-            f"the pack at {artifact} was tokenized with a different tokenizer ({fp.get('tokenizer')}) than "
-            f"tokenizer.tokenizer_model",
-            fix=f"re-pack with --tokenizer {ctx.cfg.tokenizer.tokenizer_model}",
-        ))
+    if tok_sha is not None and fp.get("tokenizer_sha256") != tok_sha:
+        found.append(_violation(field, spec, f"the pack was tokenized with another tokenizer ({fp.get('tokenizer')}) "
+                                f"than tokenizer.tokenizer_model", f"re-pack with --tokenizer "
+                                f"{ctx.cfg.tokenizer.tokenizer_model}"))
+    meta = specs.packed_metadata_path
+    if meta is not None and Path(str(meta)).is_file():
+        _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
+        if Path(str(meta)).name.endswith("_metadata.jsonl") and fp not in [e.get("fingerprint") for e in entries or []]:
+            found.append(_violation(field, spec, "packed_metadata_path was written by a different pack run than the "
+                                    "packed data; static cu_seqlens would be sized for other rows",
+                                    f"set {SPECS}.packed_metadata_path={infos[0][0].parent / Path(str(meta)).name}",
+                                    **{f"{SPECS}.packed_metadata_path": str(meta)}))
     return found
 
 
 @rule(
     "artifact.fingerprint_mismatch",
-    "Explicit packed paths must match the config (pack size, alignment, tokenizer).",
+    "Explicit packed paths resolve to one sealed, complete pack matching pack size, alignment and tokenizer.",
     severity=ERROR,
     evidence=(
-        "data/packing/parquet.py GPTSFTPackedParquetDataset reads whatever rows the path holds; nothing in "
-        "Megatron-Bridge compares them with the config, so a pack built for another size, alignment or "
-        "tokenizer trains silently wrong (misaligned THD splits, wrong token ids)."
+        "data/packing/paths.py resolve_packed_parquet_paths reads every Parquet file of a directory or glob and "
+        "data/packing/parquet.py GPTSFTPackedParquetDataset trains on all their rows; nothing in Megatron-Bridge "
+        "compares them with the config or with each other, so a directory holding the validation split, a pack "
+        "of another size, alignment or tokenizer, or a corrupted file trains silently wrong."
     ),
 )
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-
     specs = ctx.specs
     if specs is None:
         return None
-    paths = [(f"{SPECS}.{name}", getattr(specs, name)) for name in ("packed_train_data_path", "packed_val_data_path")
-             if getattr(specs, name) is not None and Path(str(getattr(specs, name))).is_file()]
-    if not paths:
-        return None
     found: list[Violation] = []
-    for field_path, value in paths:
-        try:
-            info = read_parquet_fingerprint(value)
-        except ArtifactError as exc:
-            found.append(Violation("artifact.fingerprint_mismatch", {field_path: str(value)}, str(exc),
-                                   fix=f"re-run mbridge-seqpack pack and point {field_path} at its output"))
+    checked = False
+    for name, split in PATH_FIELDS.items():
+        value = getattr(specs, name)
+        if value is None:
             continue
-        if info is None:
-            continue  # not written by this plugin: nothing to compare
-        found += _compare(ctx, field_path, str(value), info)
-        meta = specs.packed_metadata_path
-        if meta is not None and Path(str(meta)).is_file():
-            try:
-                entries = json.loads(Path(str(meta)).read_text())
-                fps = [e.get("fingerprint") for e in entries if isinstance(e, dict)]
-            except (OSError, json.JSONDecodeError, AttributeError):
-                fps = []
-            if info.get("fingerprint") not in fps:
-                found.append(Violation(
-                    "artifact.fingerprint_mismatch",
-                    {field_path: str(value), f"{SPECS}.packed_metadata_path": str(meta)},
-                    "the metadata file was written by a different pack run than the packed data; static "
-                    "cu_seqlens would be sized for other rows",
-                    fix=f"point {SPECS}.packed_metadata_path at the metadata written next to {value}",
-                ))
-    return found
+        field, spec = f"{SPECS}.{name}", str(value)
+        files, problem = _resolve(spec)
+        if problem:
+            found.append(_violation(field, spec, f"Megatron-Bridge finds no packed data there ({problem})",
+                                    _repack_fix(ctx, field)))
+            continue
+        checked = checked or bool(files)
+        found += _check_files(ctx, field, spec, split, files)
+    return found if (checked or found) else None

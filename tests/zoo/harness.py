@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-__all__ = ["discover", "world_size_of", "offline", "judge", "Verdict", "cp2_variant", "packed_variant", "run_zoo"]
+__all__ = ["restored_environ", "discover", "world_size_of", "offline", "judge", "Verdict", "cp2_variant", "packed_variant", "run_zoo"]
 
 _GPUS = re.compile(r"_(\d+)gpu")
 
@@ -140,6 +140,18 @@ def _gpu_properties(recipe: str) -> Any:
 
 
 @contextlib.contextmanager
+def restored_environ() -> Iterator[None]:
+    """``runtime_config_update`` exports each recipe's ``env_vars`` (NCCL, NVTE, PYTORCH_CUDA_ALLOC_CONF ...) into
+    ``os.environ``; put the environment back so one recipe's settings never leak into the next or a subprocess."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
 def _on_gpu(recipe: str) -> Iterator[None]:
     import torch
 
@@ -159,9 +171,8 @@ def _mb_verdict(recipe: str, cfg: Any, world_size: int) -> str:
     from mbridge_seqpack.hook import suspended
 
     work = copy.deepcopy(cfg)
-    old = os.environ.get("WORLD_SIZE")
-    os.environ["WORLD_SIZE"] = str(world_size)
     try:
+        os.environ["WORLD_SIZE"] = str(world_size)  # restored_environ() (in judge) puts it back
         with suspended(), _on_gpu(recipe), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             runtime_config_update(work)
@@ -180,11 +191,6 @@ def _mb_verdict(recipe: str, cfg: Any, world_size: int) -> str:
                                               getattr(train, "decrease_batch_size_if_needed", False), 0)
     except Exception as exc:  # noqa: BLE001  (Megatron's own verdict, whatever it raises)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    finally:
-        if old is None:
-            os.environ.pop("WORLD_SIZE", None)
-        else:
-            os.environ["WORLD_SIZE"] = old
     return ""
 
 
@@ -211,7 +217,8 @@ def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any],
     if getattr(cfg, "peft", None) is not None and cfg.checkpoint.pretrained_checkpoint is None:
         cfg.checkpoint.pretrained_checkpoint = _base_checkpoint()  # every PEFT user points at a base model
     verdict = Verdict(name, world_size, built=True)
-    verdict.mb_error = _mb_verdict(name, cfg, world_size)
+    with restored_environ():
+        verdict.mb_error = _mb_verdict(name, cfg, world_size)
     verdict.mb_accepts = not verdict.mb_error
     with _on_gpu(name):
         results = evaluate(RuleContext.build(copy.deepcopy(cfg), world_size))
