@@ -68,7 +68,7 @@ def main() -> None:
     mask = np.ones(tokens.size, dtype=np.int8)
     print(f"\n2) packing + row building, {n:,} sequences, lengths lognormal(5, 1) clipped to [8, {fill_cap}], "
           f"capacity {fill_cap}")
-    seqs = TokenizedSequences(tokens, mask, offsets, lengths + 1)
+    seqs = TokenizedSequences(tokens, mask, offsets)
 
     def ours_end_to_end():
         bins = pack_lengths(seqs.lengths, fill_cap, seed=0)
