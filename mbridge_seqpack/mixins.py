@@ -283,9 +283,9 @@ def derive(cfg: Any) -> Any:
         _align_variable_rows(ctx)
 
     if ctx.in_batch_packing and ctx.training_cuda_graphs and getattr(cfg.dataset, STATIC_THD_ATTR, None) is None:
-        # graphs over in-batch packing need the static path; size it for the worst case of one row
-        # one row holds at most micro_batch_size sequences plus a tail padding segment, and the leading 0
-        setattr(cfg.dataset, STATIC_THD_ATTR, StaticTHDSpec(capacity=cfg.train.micro_batch_size + 2))
+        # graphs over in-batch packing need the static path: a row holds exactly micro_batch_size sequences
+        # (boundaries: the leading 0 and one end each); the tail padding joins the last physical segment
+        setattr(cfg.dataset, STATIC_THD_ATTR, StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1))
         _set_fixed_width(ctx)
 
     if topo.cp > 1 and ctx.is_finetuning:

@@ -42,11 +42,18 @@ class StaticShapeOverflowError(ValueError):
 
 @dataclass(frozen=True)
 class StaticTHDLayout:
-    """Fixed shapes for a run: ``capacity`` cu_seqlens entries, ``max_seqlen``, optional row ``width``."""
+    """Fixed shapes for a run: ``capacity`` cu_seqlens entries, ``max_seqlen``, optional row ``width``.
+
+    ``merge_tail``: the padding up to ``width`` joins the last sequence's *physical* segment
+    (``cu_seqlens_padded``) instead of forming a segment of its own, so no logical segment is ever empty.
+    That is what Megatron-Bridge's VLM position-id preparation (``unpack_mcore_thd_tensor_for_position_ids``,
+    used by Qwen2.5-VL and GLM-4.5V) requires; in-batch rows always hold exactly micro-batch-size sequences.
+    """
 
     capacity: int
     max_seqlen: int
     width: int | None = None
+    merge_tail: bool = False
 
     def __post_init__(self) -> None:
         from mbridge_seqpack.thd_config import check_static_shape
@@ -75,8 +82,12 @@ class StaticTHDLayout:
 
     @classmethod
     def for_in_batch(cls, micro_batch_size: int, seq_length: int) -> "StaticTHDLayout":
-        """In-batch packing: at most ``micro_batch_size`` sequences of <= ``seq_length`` tokens per row."""
-        return cls(capacity=micro_batch_size + 2, max_seqlen=seq_length, width=micro_batch_size * seq_length)
+        """In-batch packing: ``micro_batch_size`` sequences of <= ``seq_length`` tokens in a row of
+        ``micro_batch_size * seq_length``. Boundaries: the leading 0 and one end per sequence; the tail padding
+        joins the last physical segment, which can then span up to the whole row, so ``max_seqlen`` is the width
+        (TE sizes its work from the padded segment lengths)."""
+        width = micro_batch_size * seq_length
+        return cls(capacity=micro_batch_size + 1, max_seqlen=width, width=width, merge_tail=True)
 
 
 def validate_cu_seqlens(cu: torch.Tensor, *, name: str = "cu_seqlens", row_width: int | None = None) -> None:
@@ -193,14 +204,42 @@ def _pad_row_width(batch: dict[str, Any], width: int) -> None:
         batch["total_tokens"] = width
 
 
+def _merged_tail_boundaries(cu: torch.Tensor, padded: torch.Tensor | None, layout: StaticTHDLayout
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logical, physical) boundaries of one in-batch row with the row-tail padding inside the last physical
+    segment: logical ends stay where the sequences end, the last physical end moves to the width."""
+    cu = cu.reshape(-1) if cu.dim() == 2 else cu
+    validate_cu_seqlens(cu, name="cu_seqlens", row_width=layout.width)
+    physical = cu if padded is None else (padded.reshape(-1) if padded.dim() == 2 else padded)
+    validate_cu_seqlens(physical, name="cu_seqlens_padded", row_width=layout.width)
+    if physical.shape != cu.shape:
+        raise ValueError(f"cu_seqlens_padded has {physical.numel()} entries and cu_seqlens {cu.numel()}; they "
+                         f"describe the same segments and must match")
+    if cu.shape[-1] != layout.capacity:
+        raise StaticShapeOverflowError(
+            f"an in-batch row has {cu.shape[-1] - 1} sequences, the static layout expects exactly "
+            f"{layout.capacity - 1} (the micro batch size); a partial micro batch cannot be replayed by the graph "
+            f"(drop it: the dataloader's drop_last)")
+    end = torch.full_like(physical[-1:], layout.width)
+    return cu.to(torch.int32), torch.cat([physical[:-1], end]).to(torch.int32)
+
+
 def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str, Any]:
     """One collated THD batch with static shapes: fixed width (if the layout has one), ``capacity``-entry
-    boundaries, constant ``max_seqlen``. Batches without ``cu_seqlens_q`` pass through unchanged."""
+    boundaries, constant ``max_seqlen``. Batches without ``cu_seqlens_q`` pass through unchanged; a batch
+    Megatron-Bridge's ``pad_cu_seqlens`` collate already made static is returned as it is."""
     if not isinstance(batch, dict) or "cu_seqlens_q" not in batch:
         return batch
     out = dict(batch)
     if layout.width is not None:
         _pad_row_width(out, layout.width)
+    if layout.merge_tail:
+        logical, physical = _merged_tail_boundaries(out["cu_seqlens_q"], out.get("cu_seqlens_q_padded"), layout)
+        two_d = out["cu_seqlens_q"].dim() == 2
+        out["cu_seqlens_q"] = out["cu_seqlens_kv"] = logical[None] if two_d else logical
+        out["cu_seqlens_q_padded"] = out["cu_seqlens_kv_padded"] = physical[None] if two_d else physical
+        _set_max_seqlen(out, layout.max_seqlen)
+        return out
     cu = out["cu_seqlens_q"]
     padded = out.get("cu_seqlens_q_padded")
     rows_2d = cu.dim() == 2
@@ -216,11 +255,15 @@ def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str
     out["cu_seqlens_q"] = out["cu_seqlens_kv"] = stack(new_cu)
     if padded is not None:
         out["cu_seqlens_q_padded"] = out["cu_seqlens_kv_padded"] = stack(new_padded)
+    _set_max_seqlen(out, layout.max_seqlen)
+    return out
+
+
+def _set_max_seqlen(out: dict[str, Any], max_seqlen: int) -> None:
     for key in ("max_seqlen_q", "max_seqlen_kv"):
         old = out.get(key)
-        out[key] = (torch.full_like(old, layout.max_seqlen) if isinstance(old, torch.Tensor)
-                    else torch.tensor(layout.max_seqlen, dtype=torch.int32))
-    return out
+        out[key] = (torch.full_like(old, max_seqlen) if isinstance(old, torch.Tensor)
+                    else torch.tensor(max_seqlen, dtype=torch.int32))
 
 
 class StaticTHDBatches:
@@ -245,15 +288,31 @@ def _wrap(data_iterator: Any, layout: StaticTHDLayout) -> Any:
     return StaticTHDBatches(data_iterator, layout)
 
 
+def _takes_state(forward_step: Callable[..., Any]) -> bool:
+    """Whether Megatron-Bridge will inject its GlobalState as the first argument (its own signature test)."""
+    from megatron.bridge.training.utils.train_utils import needs_global_state_injection
+
+    return bool(needs_global_state_injection(forward_step))
+
+
 def static_thd_forward_step(forward_step: Callable[..., Any], layout: StaticTHDLayout) -> Callable[..., Any]:
     """A forward step (e.g. Megatron-Bridge's ``gpt_step.forward_step`` or ``vlm_step.forward_step``) whose
-    batches carry static THD shapes. Pass the result to ``finetune()``/``pretrain()`` instead."""
+    batches carry static THD shapes. Pass the result to ``finetune()``/``pretrain()`` instead.
 
-    def forward_step_with_static_thd(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-        return forward_step(state, _wrap(data_iterator, layout), model, *args, **kwargs)
+    The wrapper keeps the wrapped step's calling convention: Megatron-Bridge's ``prepare_forward_step_func``
+    inspects the signature (``__wrapped__``) and injects its state only into steps that take one.
+    """
+    import functools
 
-    forward_step_with_static_thd.__wrapped__ = forward_step  # type: ignore[attr-defined]
-    forward_step_with_static_thd.__name__ = getattr(forward_step, "__name__", "forward_step")
+    if _takes_state(forward_step):
+        def forward_step_with_static_thd(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return forward_step(state, _wrap(data_iterator, layout), model, *args, **kwargs)
+    else:
+        def forward_step_with_static_thd(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return forward_step(_wrap(data_iterator, layout), model, *args, **kwargs)
+
+    functools.update_wrapper(forward_step_with_static_thd, forward_step)
+    forward_step_with_static_thd.static_thd_layout = layout  # type: ignore[attr-defined]
     return forward_step_with_static_thd
 
 
@@ -261,8 +320,9 @@ def layout_from_config(cfg: Any) -> StaticTHDLayout:
     """The static layout a ConfigContainer asks for.
 
     Offline packing with ``pad_cu_seqlens``: from the pack metadata (``packed_metadata_path``) and the
-    pack size. In-batch packing with the static path (``StaticTHD`` mixin): ``micro_batch_size + 2``
-    entries (or the mixin's capacity), width ``micro_batch_size * seq_length``.
+    pack size; Megatron-Bridge's own collate already pads to it, the wrapper only checks. In-batch packing
+    with the static path (``StaticTHD`` mixin): ``micro_batch_size + 1`` entries, width and ``max_seqlen``
+    ``micro_batch_size * seq_length``, the tail inside the last physical segment.
     """
     from mbridge_seqpack.thd_config import static_thd_spec
 
@@ -275,9 +335,7 @@ def layout_from_config(cfg: Any) -> StaticTHDLayout:
         return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
     spec = static_thd_spec(cfg)
     if getattr(dataset, "enable_in_batch_packing", False) and spec is not None:
-        base = StaticTHDLayout.for_in_batch(cfg.train.micro_batch_size, dataset.seq_length)
-        return StaticTHDLayout(capacity=max(spec.capacity, base.capacity),
-                               max_seqlen=spec.max_seqlen or base.max_seqlen, width=base.width)
+        return StaticTHDLayout.for_in_batch(cfg.train.micro_batch_size, dataset.seq_length)
     raise ValueError("the config asks for no static THD shapes: enable offline_packing_specs.pad_cu_seqlens, or "
                      "in-batch packing with mbridge_seqpack.apply(cfg, StaticTHD(...)) / PackedCudaGraphs()")
 

@@ -120,7 +120,7 @@ def test_in_batch_with_cuda_graphs_gets_the_static_path(megatron_bridge: Any) ->
     cfg = _fresh(megatron_bridge)
     cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
     apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs())
-    assert static_thd_spec(cfg) == StaticTHDSpec(capacity=6)
+    assert static_thd_spec(cfg) == StaticTHDSpec(capacity=5)
     assert cfg.dataset.pad_to_max_length is True
     assert check(cfg, world_size=4) == []
     cfg2 = _fresh(megatron_bridge)
