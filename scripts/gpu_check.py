@@ -1,28 +1,33 @@
-"""GPU check for static THD packing (one command, a few minutes on one GPU; no TE or Megatron needed).
+"""GPU check for static THD packing: checks that can fail (one command, under 5 minutes; PyTorch only).
 
-A small causal transformer whose attention is PyTorch's ``torch.nn.attention.varlen.varlen_attn`` (the
-same ``cu_seqlens`` / ``max_seqlen`` contract as Transformer Engine's THD attention), fed by
-mbridge_seqpack's static boundaries (``mbridge_seqpack.thd.static_cu_seqlens``):
+Attention is PyTorch's ``torch.nn.attention.varlen.varlen_attn`` on CUDA (the ``cu_seqlens`` / ``max_seqlen``
+contract of Transformer Engine's THD attention) and the CPU reference elsewhere, fed by mbridge_seqpack's
+static boundaries (``mbridge_seqpack.thd.static_cu_seqlens``). Results go to a JSON file; each check is
+"pass", "fail", "skipped" (with the reason) or "measured" (a number, never a verdict):
 
-  (a) packed vs unpacked loss parity on real packed rows;
-  (b) one CUDA-graph capture of forward+backward with static cu_seqlens, replayed over batches with
-      different boundaries and sequence counts: loss equal to eager, no re-capture;
-  (c) real tokens/s, packed rows vs padded batches, on a realistic length mix;
-  (d) graph vs eager step time.
+  (a) per-segment attention outputs AND input gradients of the static packed call equal each sequence run
+      alone, within a tolerance set from the measured noise of the dtype (alone in the run dtype vs float64);
+  (b) mutants of the boundaries (off by one, a dropped boundary, all shifted) each exceed that tolerance:
+      the check can tell right boundaries from wrong ones;
+  (c) one CUDA-graph capture of forward+backward, replayed over rows with different boundaries and sequence
+      counts, equals eager on the outputs and every parameter gradient (CUDA only);
+  (d) throughput, packed rows vs padded batches holding the same real tokens: a ratio and the padding fraction;
+  (e) graph vs eager step time: a ratio (CUDA only).
 
-    PYTHONPATH=. python scripts/gpu_check.py            # on the GPU machine
-    PYTHONPATH=. python scripts/gpu_check.py --dry-run  # CPU: reference attention, tiny sizes, no graphs
-Without CUDA and without --dry-run it prints a skip line and exits 0.
+    PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
+    PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
+Exit 0 when no check failed; without CUDA and without --dry-run it writes every check as skipped and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -31,17 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mbridge_seqpack.reference import varlen_causal_attention  # noqa: E402
 from mbridge_seqpack.thd import static_cu_seqlens  # noqa: E402
 
-
-@dataclass
-class Sizes:
-    vocab: int = 32000
-    dim: int = 512
-    heads: int = 8
-    layers: int = 4
-    row: int = 8192
-    max_len: int = 4096
-    sequences: int = 600
-    capacity: int = 0  # set from the packed rows
+HEADS, DIM = 4, 32
 
 
 def causal_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int) -> torch.Tensor:
@@ -51,96 +46,148 @@ def causal_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.T
 
         params = inspect.signature(varlen_attn).parameters
         causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        return varlen_attn(q, k, v, cu, cu, max_seqlen, max_seqlen, **causal)
+        return varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_seqlen, max_seqlen, **causal)
     return varlen_causal_attention(q, k, v, cu)
 
 
-class Block(torch.nn.Module):
-    def __init__(self, s: Sizes) -> None:
-        super().__init__()
-        self.heads = s.heads
-        self.norm1 = torch.nn.RMSNorm(s.dim)
-        self.qkv = torch.nn.Linear(s.dim, 3 * s.dim, bias=False)
-        self.proj = torch.nn.Linear(s.dim, s.dim, bias=False)
-        self.norm2 = torch.nn.RMSNorm(s.dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(s.dim, 4 * s.dim, bias=False), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * s.dim, s.dim, bias=False))
+def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+    """Each sequence attended on its own (SDPA, causal); positions past the last boundary stay zero."""
+    out = torch.zeros_like(q)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            out[a:b] = torch.nn.functional.scaled_dot_product_attention(
+                q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1), is_causal=True
+            ).transpose(0, 1)
+    return out
 
-    def forward(self, h: torch.Tensor, cu: torch.Tensor, max_seqlen: int) -> torch.Tensor:
-        t = h.shape[0]
-        q, k, v = self.qkv(self.norm1(h)).view(t, 3, self.heads, -1).unbind(1)
-        h = h + self.proj(causal_varlen(q, k, v, cu, max_seqlen).reshape(t, -1))
-        return h + self.mlp(self.norm2(h))
+
+def output_and_grads(fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     upstream: torch.Tensor, real: int) -> tuple[torch.Tensor, ...]:
+    """Outputs on the real tokens and the gradients of <out, upstream> w.r.t. q, k, v."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(q, k, v)[:real]
+    (out * upstream[:real]).sum().backward()
+    return out.detach(), q.grad[:real], k.grad[:real], v.grad[:real]
+
+
+def max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float:
+    return max(float((x.double() - y.double()).abs().max()) for x, y in zip(a, b))
+
+
+def make_row(lengths: list[int], width: int, capacity: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """Static (capacity-entry, width-closed) boundaries of one row, and the real boundaries."""
+    bounds = [0]
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    cu, _ = static_cu_seqlens(torch.tensor(bounds, dtype=torch.int32), capacity=capacity, row_width=width)
+    return cu.to(device), bounds
+
+
+def mutants(bounds: list[int]) -> dict[str, list[int]]:
+    """Wrong boundaries a broken collate could produce."""
+    inner = len(bounds) // 2
+    off_by_one = list(bounds)
+    off_by_one[inner] += 1
+    return {"off_by_one": off_by_one, "dropped_boundary": bounds[:inner] + bounds[inner + 1:],
+            "shifted": [0] + [b + 2 for b in bounds[1:-1]] + [bounds[-1]]}
+
+
+def check_attention(rows: list[list[int]], width: int, capacity: int, dtype: torch.dtype, device: torch.device,
+                    gen: torch.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(a) parity of outputs and gradients, (b) every mutant detected; tolerances from measured noise."""
+    worst, noise, detected = 0.0, 0.0, {name: 0 for name in mutants([0, 1, 2])}
+    for lengths in rows:
+        cu, bounds = make_row(lengths, width, capacity, device)
+        real = bounds[-1]
+        q, k, v, up = (torch.randn(width, HEADS, DIM, generator=gen, dtype=torch.float64).to(device) for _ in range(4))
+        run = [t.to(dtype) for t in (q, k, v)]
+        exact = output_and_grads(lambda a, b, c: alone(a, b, c, bounds), q, k, v, up, real)
+        same_dtype = output_and_grads(lambda a, b, c: alone(a, b, c, bounds), *run, up.to(dtype), real)
+        noise = max(noise, max_diff(exact, same_dtype))
+        packed = output_and_grads(lambda a, b, c: causal_varlen(a, b, c, cu, width), *run, up.to(dtype), real)
+        worst = max(worst, max_diff(exact, packed))
+        for name, wrong in mutants(bounds).items():
+            wrong_cu = static_cu_seqlens(torch.tensor(wrong, dtype=torch.int32), capacity=capacity + 1,
+                                         row_width=width)[0].to(device)
+            bad = output_and_grads(lambda a, b, c: causal_varlen(a, b, c, wrong_cu, width), *run, up.to(dtype), real)
+            detected[name] += max_diff(exact, bad) > tolerance(noise, dtype)
+    tol = tolerance(noise, dtype)
+    parity = {"status": "pass" if worst <= tol else "fail", "max_abs_diff": worst, "tolerance": tol,
+              "dtype_noise": noise, "rows": len(rows)}
+    caught = all(count == len(rows) for count in detected.values())
+    return parity, {"status": "pass" if caught else "fail", "detected": detected, "rows": len(rows)}
+
+
+def tolerance(noise: float, dtype: torch.dtype) -> float:
+    """Four times the measured dtype noise, floored at 1000 ulps of 1.0 (float64 noise can measure as 0)."""
+    return max(4 * noise, 1000 * torch.finfo(dtype).eps if dtype == torch.float64 else 8 * torch.finfo(dtype).eps)
 
 
 class TinyLM(torch.nn.Module):
-    def __init__(self, s: Sizes) -> None:
+    """Embedding, two THD attention blocks with MLPs, a tied head: enough for a graph of fwd+bwd."""
+
+    def __init__(self, vocab: int, dim: int) -> None:
         super().__init__()
-        self.emb = torch.nn.Embedding(s.vocab, s.dim)
-        self.pos = torch.nn.Embedding(s.row, s.dim)
-        self.blocks = torch.nn.ModuleList(Block(s) for _ in range(s.layers))
-        self.head = torch.nn.Linear(s.dim, s.vocab, bias=False)
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.mlp = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                                           torch.nn.Linear(4 * dim, dim)) for _ in range(2))
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
-                cu: torch.Tensor, max_seqlen: int) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.emb(tokens) + self.pos(positions)
-        for block in self.blocks:
-            h = block(h, cu, max_seqlen)
-        losses = torch.nn.functional.cross_entropy(self.head(h).float(), labels, reduction="none")
-        return (losses * mask).sum(), mask.sum()
-
-
-def make_rows(s: Sizes, gen: torch.Generator, device: torch.device) -> tuple[list[dict], list[list[torch.Tensor]]]:
-    """Sequences with lognormal lengths packed (best-fit decreasing) into rows of ``s.row`` tokens."""
-    import numpy as np
-
-    from mbridge_seqpack.packing.packer import pack_lengths
-
-    lengths = np.clip(np.random.default_rng(0).lognormal(6, 1, s.sequences).astype(np.int64), 16, s.max_len)
-    seqs = [torch.randint(0, s.vocab, (int(n) + 1,), generator=gen) for n in lengths]
-    bins = pack_lengths(lengths, s.row, seed=0)
-    rows, members = [], []
-    for b in range(int(bins.max()) + 1):
-        chosen = [seqs[i] for i in np.flatnonzero(bins == b)]
-        members.append(chosen)
-        tokens = torch.cat([c[:-1] for c in chosen])
-        labels = torch.cat([c[1:] for c in chosen])
-        positions = torch.cat([torch.arange(len(c) - 1) for c in chosen])
-        cu = torch.tensor([0, *torch.cumsum(torch.tensor([len(c) - 1 for c in chosen]), 0).tolist()], dtype=torch.int32)
-        pad = s.row - tokens.numel()
-        rows.append({
-            "tokens": torch.cat([tokens, torch.zeros(pad, dtype=torch.int64)]).to(device),
-            "labels": torch.cat([labels, torch.zeros(pad, dtype=torch.int64)]).to(device),
-            "positions": torch.cat([positions, torch.zeros(pad, dtype=torch.int64)]).to(device),
-            "mask": torch.cat([torch.ones(tokens.numel()), torch.zeros(pad)]).to(device),
-            "cu": cu,
-        })
-    s.capacity = max(len(r["cu"]) for r in rows) + 1
-    for r in rows:  # static boundaries built on the host, then one copy to the device
-        r["cu"] = static_cu_seqlens(r["cu"], capacity=s.capacity, row_width=s.row)[0].to(device)
-    return rows, members
+    def forward(self, tokens: torch.Tensor, cu: torch.Tensor, max_seqlen: int) -> torch.Tensor:
+        h = self.embed(tokens)
+        for qkv, mlp in zip(self.qkv, self.mlp):
+            q, k, v = qkv(h).view(h.shape[0], 3, HEADS, -1).unbind(1)
+            h = h + causal_varlen(q, k, v, cu, max_seqlen).reshape(h.shape)
+            h = h + mlp(h)
+        return h @ self.embed.weight.T
 
 
-def check_parity(model: TinyLM, rows: list[dict], members: list[list[torch.Tensor]], s: Sizes,
-                 device: torch.device, dtype: torch.dtype) -> tuple[float, float, float]:
-    """(packed loss, unpacked loss, relative difference) over the first rows."""
-    packed_sum = packed_n = alone_sum = alone_n = 0.0
-    with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        for row, chosen in list(zip(rows, members))[:3]:
-            loss, n = model(row["tokens"], row["positions"], row["labels"], row["mask"], row["cu"], s.row)
-            packed_sum, packed_n = packed_sum + float(loss), packed_n + float(n)
-            for seq in chosen:
-                t = len(seq) - 1
-                cu = torch.tensor([0, t], dtype=torch.int32, device=device)
-                loss, n = model(seq[:-1].to(device), torch.arange(t, device=device), seq[1:].to(device),
-                                torch.ones(t, device=device), cu, t)
-                alone_sum, alone_n = alone_sum + float(loss), alone_n + float(n)
-    a, b = packed_sum / packed_n, alone_sum / alone_n
-    return a, b, abs(a - b) / abs(b)
+def check_graph(rows: list[list[int]], width: int, capacity: int, device: torch.device,
+                gen: torch.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(c) graph replay equals eager on outputs and every parameter gradient; (e) graph vs eager step time."""
+    model = TinyLM(1024, HEADS * DIM).to(device, torch.bfloat16)
+    tokens = torch.zeros(width, dtype=torch.int64, device=device)
+    cu_buf, _ = make_row(rows[0], width, capacity, device)
+    cu_buf = cu_buf.clone()
+
+    def step() -> torch.Tensor:
+        logits = model(tokens, cu_buf, width)
+        loss = logits.float().logsumexp(-1).mean()
+        loss.backward()
+        return loss
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            model.zero_grad(set_to_none=False)
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    model.zero_grad(set_to_none=False)
+    with torch.cuda.graph(graph):
+        graph_loss = step()
+    worst = 0.0
+    for lengths in rows:
+        cu, _ = make_row(lengths, width, capacity, device)
+        tokens.copy_(torch.randint(0, 1024, (width,), generator=gen).to(device))
+        cu_buf.copy_(cu)
+        model.zero_grad(set_to_none=False)
+        graph.replay()
+        replayed = [graph_loss.detach().clone()] + [p.grad.detach().clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=False)
+        eager = [step().detach()] + [p.grad.detach().clone() for p in model.parameters()]
+        worst = max(worst, max(float((a.float() - b.float()).abs().max()) for a, b in zip(replayed, eager)))
+    replay = {"status": "pass" if worst == 0.0 else "fail", "max_abs_diff": worst, "rows": len(rows),
+              "note": "same kernels, same inputs: bitwise equal expected"}
+    t_graph = timed(graph.replay, 20, device)
+    t_eager = timed(lambda: (model.zero_grad(set_to_none=False), step()), 20, device)
+    return replay, {"status": "measured", "graph_ms": t_graph * 1e3, "eager_ms": t_eager * 1e3,
+                    "eager_over_graph": t_eager / t_graph}
 
 
-def timed(fn, repeats: int, device: torch.device) -> float:
+def timed(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -151,121 +198,78 @@ def timed(fn, repeats: int, device: torch.device) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="CPU: reference attention, tiny sizes, no graphs")
-    parser.add_argument("--replays", type=int, default=20)
-    args = parser.parse_args()
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.dry_run:
-        print("gpu_check: no CUDA device: skipped")
-        return 0
-    device = torch.device("cuda" if cuda else "cpu")
-    s = Sizes() if cuda else Sizes(vocab=97, dim=32, heads=2, layers=1, row=256, max_len=96, sequences=24)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    gen = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
-    model = TinyLM(s).to(device)
-    rows, members = make_rows(s, gen, device)
-    results: list[tuple[str, str, bool]] = []
+def check_throughput(lengths: list[int], width: int, max_len: int, dtype: torch.dtype, device: torch.device,
+                     gen: torch.Generator) -> dict[str, Any]:
+    """(d) attention fwd+bwd over the same real tokens: packed rows vs padded batches of max_len."""
+    from mbridge_seqpack.packing.packer import pack_lengths
 
-    # (a) parity
-    packed_loss, alone_loss, rel = check_parity(model, rows, members, s, device, dtype)
-    tol = 2e-2 if cuda else 1e-5
-    results.append(("(a) packed vs unpacked loss", f"{packed_loss:.5f} vs {alone_loss:.5f} (rel {rel:.2e})",
-                    rel < tol))
+    bins = pack_lengths(torch.tensor(lengths).numpy(), width)
+    rows = [[n for n, b in zip(lengths, bins) if b == r] for r in range(int(bins.max()) + 1)]
+    real = sum(lengths)
+    q = torch.randn(width, HEADS, DIM, generator=gen).to(device, dtype).requires_grad_(True)
 
-    # (b) CUDA graph over static cu_seqlens, replayed on rows with different boundaries
-    def eager_step(row: dict) -> torch.Tensor:
-        model.zero_grad(set_to_none=False)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss, n = model(row["tokens"], row["positions"], row["labels"], row["mask"], row["cu"], s.row)
-            loss = loss / n
-        loss.backward()
-        return loss.detach()
+    def packed_epoch() -> None:
+        for row in rows:
+            cu, _ = make_row(row, width, len(row) + 2, device)
+            causal_varlen(q, q, q, cu, width).sum().backward()
 
-    if cuda:
-        static = {k: v.clone() for k, v in rows[0].items()}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                eager_step(static)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_loss = eager_step(static)
-        counts = sorted({int((r["cu"][1:] > r["cu"][:-1]).sum()) for r in rows})
-        worst = 0.0
-        replays = 0
-        for i in range(args.replays):
-            row = rows[i % len(rows)]
-            for key in static:
-                static[key].copy_(row[key])
-            graph.replay()
-            graphed = float(static_loss)
-            expected = float(eager_step(row))
-            worst = max(worst, abs(graphed - expected) / abs(expected))
-            replays += 1
-        results.append(("(b) CUDA graph replay == eager",
-                        f"{replays} replays of 1 capture over rows with {counts[0]}..{counts[-1]} segments, "
-                        f"capacity {s.capacity}, max rel diff {worst:.2e}", worst < 1e-3))
-    else:
-        results.append(("(b) CUDA graph replay == eager", "skipped (no CUDA)", True))
-
-    # (c) tokens/s: packed rows vs padded batches of the same sequences
-    real_tokens = sum(len(c) - 1 for m in members for c in m)
-    packed_t = timed(lambda: [eager_step(r) for r in rows], 1 if not cuda else 3, device)
-    flat = sorted((c for m in members for c in m), key=len, reverse=False)
-    rng = torch.Generator().manual_seed(1)
-    order = torch.randperm(len(flat), generator=rng).tolist()
-    per_batch = max(1, s.row // s.max_len)  # same token slots per step as one packed row
-
-    padded_rows = []  # built before timing, like the packed rows
-    for i in range(0, len(order), per_batch):
-        batch = [flat[j] for j in order[i:i + per_batch]]
-        width = max(len(c) - 1 for c in batch)
-
-        def pad(t: torch.Tensor) -> torch.Tensor:
-            return torch.nn.functional.pad(t, (0, width - t.numel()))
-
-        padded_rows.append((width, {  # B rows of `width`, each its own causal segment
-            "tokens": torch.cat([pad(c[:-1]) for c in batch]).to(device),
-            "labels": torch.cat([pad(c[1:]) for c in batch]).to(device),
-            "mask": torch.cat([pad(torch.ones(len(c) - 1)) for c in batch]).to(device),
-            "positions": torch.arange(width, device=device).repeat(len(batch)),
-            "cu": torch.arange(0, (len(batch) + 1) * width, width, dtype=torch.int32, device=device),
-        }))
+    batch = max(1, width // max_len)
+    padded_q = torch.randn(batch, HEADS, max_len, DIM, generator=gen).to(device, dtype).requires_grad_(True)
 
     def padded_epoch() -> None:
-        for width, row in padded_rows:
-            model.zero_grad(set_to_none=False)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss, n = model(row["tokens"], row["positions"], row["labels"], row["mask"], row["cu"], width)
-            (loss / n).backward()
+        for _ in range(0, len(lengths), batch):
+            torch.nn.functional.scaled_dot_product_attention(padded_q, padded_q, padded_q,
+                                                             is_causal=True).sum().backward()
 
-    padded_t = timed(padded_epoch, 1 if not cuda else 3, device)
-    results.append(("(c) tokens/s packed vs padded",
-                    f"{real_tokens / packed_t:,.0f} vs {real_tokens / padded_t:,.0f} "
-                    f"({padded_t / packed_t:.2f}x)", True))
+    t_packed, t_padded = timed(packed_epoch, 2, device), timed(padded_epoch, 2, device)
+    padded_slots = -(-len(lengths) // batch) * batch * max_len
+    return {"status": "measured", "real_tokens": real, "packed_tokens_per_s": real / t_packed,
+            "padded_tokens_per_s": real / t_padded, "packed_over_padded": t_padded / t_packed,
+            "padding_fraction_padded": 1 - real / padded_slots, "padding_fraction_packed": 1 - real / (len(rows) * width)}
 
-    # (d) graph vs eager step time
-    if cuda:
-        eager_t = timed(lambda: eager_step(rows[0]), 20, device)
-        graph_t = timed(graph.replay, 20, device)
-        results.append(("(d) step time graph vs eager", f"{graph_t * 1e3:.2f} ms vs {eager_t * 1e3:.2f} ms "
-                        f"({eager_t / graph_t:.2f}x)", True))
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU: float64, tiny sizes, no graphs")
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--rows", type=int, default=6)
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available() and not args.dry_run
+    results: dict[str, Any] = {}
+    names = ("a_attention_parity", "b_mutants_detected", "c_graph_replay_equals_eager", "d_throughput_packed_vs_padded",
+             "e_graph_vs_eager_step_time")
+    if not cuda and not args.dry_run:
+        results = {name: {"status": "skipped", "reason": "no CUDA device"} for name in names}
     else:
-        results.append(("(d) step time graph vs eager", "skipped (no CUDA)", True))
-
-    name = torch.cuda.get_device_name() if cuda else "cpu (dry run)"
-    print(f"gpu_check on {name}, torch {torch.__version__}: {len(rows)} packed rows of {s.row}, "
-          f"{sum(len(m) for m in members)} sequences")
-    width = max(len(r[0]) for r in results)
-    for label, detail, ok in results:
-        print(f"  {'PASS' if ok else 'FAIL'}  {label:<{width}}  {detail}")
-    failed = sum(not ok for _, _, ok in results)
-    print(f"summary: {len(results) - failed} of {len(results)} checks passed")
+        device = torch.device("cuda" if cuda else "cpu")
+        dtype = torch.bfloat16 if cuda else torch.float64
+        width, max_len = (8192, 2048) if cuda else (96, 32)
+        gen = torch.Generator().manual_seed(0)
+        rows = [sorted(torch.randint(2, max_len, (int(torch.randint(2, 6, (1,), generator=gen)),),
+                                     generator=gen).tolist()) for _ in range(args.rows)]
+        rows = [r for r in rows if sum(r) <= width] or [[max_len // 2, max_len // 2]]
+        capacity = max(len(r) for r in rows) + 2
+        results["a_attention_parity"], results["b_mutants_detected"] = check_attention(rows, width, capacity, dtype,
+                                                                                       device, gen)
+        if cuda:
+            results["c_graph_replay_equals_eager"], results["e_graph_vs_eager_step_time"] = check_graph(
+                rows, width, capacity, device, gen)
+        else:
+            for name in ("c_graph_replay_equals_eager", "e_graph_vs_eager_step_time"):
+                results[name] = {"status": "skipped", "reason": "CUDA graphs need a CUDA device (dry run)"}
+        lengths = torch.clamp(torch.distributions.LogNormal(5.5 if cuda else 2.5, 0.8).sample((400 if cuda else 40,)),
+                              2, max_len).long().tolist()
+        results["d_throughput_packed_vs_padded"] = check_throughput(lengths, width, max_len, dtype, device, gen)
+    for name in names:
+        r = results[name]
+        detail = {k: v for k, v in r.items() if k != "status"}
+        print(f"  {r['status'].upper():<8} {name}  {json.dumps(detail, default=str)}")
+    failed = [n for n in names if results[n]["status"] == "fail"]
+    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("pass", "fail", "skipped", "measured")}
+    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"device": "cuda" if cuda else "cpu", "results": results}, indent=1))
     return 1 if failed else 0
 
 

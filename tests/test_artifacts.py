@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from mbridge_seqpack import check
 from mbridge_seqpack.packing.artifact import ArtifactError
@@ -151,10 +152,16 @@ def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megat
         packed_sequence_size=4096, pack_metadata_path=artifact / "4096_metadata.jsonl", pad_cu_seqlens=True,
         pad_seq_to_mult=4, dataset_kwargs={"pad_to_max_length": True})
     assert type(dataset).__name__ == "GPTSFTPackedParquetDataset"
+    from mbridge_seqpack.thd import StaticTHDLayout, static_thd_batch
+
+    layout = StaticTHDLayout.from_pack_metadata(artifact / "4096_metadata.jsonl", 4096)
     table = pq.read_table(str(path)).to_pylist()
     capacity = None
     for number, row in enumerate(table):
         batch = dataset.collate_fn([dataset[number]])
+        again = static_thd_batch(batch, layout)  # Megatron-Bridge's pad_cu_seqlens already made it static
+        for key in ("cu_seqlens_q", "cu_seqlens_q_padded", "cu_seqlens_kv", "cu_seqlens_kv_padded", "tokens"):
+            assert torch.equal(again[key], batch[key]), key
         cu_padded = batch["cu_seqlens_q_padded"][0].tolist()
         assert batch["tokens"].shape == (1, 4096)
         capacity = capacity or len(cu_padded)
