@@ -174,7 +174,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mbridge_seqpack import __version__
+
     parser = argparse.ArgumentParser(prog="mbridge-seqpack", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mbridge-seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", help="run the packing/CP rules and Megatron-Bridge's validation on a recipe")

@@ -33,6 +33,7 @@ def test_wheel_contents(wheel: Path) -> None:
                      "mbridge_seqpack/rules/catalog.py"):
         assert required in names, required
     assert not any(name.startswith("tests/") for name in names)
+    assert "mbridge_seqpack_autoload.pth" in names  # the zero-code startup hook lands in site-packages
 
 
 def test_installed_wheel_lists_the_packaged_recipes(wheel: Path, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from mbridge_seqpack.packing.sequences import TokenizedSequences, file_sha256
 
 __all__ = ["Fingerprint", "FINGERPRINT_KEY", "ArtifactError", "build_rows", "write_split", "write_metadata",
-           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "staged_directory",
+           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "staged_directory", "check_output",
            "SPLITS"]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
@@ -84,6 +84,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def check_output(output: Path, *, overwrite: bool) -> Path:
+    """Refuse an --output that is a file, or non-empty without ``overwrite`` (before any slow work starts)."""
+    output = Path(output).absolute()
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"--output {output}: cannot create its parent directory ({exc.strerror})") from None
+    if output.exists() and not output.is_dir():
+        raise ArtifactError(f"--output {output}: is a file, not a directory; choose another --output")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise ArtifactError(f"--output {output}: not empty; choose an empty directory or pass --overwrite "
+                            f"(the old contents are replaced only once the new pack is complete)")
+    return output
+
+
 @contextlib.contextmanager
 def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yield an empty staging directory next to ``output``; on success it replaces ``output`` atomically.
@@ -93,17 +108,8 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
     """
     import fcntl
 
-    output = output.absolute()
+    output = check_output(output, overwrite=overwrite)
     parent = output.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArtifactError(f"--output {output}: cannot create its parent directory ({exc.strerror})") from None
-    if output.exists() and not output.is_dir():
-        raise ArtifactError(f"--output {output}: is a file, not a directory; choose another --output")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise ArtifactError(f"--output {output}: not empty; choose an empty directory or pass --overwrite "
-                            f"(the old contents are replaced only once the new pack is complete)")
     try:
         lock = open(parent / f".{output.name}.lock", "w")
     except OSError as exc:

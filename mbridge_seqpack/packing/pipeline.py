@@ -12,6 +12,7 @@ import numpy as np
 from mbridge_seqpack.packing.artifact import (
     ArtifactError,
     Fingerprint,
+    check_output,
     build_rows,
     metadata_path,
     split_paths,
@@ -111,6 +112,7 @@ def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_d
     for split, source in inputs.items():
         check_jsonl(source, kwargs)
     tok_sha = tokenizer_files_sha256(tokenizer)
+    check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
     mb_tokenizer = load_megatron_tokenizer(tokenizer)
     max_seq_length = options.max_seq_length or options.pack_size
     out = Path(output_dir)

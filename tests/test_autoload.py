@@ -1,0 +1,62 @@
+"""Zero-code activation: with MBRIDGE_SEQPACK_MODE set, the wheel's .pth startup hook installs the rules in a
+training script that never imports the plugin; unset, it costs nothing (the plugin is not even imported)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = Path(__file__).with_name("scripts") / "recipe_runner.py"
+
+
+def _run(site_dir: Path, *overrides: str, mode: str | None, script: Path | None = RUNNER) -> subprocess.CompletedProcess:
+    """A fresh interpreter whose site-packages holds the .pth (site.addsitedir processes it as at start-up)."""
+    run = f"import runpy, sys; sys.argv = ['runner', *sys.argv[1:]]; runpy.run_path({str(script)!r}, run_name='__main__')"
+    code = f"import site; site.addsitedir({str(site_dir)!r}); " + (run if script else
+                                                                    "import sys; print(sorted(m for m in sys.modules if m.startswith('mbridge')))")
+    env = {k: v for k, v in os.environ.items() if k != "MBRIDGE_SEQPACK_MODE"}
+    env.update(WORLD_SIZE="8", PYTHONPATH=str(ROOT))
+    if mode is not None:
+        env["MBRIDGE_SEQPACK_MODE"] = mode
+    return subprocess.run([sys.executable, "-c", code, *overrides], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("site")
+    shutil.copy(ROOT / "mbridge_seqpack_autoload.pth", where)
+    return where
+
+
+@pytest.mark.slow
+def test_variable_set_rejects_a_bad_override_without_any_plugin_import(site_dir: Path) -> None:
+    assert "import mbridge_seqpack" not in RUNNER.read_text() and "from mbridge_seqpack" not in RUNNER.read_text()
+    done = _run(site_dir, "model.context_parallel_size=2", mode="error")
+    assert done.returncode == 1
+    assert "mbridge_seqpack.errors.PackingConfigError: mbridge_seqpack: 2 packing/long-context config violations" \
+        in done.stderr
+    assert "[cp.finetune_per_token_loss]" in done.stderr and "[offline.alignment_multiple]" in done.stderr
+    good = _run(site_dir, "model.context_parallel_size=2", "model.calculate_per_token_loss=true",
+                "dataset.offline_packing_specs.pad_seq_to_mult=4", mode="error")
+    assert good.returncode == 0 and good.stdout.strip().endswith("accepted"), good.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_variable_unset_or_off_changes_nothing(site_dir: Path) -> None:
+    done = _run(site_dir, "model.context_parallel_size=2", "model.calculate_per_token_loss=true", mode=None)
+    assert done.returncode == 0 and done.stdout.strip().endswith("accepted")  # Megatron-Bridge alone accepts it
+    assert _run(site_dir, mode=None, script=None).stdout.strip() == "[]"  # not even imported
+    assert _run(site_dir, mode="off", script=None).stdout.strip() == "[]"
+
+
+def test_a_bad_value_warns_and_never_breaks_startup(site_dir: Path) -> None:
+    done = _run(site_dir, mode="loud", script=None)
+    assert done.returncode == 0
+    assert "MBRIDGE_SEQPACK_MODE must be error, warn or off; got 'loud' - not activated" in done.stderr
