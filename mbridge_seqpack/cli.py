@@ -31,17 +31,16 @@ def quiet_megatron_import() -> None:
         import megatron.bridge.training.config  # noqa: F401
 
 
-def build_target(target: str, overrides: Sequence[str]) -> tuple[Any, Any]:
-    from mbridge_seqpack.paths import parse_override, set_path
+def build_target(target: str, overrides: Sequence[str], config_file: str | None = None) -> tuple[Any, Any]:
+    """Build a recipe and apply a YAML file and Hydra-style overrides exactly as Megatron-Bridge's runner does
+    (``process_config_with_overrides``); override syntax is checked before the Megatron import."""
+    from mbridge_seqpack.overrides import apply_overrides, check_override_syntax
     from mbridge_seqpack.recipes import load_recipe_target
 
+    check_override_syntax(overrides)
     fn, info = load_recipe_target(target)
     quiet_megatron_import()
-    cfg = fn()
-    for text in overrides:
-        key, value = parse_override(text)
-        set_path(cfg, key, value)
-    return cfg, info
+    return apply_overrides(fn(), overrides, config_file), info
 
 
 def resolve_world(explicit: int | None, info: Any) -> int:
@@ -75,12 +74,13 @@ def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
     return None
 
 
-def check_target(target: str, overrides: Sequence[str], world_size: int | None, *, megatron: bool = True) -> Any:
+def check_target(target: str, overrides: Sequence[str], world_size: int | None, *, megatron: bool = True,
+                 config_file: str | None = None) -> Any:
     """Build ``target``, run the rule catalog and (optionally) Megatron-Bridge's validation."""
     from mbridge_seqpack.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
 
-    cfg, info = build_target(target, overrides)
+    cfg, info = build_target(target, overrides, config_file)
     world = resolve_world(world_size, info)
     ctx = RuleContext.build(cfg, world)
     results = evaluate(ctx)
@@ -98,9 +98,26 @@ def _split_target(args: argparse.Namespace) -> None:
         args.target = DEFAULT_RECIPE
 
 
+def cmd_fix(args: argparse.Namespace) -> int:
+    """``check --fix``: one converged override set that clears every violation, to paste after the others."""
+    from mbridge_seqpack.overrides import converged_fix
+    from mbridge_seqpack.rules import check
+
+    cfg, info = build_target(args.target, args.overrides, args.config_file)
+    world = resolve_world(args.world_size, info)
+    fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
+    print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
+    for v in remaining:
+        print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
+    return 1 if remaining else 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     _split_target(args)
-    report = check_target(args.target, args.overrides, args.world_size, megatron=not args.rules_only)
+    if args.fix:
+        return cmd_fix(args)
+    report = check_target(args.target, args.overrides, args.world_size, megatron=not args.rules_only,
+                          config_file=args.config_file)
     print(report.to_json() if args.json else report.to_text())
     return 0 if report.ok else 1
 
@@ -188,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
+    p.add_argument("--config-file", default=None, help="YAML merged before the overrides (as the recipe runner does)")
+    p.add_argument("--fix", action="store_true",
+                   help="print one override set (yours plus the fixes) that clears every violation")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("recipes", help="list the packaged recipes")

@@ -40,11 +40,19 @@ class Violation:
         if not self.fix:
             object.__setattr__(self, "fix", "; ".join(format_assignment(k, v) for k, v in self.assignments.items()))
 
+    @property
+    def overrides(self) -> list[str]:
+        """The fix as Hydra-style overrides Megatron-Bridge's recipe runner accepts (empty when not mechanical)."""
+        from mbridge_seqpack.overrides import render_override
+
+        return [render_override(path, value) for path, value in self.assignments.items()]
+
     def describe(self) -> str:
         """Multi-line text for one violation, as it appears inside the error message."""
         fields_text = ", ".join(f"{name}={value!r}" for name, value in self.fields.items())
         tag = self.rule_id if self.severity == ERROR else f"{self.rule_id} (advisory)"
-        return f"[{tag}] {fields_text}\n    rule: {self.rule}\n    fix:  {self.fix}"
+        text = f"[{tag}] {fields_text}\n    rule: {self.rule}\n    fix:  {self.fix}"
+        return text + (f"\n    override: {' '.join(self.overrides)}" if self.overrides else "")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (values repr'd when not plain JSON scalars)."""
@@ -65,6 +73,7 @@ class Violation:
             "rule": self.rule,
             "fix": self.fix,
             "assignments": plain(self.assignments),
+            "overrides": self.overrides,
         }
 
 

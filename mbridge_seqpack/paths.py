@@ -1,5 +1,6 @@
 """Dotted-path access into configs (``dataset.offline_packing_specs.pad_seq_to_mult``,
-``dataset.dataset_kwargs['pad_to_max_length']``) for fixes, overrides and mixin facts."""
+``dataset.dataset_kwargs['pad_to_max_length']``) for fixes and mixin facts; command-line overrides go
+through Megatron-Bridge's own parser (``mbridge_seqpack.overrides``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 import re
 from typing import Any
 
-__all__ = ["split_path", "get_path", "set_path", "parse_override"]
+__all__ = ["split_path", "get_path", "set_path"]
 
 _TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]")
 
@@ -64,21 +65,3 @@ def set_path(root: Any, path: str, value: Any) -> None:
     if not hasattr(obj, name):
         raise ValueError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
     setattr(obj, name, value)
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``key=value`` from the command line; the value is a Python literal, true/false/none, or a string."""
-    if "=" not in text:
-        raise ValueError(f"override {text!r} must look like key=value, e.g. model.context_parallel_size=2")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    split_path(key)
-    lowered = raw.strip().lower()
-    if lowered in ("true", "false"):
-        return key, lowered == "true"
-    if lowered in ("none", "null"):
-        return key, None
-    try:
-        return key, ast.literal_eval(raw.strip())
-    except (ValueError, SyntaxError):
-        return key, raw.strip()

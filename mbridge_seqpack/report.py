@@ -59,8 +59,13 @@ class CheckReport:
         return [v for r in self.results for v in r.violations]
 
     @property
+    def errors(self) -> list[Any]:
+        return [v for v in self.violations if v.severity == "error"]
+
+    @property
     def ok(self) -> bool:
-        return not self.violations and self.megatron_error is None
+        """No error-level violation and Megatron-Bridge's own validation passed (advisories are shown only)."""
+        return not self.errors and self.megatron_error is None
 
     def to_json(self) -> str:
         return json.dumps(
@@ -93,16 +98,20 @@ class CheckReport:
             "rules:",
         ]
         for r in self.results:
-            mark = {"ok": "ok  ", "fail": "FAIL", "n/a": "n/a "}[r.status]
+            mark = {"ok": "ok  ", "fail": "FAIL" if r.rule.severity == "error" else "ADV ", "n/a": "n/a ",
+                    "skipped": "skip"}[r.status]
             lines.append(f"  {mark} {r.rule.rule_id:<48} {r.rule.summary}")
             for v in r.violations:
                 fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
                 lines += [f"         fields: {fields}", f"         why:    {v.rule}", f"         fix:    {v.fix}"]
+                if v.overrides:
+                    lines.append(f"         override: {' '.join(v.overrides)}")
         if self.megatron_ran:
             status = "ok" if self.megatron_error is None else f"FAILED: {self.megatron_error}"
             lines.append(f"megatron-bridge validate(): {status}")
         lines += [f"note: {n}" for n in self.notes]
-        n = len(self.violations)
-        lines.append("result: OK" if self.ok else f"result: {n} violation(s)"
+        n, advisories = len(self.errors), len(self.violations) - len(self.errors)
+        note = f" ({advisories} advisory)" if advisories else ""
+        lines.append(f"result: OK{note}" if self.ok else f"result: {n} violation(s){note}"
                      + ("" if self.megatron_error is None else ", Megatron-Bridge validation failed"))
         return "\n".join(lines)

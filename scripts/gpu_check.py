@@ -12,7 +12,9 @@ static boundaries (``mbridge_seqpack.thd.static_cu_seqlens``). Results go to a J
   (c) one CUDA-graph capture of forward+backward, replayed over rows with different boundaries and sequence
       counts, equals eager on the outputs and every parameter gradient (CUDA only);
   (d) throughput, packed rows vs padded batches holding the same real tokens: a ratio and the padding fraction;
-  (e) graph vs eager step time: a ratio (CUDA only).
+  (e) graph vs eager step time: a ratio (CUDA only);
+  (f) the THD context-parallel split of the static rows (mbridge_seqpack.reference, used by ``verify``) equals the
+      kernel's formula (TE ``thd_get_partitioned_indices``: rank r holds chunks r and 2*CP-1-r of each sequence).
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
@@ -33,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mbridge_seqpack.reference import varlen_causal_attention  # noqa: E402
+from mbridge_seqpack.reference import thd_cp_partition_indices, varlen_causal_attention  # noqa: E402
 from mbridge_seqpack.thd import static_cu_seqlens  # noqa: E402
 
 HEADS, DIM = 4, 32
@@ -228,6 +230,31 @@ def check_throughput(lengths: list[int], width: int, max_len: int, dtype: torch.
             "padding_fraction_padded": 1 - real / padded_slots, "padding_fraction_packed": 1 - real / (len(rows) * width)}
 
 
+def kernel_formula(bounds: list[int], cp: int, rank: int) -> list[int]:
+    """TE's documented per-sequence zigzag, written out independently of mbridge_seqpack.reference."""
+    out: list[int] = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        chunk = (end - start) // (2 * cp)
+        out += list(range(start + rank * chunk, start + (rank + 1) * chunk))
+        out += list(range(start + (2 * cp - 1 - rank) * chunk, start + (2 * cp - rank) * chunk))
+    return out
+
+
+def check_cp_split(rows: list[list[int]]) -> dict[str, Any]:
+    """(f) every rank's indices for CP 2 and 4, on the rows aligned to 2*CP as pad_seq_to_mult would."""
+    mismatches, checked = 0, 0
+    for cp in (2, 4):
+        for lengths in rows:
+            bounds = [0]
+            for n in lengths:
+                bounds.append(bounds[-1] + -(-n // (2 * cp)) * 2 * cp)
+            for rank in range(cp):
+                checked += 1
+                got = thd_cp_partition_indices(torch.tensor(bounds), cp, rank).tolist()
+                mismatches += got != kernel_formula(bounds, cp, rank)
+    return {"status": "pass" if mismatches == 0 else "fail", "mismatches": mismatches, "rank_splits": checked}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU: float64, tiny sizes, no graphs")
@@ -237,7 +264,7 @@ def main() -> int:
     cuda = torch.cuda.is_available() and not args.dry_run
     results: dict[str, Any] = {}
     names = ("a_attention_parity", "b_mutants_detected", "c_graph_replay_equals_eager", "d_throughput_packed_vs_padded",
-             "e_graph_vs_eager_step_time")
+             "e_graph_vs_eager_step_time", "f_cp_split_matches_kernel_formula")
     if not cuda and not args.dry_run:
         results = {name: {"status": "skipped", "reason": "no CUDA device"} for name in names}
     else:
@@ -260,6 +287,7 @@ def main() -> int:
         lengths = torch.clamp(torch.distributions.LogNormal(5.5 if cuda else 2.5, 0.8).sample((400 if cuda else 40,)),
                               2, max_len).long().tolist()
         results["d_throughput_packed_vs_padded"] = check_throughput(lengths, width, max_len, dtype, device, gen)
+        results["f_cp_split_matches_kernel_formula"] = check_cp_split(rows)
     for name in names:
         r = results[name]
         detail = {k: v for k, v in r.items() if k != "status"}

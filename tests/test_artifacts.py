@@ -376,3 +376,29 @@ def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, t
     specs.packed_metadata_path = str(other / "4096_metadata.jsonl")
     (v,) = check(packed_cfg, world_size=8)
     assert v.rule.startswith("packed_metadata_path was written by a different pack run")
+
+
+def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: Path) -> None:
+    """A real kill -9 while the pack is being written: no output directory appears, inspect and the rule see
+    nothing, and the next pack into the same place succeeds and removes the dead run's staging directory."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = _small_jsonl(tmp_path / "train.jsonl", 400)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "mbridge_seqpack", "pack", str(src), "--pack-size", "1024", "--output", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(tmp_path.glob(".out.staging-*")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list(tmp_path.glob(".out.staging-*")), "the pack was killed before it started writing"
+    assert not out.exists()
+    with pytest.raises(ArtifactError, match="no such file or directory"):
+        inspect_artifact(out)
+    _pack({"training": src}, out, pack_size=1024)
+    assert inspect_artifact(out).ok
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]

@@ -37,10 +37,18 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert {k: v["status"] for k, v in results.items()} == {
         "a_attention_parity": "pass", "b_mutants_detected": "pass", "c_graph_replay_equals_eager": "skipped",
-        "d_throughput_packed_vs_padded": "measured", "e_graph_vs_eager_step_time": "skipped"}
+        "d_throughput_packed_vs_padded": "measured", "e_graph_vs_eager_step_time": "skipped",
+        "f_cp_split_matches_kernel_formula": "pass"}
     assert results["b_mutants_detected"]["detected"] == {"off_by_one": 6, "dropped_boundary": 6, "shifted": 6}
     assert 0 < results["d_throughput_packed_vs_padded"]["padding_fraction_packed"] < 1
-    assert done.stdout.rstrip().endswith("summary: 2 pass, 0 fail, 2 skipped, 1 measured")
+    assert done.stdout.rstrip().endswith("summary: 3 pass, 0 fail, 2 skipped, 1 measured")
+
+
+def test_a_contiguous_cp_split_fails_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    gc = _module()
+    monkeypatch.setattr(gc, "thd_cp_partition_indices",
+                        lambda cu, cp, rank: torch.arange(int(cu[-1])).chunk(cp)[rank])  # the mutant
+    assert gc.check_cp_split([[10, 20, 30], [5, 40]])["status"] == "fail"
 
 
 @pytest.mark.parametrize("broken", ["ignore_boundaries", "off_by_one_in_collate"])

@@ -54,7 +54,8 @@ def test_hook_fires_through_runtime_config_update(packed_cfg: Any) -> None:
         "model.context_parallel_size=2\n"
         "    rule: THD context parallelism splits every packed sequence into 2*CP chunks, so each sequence must be "
         "padded to a multiple of 4; otherwise the split rounds lengths down and drops tokens\n"
-        "    fix:  cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4"
+        "    fix:  cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n"
+        "    override: dataset.offline_packing_specs.pad_seq_to_mult=4"
     )
 
 

@@ -3,7 +3,7 @@ fix asserted), and the same config with the fix applied gives none."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -12,7 +12,7 @@ from mbridge_seqpack import check
 from mbridge_seqpack.paths import set_path
 
 SPECS = "dataset.offline_packing_specs"
-KW = "dataset.dataset_kwargs['pad_to_max_length']"
+KW = "dataset.dataset_kwargs.pad_to_max_length"
 
 
 @dataclass

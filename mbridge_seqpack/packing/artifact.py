@@ -121,8 +121,9 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
         except OSError:
             raise ArtifactError(f"--output {output}: another mbridge-seqpack pack is writing there right now; "
                                 f"wait for it or choose another --output") from None
+        for stale in (*parent.glob(f".{output.name}.staging-*"), *parent.glob(f".{output.name}.old-*")):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed pack; we hold the lock, nobody else writes
         staging = parent / f".{output.name}.staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         try:
             yield staging

@@ -236,10 +236,10 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         report.problems.append(str(exc).removeprefix(f"{path}: "))  # already ends in the re-pack advice
         return report, {}
     fp: dict[str, Any] = {}
+    entry = {e.get("split"): e for e in entries or []}.get(info.get("split")) if info is not None else None
     if info is not None:
         report.sealed, report.name, fp = True, str(info.get("split", name)), info["fingerprint"]
-        by_split = {e.get("split"): e for e in entries or []}
-        report.problems += seal_problems(path, info, by_split.get(info.get("split")), meta)
+        report.problems += seal_problems(path, info, entry, meta)
         if report.problems:
             return report, fp
     else:
@@ -255,8 +255,7 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         report.problems.append(f"missing column(s) {sorted(missing)} that Megatron-Bridge reads")
         return report, fp
     if info is not None:
-        sealed_sums = (({e.get("split"): e for e in entries or []}.get(info.get("split")) or {})
-                       .get("checksums", {}).get("columns", {}))
+        sealed_sums = (entry or {}).get("checksums", {}).get("columns", {})
         bad = sorted(k for k, v in column_checksums(table).items() if sealed_sums.get(k) != v)
         if bad:
             report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")

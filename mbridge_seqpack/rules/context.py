@@ -126,7 +126,7 @@ class RuleContext:
         """Where this dataset keeps ``pad_to_max_length``: an attribute, or a ``dataset_kwargs`` key."""
         if hasattr(self.dataset, "pad_to_max_length"):
             return "dataset.pad_to_max_length"
-        return "dataset.dataset_kwargs['pad_to_max_length']"
+        return "dataset.dataset_kwargs.pad_to_max_length"
 
     @property
     def pad_to_max_length(self) -> bool:
@@ -139,7 +139,7 @@ class RuleContext:
             return {"dataset.pad_to_max_length": True}
         if getattr(self.dataset, "dataset_kwargs", None) is None:
             return {"dataset.dataset_kwargs": {"pad_to_max_length": True}}
-        return {"dataset.dataset_kwargs['pad_to_max_length']": True}
+        return {"dataset.dataset_kwargs.pad_to_max_length": True}
 
     # ---- CUDA graphs -------------------------------------------------------------------------
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.topology import round_up

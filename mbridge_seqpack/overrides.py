@@ -1,0 +1,104 @@
+"""Megatron-Bridge's override syntax, both ways: fixes rendered as Hydra overrides its runner accepts, and
+command-line overrides applied with its own ``process_config_with_overrides`` (syntax checked first, with
+Hydra's parser, before the ~40 s Megatron import).
+
+A fix path into a dict (``dataset.dataset_kwargs.pad_to_max_length``) renders with ``++`` (add or
+override), since Megatron-Bridge's parser runs in struct mode; dataclass fields render plainly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+__all__ = ["render_value", "render_override", "check_override_syntax", "apply_overrides", "converged_fix"]
+
+DICT_FIELDS = ("dataset.dataset_kwargs.",)
+
+
+def render_value(value: Any) -> str:
+    """A value in Hydra's override grammar: true/false/null, numbers, [lists], {dicts}, quoted strings."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(render_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{render_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if text and all(c.isalnum() or c in "_-./" for c in text) and text.lower() not in ("true", "false", "null"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_override(path: str, value: Any) -> str:
+    """``path=value`` as Megatron-Bridge's Hydra-style overrides take it (``++`` for keys inside dicts)."""
+    prefix = "++" if path.startswith(DICT_FIELDS) else ""
+    return f"{prefix}{path}={render_value(value)}"
+
+
+def check_override_syntax(overrides: Sequence[str]) -> None:
+    """Parse with Hydra's override grammar (no Megatron import); a bad one raises ValueError naming it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            parser.parse_overrides([text])
+        except Exception as exc:  # noqa: BLE001  (hydra raises its own OverrideParseException)
+            raise ValueError(f"override {text!r} is not valid Hydra override syntax ({str(exc).splitlines()[0]}); "
+                             f"write it as Megatron-Bridge's recipe runner takes it, e.g. model.seq_length=8192, "
+                             f"++dataset.dataset_kwargs.pad_to_max_length=true") from None
+
+
+def apply_overrides(cfg: Any, overrides: Sequence[str], config_file: str | None = None) -> Any:
+    """Apply a YAML file and Hydra-style overrides with Megatron-Bridge's own ``process_config_with_overrides``."""
+    if not overrides and not config_file:
+        return cfg
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    try:
+        return process_config_with_overrides(cfg, config_filepath=config_file, cli_overrides=list(overrides))
+    except FileNotFoundError as exc:
+        raise ValueError(f"--config-file: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  (OverridesError, omegaconf errors)
+        raise ValueError(f"Megatron-Bridge rejected the overrides: {str(exc).splitlines()[0]}") from None
+
+
+def _merge(assignments: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Several fixes writing one field: keep the value that satisfies all (lcm of multiples, the larger size)."""
+    merged: dict[str, Any] = {}
+    for path, value in assignments:
+        old = merged.get(path)
+        if old is None or old == value:
+            merged[path] = value
+        elif path.endswith(("pad_seq_to_mult", "pad_seq_length_to_mult")) and isinstance(old, int) and isinstance(
+                value, int):
+            merged[path] = math.lcm(old, value)
+        elif isinstance(old, int) and isinstance(value, int) and not isinstance(old, bool):
+            merged[path] = max(old, value)
+        else:
+            merged[path] = value
+    return merged
+
+
+def converged_fix(cfg: Any, check: Any, rounds: int = 5) -> tuple[list[str], list[Any]]:
+    """One set of overrides that clears every violation: apply all fixes together (conflicts merged), re-check,
+    repeat. Returns the overrides and whatever violations remain (empty when it converged)."""
+    import copy
+
+    chosen: dict[str, Any] = {}
+    work = copy.deepcopy(cfg)
+    remaining = check(work)
+    for _ in range(rounds):
+        fixable = [v for v in remaining if v.assignments]
+        if not fixable:
+            break
+        step = _merge((p, val) for v in fixable for p, val in v.assignments.items())
+        chosen.update(step)
+        work = apply_overrides(copy.deepcopy(cfg), [render_override(p, val) for p, val in chosen.items()])
+        remaining = check(work)
+    return [render_override(p, val) for p, val in chosen.items()], remaining
