@@ -47,3 +47,24 @@ def test_installed_wheel_lists_the_packaged_recipes(wheel: Path, tmp_path: Path)
     assert names.split(",") == ["llama31_8b_sft_128k_cp8", "llama31_8b_sft_32k_cp2", "llama31_8b_sft_64k_cp4",
                                 "llama3_8b_sft_packed_8k", "llama3_8b_sft_packed_8k_cuda_graphs",
                                 "qwen25_vl_3b_sft_in_batch_4k", "qwen3_8b_sft_16k_cp2", "small_gpt_smoke_4k"]
+
+
+def test_runtime_requirements_are_ranges(wheel: Path) -> None:
+    """No torch / Transformer Engine / Megatron-Core pins in the wheel: it goes into an NGC container as is."""
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    assert "megatron-bridge<0.7,>=0.6.2" in requires
+    assert not [r for r in requires if r.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip() in
+                ("torch", "transformer-engine", "megatron-core")]
+    assert not any("==" in r for r in requires)
+
+
+def test_installing_into_an_existing_megatron_bridge_environment_changes_nothing_else(wheel: Path) -> None:
+    """A dry run into this environment (Megatron-Bridge, torch and TE already there) plans only the plugin."""
+    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    done = subprocess.run([uv, "pip", "install", "--dry-run", "--offline", "--python", sys.executable, str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    planned = [line for line in done.stderr.splitlines() if line.strip().startswith(("+", "-"))]
+    assert planned and all("mbridge-seqpack" in line for line in planned), done.stderr
