@@ -20,6 +20,10 @@ from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
 from mbridge_seqpack.paths import set_path
 from mbridge_seqpack.thd_config import STATIC_THD_ATTR, StaticTHDSpec
 
+#: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
+#: ``model.seq_length`` from it; mixins state the length there too
+SEQ_LENGTH = "dataset.seq_length"
+
 __all__ = [
     "Mixin",
     "OfflinePacking",
@@ -62,7 +66,7 @@ class OfflinePacking:
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dataset.enable_offline_packing": True, "train.micro_batch_size": 1}
         if self.pack_size is not None:
-            out["model.seq_length"] = self.pack_size
+            out[SEQ_LENGTH] = self.pack_size
         for name in ("max_single_sequence_length", "packed_train_data_path", "packed_val_data_path",
                      "packed_metadata_path"):
             if getattr(self, name) is not None:
@@ -147,7 +151,7 @@ class LongContext:
         _positive("LongContext.context_parallel_size", self.context_parallel_size)
 
     def facts(self) -> dict[str, Any]:
-        return {"model.seq_length": self.seq_length, "model.context_parallel_size": self.context_parallel_size}
+        return {SEQ_LENGTH: self.seq_length, "model.context_parallel_size": self.context_parallel_size}
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,9 @@ def _set_cuda_graph_modules(model: Any, modules: tuple[str, ...]) -> None:
 
 def _write(cfg: Any, facts: dict[str, Any]) -> None:
     for path, value in sorted(facts.items()):
-        if path == "model.cuda_graph_modules":
+        if path == SEQ_LENGTH and not hasattr(cfg.dataset, "seq_length"):
+            cfg.model.seq_length = value  # a dataset without a length of its own: the model holds it
+        elif path == "model.cuda_graph_modules":
             _set_cuda_graph_modules(cfg.model, value)
         elif path.startswith("dataset.offline_packing_specs."):
             _ensure_specs(cfg)
@@ -264,9 +270,9 @@ def derive(cfg: Any) -> Any:
 
     ctx = RuleContext(cfg=cfg, world_size=1)  # world size plays no part in derived fields
     topo = ctx.topology
+    if hasattr(cfg.dataset, "seq_length"):  # the owner, as in Megatron-Bridge's recipe runner
+        cfg.model.seq_length = cfg.dataset.seq_length
     seq = cfg.model.seq_length
-    if hasattr(cfg.dataset, "seq_length"):
-        cfg.dataset.seq_length = seq
 
     if ctx.offline_packing:
         specs = _ensure_specs(cfg)

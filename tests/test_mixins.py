@@ -152,3 +152,17 @@ def test_bad_mixin_arguments(make: Any, message: str) -> None:
 def test_apply_rejects_non_mixins(megatron_bridge: Any) -> None:
     with pytest.raises(TypeError, match="apply\\(\\) takes mixins \\(objects with .facts\\(\\)\\); got int"):
         apply(_fresh(megatron_bridge), 3)
+
+
+def test_apply_follows_megatron_bridges_conventions(megatron_bridge: Any) -> None:
+    """dataset.seq_length owns the length (the recipe runner syncs model.seq_length from it), and a user's
+    stricter pad_seq_to_mult survives as lcm(existing, needed)."""
+    cfg = apply(_fresh(megatron_bridge), LongContext(8192, 2), OfflinePacking())
+    cfg.dataset.seq_length = 16384  # a user override after the recipe was built
+    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 64
+    apply(cfg)
+    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) \
+        == (16384, 16384, 16384)
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 64
+    apply(cfg, ContextParallel(2))
+    assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 64
