@@ -15,6 +15,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError
+from mbridge_seqpack.ranks import is_rank_zero
 
 __all__ = ["install", "uninstall", "suspended", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
 
@@ -56,18 +57,6 @@ def is_installed() -> bool:
     return getattr(_config_container().__dict__.get("validate"), _WRAPPER_FLAG, False)
 
 
-def _is_rank_zero() -> bool:
-    """Warnings go out once per job, as Megatron-Bridge's ``print_rank_0`` does."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank() == 0
-    except Exception:  # noqa: BLE001  (a broken torch install must not break validation)
-        pass
-    return os.environ.get("RANK", "0") == "0"
-
-
 def run_hook_rules(cfg: Any) -> None:
     """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest."""
     mode = current_mode()
@@ -82,7 +71,7 @@ def run_hook_rules(cfg: Any) -> None:
         raised = [v for v in violations if _state["strict"] or v.severity == ERROR]
         if raised:
             raise PackingConfigError(raised)
-    if _is_rank_zero():
+    if is_rank_zero():
         for v in violations:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
 

@@ -402,3 +402,20 @@ def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: P
     _pack({"training": src}, out, pack_size=1024)
     assert inspect_artifact(out).ok
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
+
+
+def test_only_rank_zero_hashes_whole_files(artifact: Path, packed_cfg: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank validates at start-up: rank 0 reads and hashes the pack, the others compare sizes only
+    (rank 0's error stops the job), so a 1,024-GPU start does not read the pack 1,024 times."""
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    specs.packed_train_data_path = str(copy / "training_4096.idx.parquet")
+    _flip(copy / "training_4096.idx.parquet", 2000)  # same size, other bytes
+    monkeypatch.setenv("RANK", "5")
+    assert check(packed_cfg, world_size=8) == []
+    monkeypatch.setenv("RANK", "0")
+    (v,) = check(packed_cfg, world_size=8)
+    assert "sha256 differs from the seal" in v.rule

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.ranks import is_rank_zero
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -65,8 +66,10 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
         if info is None:
             continue  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare
         meta, entries, problem = find_metadata(path.parent)
+        # every rank validates the config at start-up: only rank 0 reads whole files, the others check sizes
         problems = [problem] if problem else seal_problems(
-            path, info, {e.get("split"): e for e in entries or []}.get(info.get("split")), meta)
+            path, info, {e.get("split"): e for e in entries or []}.get(info.get("split")), meta,
+            hash_contents=is_rank_zero())
         if problems:
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
             continue
