@@ -305,12 +305,18 @@ def _draw_histogram(report: ArtifactReport, png: Path) -> None:
     splits = [s for s in report.splits if s.sequences_per_row]
     if not splits:
         return
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(len(splits), 1, figsize=(8, 3.2 * len(splits)), squeeze=False)
     for ax, split in zip(axes[:, 0], splits):
         keys = sorted(split.sequences_per_row)
-        ax.bar(keys, [split.sequences_per_row[k] for k in keys], width=0.9 if len(keys) < 60 else 1.0,
-               color="#4C72B0")
-        ax.set_title(f"{split.name}: {split.rows} rows of {split.pack_size} tokens, efficiency {split.efficiency:.1%}")
+        values = np.repeat(keys, [split.sequences_per_row[k] for k in keys])
+        top = keys[-1] + 1
+        ax.hist(values, bins=min(40, top), range=(0, top), color="#4C72B0", edgecolor="white")
+        ax.set_xlim(0, top * 1.05)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{split.name}: {split.rows} rows of {split.pack_size} tokens, efficiency {split.efficiency:.1%}, "
+                     f"{keys[0]}..{keys[-1]} sequences per row")
         ax.set_xlabel("sequences per packed row")
         ax.set_ylabel("rows")
     fig.tight_layout()
