@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["split_path", "get_path", "set_path"]
@@ -33,8 +34,8 @@ def split_path(path: str) -> list[tuple[str, Any]]:
 
 
 def _step(obj: Any, kind: str, name: Any, path: str) -> Any:
-    if kind == "key" or isinstance(obj, dict):
-        if not isinstance(obj, dict) or name not in obj:
+    if kind == "key" or isinstance(obj, Mapping):
+        if not isinstance(obj, Mapping) or name not in obj:
             raise ValueError(f"config path {path!r}: no key {name!r}")
         return obj[name]
     if not hasattr(obj, name):

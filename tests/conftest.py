@@ -5,7 +5,6 @@ Megatron-Bridge's import (~40 s on CPU) is paid once per session, on first use.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -33,10 +32,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _restore_environment():
     """``runtime_config_update`` exports a recipe's ``env_vars`` into ``os.environ``; keep tests independent."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+    from tests.zoo.harness import restored_environ
+
+    with restored_environ():
+        yield
 
 
 @pytest.fixture(scope="session")

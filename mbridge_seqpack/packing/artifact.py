@@ -30,7 +30,7 @@ import numpy as np
 from mbridge_seqpack.packing.sequences import TokenizedSequences, file_sha256
 
 __all__ = ["Fingerprint", "FINGERPRINT_KEY", "ArtifactError", "build_rows", "write_split", "write_metadata",
-           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "staged_directory", "check_output",
+           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "list_column", "digest_columns", "staged_directory", "check_output",
            "SPLITS"]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
@@ -142,24 +142,30 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
             raise
 
 
-def _column_digest(offsets: np.ndarray, values: np.ndarray) -> str:
-    digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
-    digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
-    return digest.hexdigest()
+def list_column(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(row offsets from 0, values as int64) of an Arrow list column (chunked or not, sliced or not)."""
+    array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
+    return offsets - offsets[0], values
+
+
+def digest_columns(columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, str]:
+    """sha256 of every (offsets, values) column, as the seal records them."""
+    out = {}
+    for name, (offsets, values) in sorted(columns.items()):
+        digest = hashlib.sha256()
+        digest.update(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+        digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        out[name] = digest.hexdigest()
+    return out
 
 
 def column_checksums(table_or_columns: Any) -> dict[str, str]:
     """sha256 of every list column (row offsets and values, as int64), from a pyarrow table or column dict."""
     columns = (dict(zip(table_or_columns.column_names, table_or_columns.columns))
                if hasattr(table_or_columns, "column_names") else table_or_columns)
-    out = {}
-    for name, column in sorted(columns.items()):
-        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-        offsets = array.offsets.to_numpy()
-        values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-        out[name] = _column_digest(offsets - offsets[0], values)
-    return out
+    return digest_columns({name: list_column(column) for name, column in columns.items()})
 
 
 def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:

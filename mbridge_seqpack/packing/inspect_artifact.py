@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.artifact import ArtifactError, column_checksums, read_parquet_fingerprint
+from mbridge_seqpack.packing.artifact import ArtifactError, digest_columns, list_column, read_parquet_fingerprint
 from mbridge_seqpack.packing.sequences import file_sha256
 
-__all__ = ["SplitReport", "ArtifactReport", "inspect_artifact", "resolve_files", "find_metadata", "seal_problems"]
+__all__ = ["SplitReport", "ArtifactReport", "inspect_artifact", "resolve_files", "find_metadata", "seal_problems",
+           "entry_for"]
 
 
 @dataclass
@@ -132,6 +133,11 @@ def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | 
 REPACK = "re-run mbridge-seqpack pack"
 
 
+def entry_for(entries: list[dict[str, Any]] | None, info: dict[str, Any]) -> dict[str, Any] | None:
+    """The metadata entry of the split a sealed file says it holds."""
+    return next((e for e in reversed(entries or []) if e.get("split") == info.get("split")), None)  # last wins
+
+
 def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None, *,
                   hash_contents: bool = True) -> list[str]:
     """Compare one sealed file with its metadata entry before parsing it (size always, sha256 when asked)."""
@@ -152,18 +158,12 @@ def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None
     return []
 
 
-def _values(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    array = table.column(name).combine_chunks()
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
-    return offsets - offsets[0], values
-
-
-def _check_rows(report: SplitReport, table: Any, fp: dict[str, Any], stats: dict[str, Any]) -> None:
+def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.ndarray]], fp: dict[str, Any],
+                stats: dict[str, Any]) -> None:
     problems = report.problems
-    row_off, ids = _values(table, "input_ids")
-    mask_off, mask = _values(table, "loss_mask")
-    seq_off, starts = _values(table, "seq_start_id")
+    row_off, ids = columns["input_ids"]
+    mask_off, mask = columns["loss_mask"]
+    seq_off, starts = columns["seq_start_id"]
     if not np.array_equal(row_off, mask_off):
         problems.append("loss_mask and input_ids differ in length on some row")
         return
@@ -215,8 +215,8 @@ def _check_rows(report: SplitReport, table: Any, fp: dict[str, Any], stats: dict
         if (closing != int(fp["eos_id"])).any():
             problems.append(f"{int((closing != int(fp['eos_id'])).sum())} sequence(s) do not end in EOS "
                             f"({fp['eos_id']}), where the template puts it")
-    if "sequence_index" in table.column_names:
-        _, index = _values(table, "sequence_index")
+    if "sequence_index" in columns:
+        _, index = columns["sequence_index"]
         n = int(stats.get("num_sequences", len(index)))
         counts = np.bincount(index, minlength=n) if len(index) and index.min() >= 0 else np.zeros(n, np.int64)
         if len(counts) > n or (counts > 1).any():
@@ -237,7 +237,7 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         report.problems.append(str(exc).removeprefix(f"{path}: "))  # already ends in the re-pack advice
         return report, {}
     fp: dict[str, Any] = {}
-    entry = {e.get("split"): e for e in entries or []}.get(info.get("split")) if info is not None else None
+    entry = entry_for(entries, info) if info is not None else None
     if info is not None:
         report.sealed, report.name, fp = True, str(info.get("split", name)), info["fingerprint"]
         report.problems += seal_problems(path, info, entry, meta)
@@ -255,13 +255,14 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
     if missing:
         report.problems.append(f"missing column(s) {sorted(missing)} that Megatron-Bridge reads")
         return report, fp
+    columns = {name: list_column(table.column(name)) for name in table.column_names}
     if info is not None:
         sealed_sums = (entry or {}).get("checksums", {}).get("columns", {})
-        bad = sorted(k for k, v in column_checksums(table).items() if sealed_sums.get(k) != v)
+        bad = sorted(k for k, v in digest_columns(columns).items() if sealed_sums.get(k) != v)
         if bad:
             report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")
             return report, fp
-    _check_rows(report, table, fp, info.get("stats", {}) if info else {})
+    _check_rows(report, columns, fp, info.get("stats", {}) if info else {})
     return report, fp
 
 

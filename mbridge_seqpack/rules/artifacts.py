@@ -53,7 +53,7 @@ def _repack_fix(ctx: RuleContext, field: str) -> str:
 
 def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: list[Path]) -> list[Violation]:
     from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.packing.inspect_artifact import seal_problems, find_metadata
+    from mbridge_seqpack.packing.inspect_artifact import entry_for, find_metadata, seal_problems
 
     fix = _repack_fix(ctx, field)
     found: list[Violation] = []
@@ -68,7 +68,7 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
         meta, entries, problem = find_metadata(path.parent)
         # every rank validates the config at start-up: only rank 0 reads whole files, the others check sizes
         problems = [problem] if problem else seal_problems(
-            path, info, {e.get("split"): e for e in entries or []}.get(info.get("split")), meta,
+            path, info, entry_for(entries, info), meta,
             hash_contents=is_rank_zero())
         if problems:
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -108,17 +109,10 @@ FIELD_TYPES: dict[str, FieldType] = {
 
 def _read(cfg: Any, path: str) -> Any:
     """Value at ``path`` or ``_MISSING`` when a parent is absent/None or the field does not exist."""
-    obj = cfg
-    head, _, key = path.partition("[")
-    for name in head.split("."):
-        if obj is None or obj is _MISSING:
-            return _MISSING
-        obj = obj.get(name, _MISSING) if isinstance(obj, Mapping) else getattr(obj, name, _MISSING)
-    if key:
-        if not isinstance(obj, Mapping):
-            return _MISSING
-        obj = obj.get(key.strip("]'\""), _MISSING)
-    return obj
+    try:
+        return get_path(cfg, path)
+    except ValueError:
+        return _MISSING
 
 
 def _suggest(value: Any, kind: FieldType) -> Any:
