@@ -141,6 +141,13 @@ def recipe_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def _layout(derived: dict[str, Any]) -> str:
+    """``TP2 CP8 DP2`` (PP and EP only where > 1)."""
+    parts = [("TP", derived["tp"]), ("PP", derived["pp"]), ("CP", derived["cp"]), ("EP", derived["ep"]),
+             ("DP", derived["dp"])]
+    return " ".join(f"{name}{size}" for name, size in parts if name in ("TP", "DP") or (size or 1) > 1)
+
+
 def cmd_recipes(args: argparse.Namespace) -> int:
     import json
 
@@ -148,16 +155,15 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = ("recipe", "model", "mode", "seq", "TP", "PP", "CP", "DP", "world", "MBS", "GBS", "slots/step")
-    table = [header] + [
-        (r["name"], r["model"], r["mode"], str(r["row_length"]), str(r["tp"]), str(r["pp"]), str(r["cp"]),
-         str(r["dp"]), str(r["world_size"]), str(r["micro_batch_size"]), str(r["global_batch_size"]),
-         f"{r['token_slots_per_step']:,}")
+    from mbridge_seqpack.textout import table
+
+    columns = [("recipe / model, mode", "left"), ("seq", "right"), ("layout", "left"), ("GPUs", "right"),
+               ("MBS", "right"), ("GBS", "right"), ("tokens/step", "right")]
+    print(table(columns, [
+        (f"{r['name']}\n  {r['model']}, {r['mode']}", r["row_length"], _layout(r), r["world_size"],
+         r["micro_batch_size"], r["global_batch_size"], f"{r['token_slots_per_step']:,}")
         for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    ], keep_whole=(0, 2)))
     return 0
 
 
@@ -171,15 +177,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     _split_target(args)
     rows = plan(args.target, slots=args.slots, world_size=args.world_size, lengths=args.lengths,
-                overrides=args.overrides)
+                overrides=args.overrides, context_window=args.context_window)
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
-        print(f"plan for {args.target}: {args.slots:,} token slots per optimizer step")
-        print(f"  {'pack length':>11}  {'GBS':>5}  {'DP':>3}  verdict")
-        for r in rows:
-            print(f"  {r.pack_length:>11}  {r.global_batch_size if r.global_batch_size else '-':>5}  "
-                  f"{r.dp if r.dp is not None else '-':>3}  {r.verdict()}")
+        from mbridge_seqpack.textout import table, wrap
+
+        window = rows[0].context_window if rows else None
+        known = f"context window {window:,} tokens" if window else "context window unknown (--context-window N)"
+        print("\n".join(wrap(f"plan for {args.target}: {args.slots:,} token slots per optimizer step; {known}",
+                             hang="  ")))
+        columns = [("pack length", "right"), ("GBS", "right"), ("DP", "right"), ("verdict", "left")]
+        print(table(columns, [(r.pack_length, r.global_batch_size or "-", "-" if r.dp is None else r.dp, r.verdict())
+                              for r in rows], keep_whole=()))
     return 0 if any(r.ok for r in rows) else 1
 
 
@@ -221,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=positive_int, default=None)
     p.add_argument("--lengths", type=_int_list, default=None,
                    help="comma-separated pack lengths (default: powers of two from 1024 up to --slots)")
+    p.add_argument("--context-window", type=positive_int, default=None,
+                   help="the model's context window in tokens (default: the packaged recipe's)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 

@@ -43,7 +43,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     from mbridge_seqpack.cli import build_target
     from mbridge_seqpack.packing.pipeline import PackOptions
 
-    cfg, _ = build_target(args.recipe, args.overrides)
+    cfg, info = build_target(args.recipe, args.overrides)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
         raise ValueError(f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
@@ -53,9 +53,17 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     validation = Path(args.validation) if args.validation else root / "validation.jsonl"
     if args.validation or (not args.input and validation.is_file()):
         inputs["validation"] = validation
+    from mbridge_seqpack.cli import resolve_world
+    from mbridge_seqpack.packing.balance import CostModel
+    from mbridge_seqpack.rules.context import RuleContext
+
+    dp = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, info)).topology.data_parallel or 1
     options = PackOptions(pack_size=int(specs.packed_sequence_size), pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
                           max_seq_length=specs.max_single_sequence_length or None,
-                          dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}), seed=int(cfg.dataset.seed))
+                          dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}), seed=int(cfg.dataset.seed),
+                          balance=not args.no_balance, data_parallel=dp,
+                          micro_batches=max(1, int(cfg.train.global_batch_size) // dp),
+                          cost=CostModel.from_provider(cfg.model), max_sequences_per_row=args.max_sequences_per_row)
     return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options
 
 
@@ -82,7 +90,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
         tokenizer = args.tokenizer or embedded_tokenizer_dir()
         options = PackOptions(pack_size=args.pack_size, pad_seq_to_mult=args.pad_seq_to_mult,
                               max_seq_length=args.max_seq_length, dataset_kwargs=_dataset_kwargs(args),
-                              seed=args.seed)
+                              seed=args.seed, balance=not args.no_balance, data_parallel=args.data_parallel,
+                              micro_batches=args.micro_batches, max_sequences_per_row=args.max_sequences_per_row)
     output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
     result = pack_jsonl(inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite,
                         workers=args.workers)
@@ -96,6 +105,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
         print(f"  {name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
               f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
               f"max {entry['max_samples_per_bin']} per row")
+        if "balance" in entry:
+            b = entry["balance"]
+            print(f"    work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
+                  f"modeled straggler ratio {b['straggler_ratio']:.4f}, row cost spread {b['row_cost_cv']:.1%} "
+                  f"(was {b['row_cost_cv_before']:.1%})"
+                  + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else ""))
     print(f"  metadata: {result.metadata}")
     print("  use: dataset.offline_packing_specs.packed_train_data_path="
           f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}")
@@ -142,7 +157,18 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("--chat", action="store_true",
                    help="records hold a 'messages' list; use the tokenizer's chat template")
     p.add_argument("--dataset-kwargs", default=None, help="JSON object of Megatron-Bridge dataset_kwargs")
-    p.add_argument("--workers", type=positive_int, default=1, help="tokenizer processes (default 1)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="tokenizer processes (default: every core)")
+    p.add_argument("--no-balance", action="store_true",
+                   help="keep best-fit rows as packed (default: equal-cost rows, ordered so DP ranks are equally busy)")
+    p.add_argument("--data-parallel", type=positive_int, default=8,
+                   help="DP ranks the row order is balanced for (default 8; with --recipe: the recipe's)")
+    p.add_argument("--micro-batches", type=positive_int, default=1,
+                   help="rows per DP rank per step, global batch / DP (default 1; with --recipe: the recipe's)")
+    p.add_argument("--world-size", type=positive_int, default=None,
+                   help="with --recipe: GPUs (default: the recipe's declared world size)")
+    p.add_argument("--max-sequences-per-row", type=positive_int, default=None,
+                   help="cap on sequences per row (static cu_seqlens capacity); extra rows it costs are reported")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_pack)
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Protocol
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
 from mbridge_seqpack.paths import set_path
-from mbridge_seqpack.thd_config import STATIC_THD_ATTR, StaticTHDSpec
+from mbridge_seqpack.thd_config import STATIC_THD_ENV, STATIC_THD_PATH, StaticTHDSpec
 
 #: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
 #: ``model.seq_length`` from it; mixins state the length there too
@@ -185,7 +185,8 @@ class StaticTHD:
         StaticTHDSpec(self.capacity, self.max_seqlen)  # same validation, same message
 
     def facts(self) -> dict[str, Any]:
-        return {"dataset.pad_to_max_length": True, f"dataset.{STATIC_THD_ATTR}": StaticTHDSpec(self.capacity, self.max_seqlen)}
+        spec = StaticTHDSpec(self.capacity, self.max_seqlen)
+        return {"dataset.pad_to_max_length": True, STATIC_THD_PATH: spec.encode()}
 
 
 # ---- apply / derive -------------------------------------------------------------------------------
@@ -230,8 +231,10 @@ def _write(cfg: Any, facts: dict[str, Any]) -> None:
         elif path.startswith("dataset.offline_packing_specs."):
             _ensure_specs(cfg)
             set_path(cfg, path, value)
-        elif path == f"dataset.{STATIC_THD_ATTR}":
-            setattr(cfg.dataset, STATIC_THD_ATTR, value)
+        elif path == STATIC_THD_PATH:
+            if cfg.env_vars is None:
+                cfg.env_vars = {}
+            cfg.env_vars[STATIC_THD_ENV] = value
         else:
             set_path(cfg, path, value)
 
@@ -288,10 +291,10 @@ def derive(cfg: Any) -> Any:
             _set_fixed_width(ctx)
         _align_variable_rows(ctx)
 
-    if ctx.in_batch_packing and ctx.training_cuda_graphs and getattr(cfg.dataset, STATIC_THD_ATTR, None) is None:
+    if ctx.in_batch_packing and ctx.training_cuda_graphs and STATIC_THD_ENV not in (cfg.env_vars or {}):
         # graphs over in-batch packing need the static path: a row holds exactly micro_batch_size sequences
         # (boundaries: the leading 0 and one end each); the tail padding joins the last physical segment
-        setattr(cfg.dataset, STATIC_THD_ATTR, StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1))
+        cfg.env_vars = {**(cfg.env_vars or {}), STATIC_THD_ENV: StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1).encode()}
         _set_fixed_width(ctx)
 
     if topo.cp > 1 and ctx.is_finetuning:

@@ -1,27 +1,20 @@
 """Identify model families that Megatron-Bridge 0.6.2 ships with packing turned off.
 
-Detection uses the provider class, the Hugging Face architecture recorded on the provider, or the
-provider's structure, never the model's name or checkpoint id. ``AutoBridge`` (from a hub id or an
-in-code config) returns a plain ``GPTModelProvider``, so GLM-4.5 and Qwen3-Next are recognised by the
-fields their bridges set, which are dataclass fields and so survive ``to_yaml``/``from_yaml``.
+Detection uses the provider class or the provider's structure, never the model's name or checkpoint id.
+``AutoBridge`` (from a hub id or an in-code config) returns a plain ``GPTModelProvider``, so GLM-4.5 and
+Qwen3-Next are recognised by the fields their bridges set, which are dataclass fields and so survive
+``to_yaml``/``from_yaml``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["QWEN3_NEXT", "GLM45", "QWEN35_VL", "detect_model_family", "looks_like_glm45", "HF_ARCHITECTURE_FAMILIES"]
+__all__ = ["QWEN3_NEXT", "GLM45", "QWEN35_VL", "detect_model_family", "looks_like_glm45"]
 
 QWEN3_NEXT = "Qwen3-Next"
 GLM45 = "GLM-4.5"
 QWEN35_VL = "Qwen3.5-VL"
-
-HF_ARCHITECTURE_FAMILIES: dict[str, str] = {
-    "Qwen3NextForCausalLM": QWEN3_NEXT,
-    "Glm4MoeForCausalLM": GLM45,
-    "Qwen3_5ForConditionalGeneration": QWEN35_VL,
-    "Qwen3_5MoeForConditionalGeneration": QWEN35_VL,
-}
 
 
 def _qwen35_vl_provider_classes() -> tuple[type, ...]:
@@ -49,9 +42,6 @@ def detect_model_family(model: Any) -> str | None:
     """Family name for providers that need a packing opt-out, else None."""
     if isinstance(model, _qwen35_vl_provider_classes()):
         return QWEN35_VL
-    for arch in getattr(model, "hf_architectures", None) or ():
-        if arch in HF_ARCHITECTURE_FAMILIES:
-            return HF_ARCHITECTURE_FAMILIES[arch]
     if getattr(model, "experimental_attention_variant", None) == "gated_delta_net":
         return QWEN3_NEXT  # Qwen3-Next's hybrid GDN stack; its provider is a plain GPTModelProvider
     if looks_like_glm45(model):

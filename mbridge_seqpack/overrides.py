@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 
 __all__ = ["render_value", "render_override", "check_override_syntax", "apply_overrides", "converged_fix"]
 
-DICT_FIELDS = ("dataset.dataset_kwargs.",)
+DICT_FIELDS = ("dataset.dataset_kwargs.", "env_vars.")
 
 
 def render_value(value: Any) -> str:

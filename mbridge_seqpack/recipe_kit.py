@@ -41,20 +41,28 @@ def embedded_tokenizer_dir() -> Path:
 
 @dataclass(frozen=True)
 class RecipeInfo:
-    """What the recipe table shows: name, what it trains, and the world size it is laid out for."""
+    """What the recipe table shows: name, what it trains, and the world size it is laid out for.
+
+    ``context_window``: the longest sequence the pretrained model was trained for (its HF
+    ``max_position_embeddings``, which Megatron-Bridge's bridges map to the provider's ``seq_length``);
+    ``None`` for a model trained from scratch. ``plan`` marks longer rows.
+    """
 
     name: str
     model: str
     mode: str
     world_size: int
     description: str
+    context_window: int | None = None
 
 
-def recipe(name: str, *, model: str, mode: str, world_size: int, description: str) -> Callable:
+def recipe(name: str, *, model: str, mode: str, world_size: int, description: str,
+           context_window: int | None = None) -> Callable:
     """Mark a function returning a ConfigContainer as a packaged recipe."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.seqpack_recipe = RecipeInfo(name, model, mode, world_size, description)  # type: ignore[attr-defined]
+        info = RecipeInfo(name, model, mode, world_size, description, context_window)
+        fn.seqpack_recipe = info  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -63,14 +71,12 @@ def recipe(name: str, *, model: str, mode: str, world_size: int, description: st
 def provider_from_hf_config(hf_config: Any) -> Any:
     """Megatron provider from an in-code HF config through the registered bridge (no weights, no hub).
 
-    The HF architecture is recorded on the provider (``hf_architectures``) so model-family rules can
-    recognise providers whose class is the generic ``GPTModelProvider``.
+    Nothing is recorded on the provider beyond what the bridge sets: model-family rules read the
+    provider's class and dataclass fields, which survive ``to_yaml``/``from_yaml``.
     """
     from megatron.bridge import AutoBridge
 
-    provider = AutoBridge.from_hf_config(hf_config).to_megatron_provider(load_weights=False)
-    provider.hf_architectures = tuple(getattr(hf_config, "architectures", None) or ())
-    return provider
+    return AutoBridge.from_hf_config(hf_config).to_megatron_provider(load_weights=False)
 
 
 def _llama_config(rope_scaling: dict[str, Any] | None, max_positions: int) -> Any:
@@ -97,9 +103,15 @@ def _llama_config(rope_scaling: dict[str, Any] | None, max_positions: int) -> An
     )
 
 
+LLAMA3_CONTEXT = 8192
+LLAMA31_CONTEXT = 131072
+QWEN3_CONTEXT = 40960
+QWEN25_VL_CONTEXT = 128000
+
+
 def llama3_8b_provider() -> Any:
     """Llama-3-8B sizes (32 layers, 4096 hidden, GQA 32/8, vocab 128256, RoPE base 5e5)."""
-    return provider_from_hf_config(_llama_config(None, 8192))
+    return provider_from_hf_config(_llama_config(None, LLAMA3_CONTEXT))
 
 
 def llama31_8b_provider() -> Any:
@@ -111,7 +123,7 @@ def llama31_8b_provider() -> Any:
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 8192,
     }
-    return provider_from_hf_config(_llama_config(scaling, 131072))
+    return provider_from_hf_config(_llama_config(scaling, LLAMA31_CONTEXT))
 
 
 def qwen3_8b_provider() -> Any:
@@ -128,7 +140,7 @@ def qwen3_8b_provider() -> Any:
             num_attention_heads=32,
             num_key_value_heads=8,
             head_dim=128,
-            max_position_embeddings=40960,
+            max_position_embeddings=QWEN3_CONTEXT,
             rope_theta=1000000.0,
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
@@ -201,7 +213,7 @@ def qwen25_vl_3b_provider() -> Any:
     from transformers import Qwen2_5_VLConfig
 
     text = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                num_attention_heads=16, num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=128000,
+                num_attention_heads=16, num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=QWEN25_VL_CONTEXT,
                 rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}, tie_word_embeddings=True)
     vision = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,

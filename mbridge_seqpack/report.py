@@ -86,30 +86,37 @@ class CheckReport:
         )
 
     def to_text(self) -> str:
+        """The report for people, at most 100 columns (long values wrap under their label)."""
+        from mbridge_seqpack.textout import wrap
+
         d = self.derived
         dp = d["dp"] if d["dp"] is not None else "n/a (world size does not divide)"
-        lines = [
-            f"mbridge-seqpack check: {self.target}",
-            f"  layout   world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
-            f"SP={'on' if d['sequence_parallel'] else 'off'}",
-            f"  packing  {d['mode']}, row {d['row_length']} tokens, THD alignment multiple {d['alignment_multiple']}",
-            f"  batch    micro {d['micro_batch_size']}, global {d['global_batch_size']}, "
-            f"token slots per step {d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
-            "rules:",
-        ]
+        lines = [f"mbridge-seqpack check: {self.target}"]
+        lines += wrap(f"world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
+                      f"SP={'on' if d['sequence_parallel'] else 'off'}", "  layout   ", hang=" " * 11)
+        lines += wrap(f"{d['mode']}, row {d['row_length']} tokens, THD alignment multiple "
+                      f"{d['alignment_multiple']}", "  packing  ", hang=" " * 11)
+        lines += wrap(f"micro {d['micro_batch_size']}, global {d['global_batch_size']}, token slots per step "
+                      f"{d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
+                      "  batch    ", hang=" " * 11)
+        lines.append("rules:")
         for r in self.results:
             mark = {"ok": "ok  ", "fail": "FAIL" if r.rule.severity == "error" else "ADV ", "n/a": "n/a ",
                     "skipped": "skip"}[r.status]
-            lines.append(f"  {mark} {r.rule.rule_id:<48} {r.rule.summary}")
+            lines.append(f"  {mark} {r.rule.rule_id}")
+            if r.violations:
+                lines += wrap(r.rule.summary, " " * 7)
             for v in r.violations:
                 fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
-                lines += [f"         fields: {fields}", f"         why:    {v.rule}", f"         fix:    {v.fix}"]
+                for label, text in (("fields:", fields), ("why:", v.rule), ("fix:", v.fix)):
+                    lines += wrap(text, f"       {label:<10}", hang=" " * 17)
                 if v.overrides:
-                    lines.append(f"         override: {' '.join(v.overrides)}")
+                    lines += wrap(" ".join(v.overrides), f"       {'override:':<10}", hang=" " * 17)
         if self.megatron_ran:
             status = "ok" if self.megatron_error is None else f"FAILED: {self.megatron_error}"
-            lines.append(f"megatron-bridge validate(): {status}")
-        lines += [f"note: {n}" for n in self.notes]
+            lines += wrap(status, "megatron-bridge validate(): ", hang="  ")
+        for note in self.notes:
+            lines += wrap(note, "note: ", hang="  ")
         n, advisories = len(self.errors), len(self.violations) - len(self.errors)
         note = f" ({advisories} advisory)" if advisories else ""
         lines.append(f"result: OK{note}" if self.ok else f"result: {n} violation(s){note}"

@@ -1,13 +1,13 @@
 """Llama-3-8B SFT, offline packed at 8k (the embedded default), and its CUDA-graph variant."""
 
-from mbridge_seqpack.recipe_kit import recipe
+from mbridge_seqpack.recipe_kit import LLAMA3_CONTEXT, recipe
 
 
 @recipe(
     "llama3_8b_sft_packed_8k",
     model="Llama-3-8B",
     mode="offline packed",
-    world_size=8,
+    world_size=8, context_window=LLAMA3_CONTEXT,
     description="Full SFT, offline packed 8k rows, TP2+SP, DP4 on 8 GPUs (the embedded default).",
 )
 def llama3_8b_sft_packed_8k(dataset_root=None, tokenizer_model=None):
@@ -24,7 +24,7 @@ def llama3_8b_sft_packed_8k(dataset_root=None, tokenizer_model=None):
     "llama3_8b_sft_packed_8k_cuda_graphs",
     model="Llama-3-8B",
     mode="offline packed + CUDA graphs",
-    world_size=8,
+    world_size=8, context_window=LLAMA3_CONTEXT,
     description="The 8k packed recipe with TE CUDA graphs over attention: static cu_seqlens (pad_cu_seqlens) "
     "and fixed-width rows.",
 )

@@ -1,9 +1,9 @@
 """Qwen2.5-VL-3B SFT with in-batch (collate-time) packing on Megatron-Bridge's synthetic VLM data."""
 
-from mbridge_seqpack.recipe_kit import recipe
+from mbridge_seqpack.recipe_kit import QWEN25_VL_CONTEXT, recipe
 
 
-@recipe("qwen25_vl_3b_sft_in_batch_4k", model="Qwen2.5-VL-3B", mode="in-batch packed", world_size=8,
+@recipe("qwen25_vl_3b_sft_in_batch_4k", model="Qwen2.5-VL-3B", mode="in-batch packed", world_size=8, context_window=QWEN25_VL_CONTEXT,
         description="4k rows, micro batch 4 packed at collate, DP8 on 8 GPUs; synthetic conversations "
         "(set dataset.hf_processor_path to a local processor to train).")
 def qwen25_vl_3b_sft_in_batch_4k(hf_processor_path="Qwen/Qwen2.5-VL-3B-Instruct"):

@@ -1,9 +1,9 @@
 """Qwen3-8B SFT, offline packed at 16k with CP2."""
 
-from mbridge_seqpack.recipe_kit import recipe
+from mbridge_seqpack.recipe_kit import QWEN3_CONTEXT, recipe
 
 
-@recipe("qwen3_8b_sft_16k_cp2", model="Qwen3-8B", mode="offline packed, long context", world_size=8,
+@recipe("qwen3_8b_sft_16k_cp2", model="Qwen3-8B", mode="offline packed, long context", world_size=8, context_window=QWEN3_CONTEXT,
         description="16k packed rows, CP2 x TP2 (SP), DP2 on 8 GPUs.")
 def qwen3_8b_sft_16k_cp2(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply

@@ -1,96 +1,264 @@
-"""Benchmark: mbridge_seqpack's packer vs Megatron-Bridge 0.6.2's, in one process, same inputs.
+"""Benchmark: mbridge_seqpack's packer vs Megatron-Bridge 0.6.2's and LightBinPack's, one process, same inputs.
 
-1. Bin packing only: ``pack_lengths`` vs ``first_fit_decreasing`` on 100k and 1M lognormal lengths
-   (capacity 8192), with bin counts and the lower bound ceil(sum / capacity).
-2. Packing plus row building: ``pack_lengths`` + ``build_rows`` (Arrow columns) vs
-   ``create_packing_strategy`` + ``fill_packing_strategy`` on 100k tokenized sequences.
+1. Bin packing over a grid of capacities (default 4k, 32k, 128k) and sizes (10k .. 10M lengths, lognormal
+   with median capacity/16): wall time and bins of ``pack_lengths`` (C kernel), Megatron-Bridge's
+   ``first_fit_decreasing`` (up to --mb-max-n; it is pure Python), and LightBinPack's C++ ``obfd`` / ``bfd`` /
+   ``ffd``. The ratio is the fastest peer's time over ours; bins must never exceed Megatron-Bridge's or BFD's.
+2. Peak memory of ``pack_lengths`` on the largest size, as a multiple of the input array (own process).
+3. Work balance: modeled straggler ratio at DP 8 of Megatron-Bridge's rows in its write order vs ours
+   (balanced rows, slot order), on the embedded corpus (tokenized with the embedded tokenizer) and a
+   lognormal set.
+4. Packing plus row building vs Megatron-Bridge's create_packing_strategy + fill_packing_strategy.
 
-    uv run python scripts/bench_packer.py [--sizes 100000,1000000] [--fill-size 100000]
+Writes ``--out`` (JSON) and the PNG next to it (time vs n, log-log, one line per system, one panel per
+capacity); the README's packer table is rendered from the JSON with ``--table``.
+
+    uv run python scripts/bench_packer.py [--capacities 4096,32768,131072] [--sizes 10000,100000,1000000,10000000]
+    uv run python scripts/bench_packer.py --table out/bench_packer.json
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import collections
+import json
+import os
+import platform
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # Megatron-Bridge's fill_packing_strategy progress bars
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
-def timed(fn, *args, **kwargs):
+def best_of(fn, repeats: int):
+    """Result and the fastest of ``repeats`` wall times (one run for slow calls)."""
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+        if times[-1] > 2.0:
+            break
+    return out, min(times)
+
+
+def lengths_for(capacity: int, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(np.log(capacity / 16), 1.0, n).astype(np.int64), 1, capacity)
+
+
+def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[dict]:
+    import lightbinpack
+
+    from mbridge_seqpack.packing import pack_lengths
+    from mbridge_seqpack.packing.packer import native_kernel
+
+    assert native_kernel() is not None, "the C kernel is not built (uv sync builds it)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.bridge.data.packing.algorithms import first_fit_decreasing
+
+    pack_lengths(np.array([1, 2, 3]), 8)  # load the kernel outside the timings
+    rows = []
+    for cap in capacities:
+        for n in sizes:
+            lengths = lengths_for(cap, n)
+            as_list = lengths.tolist()  # the peers take Python lists; converting is not timed
+            repeats = 5 if n <= 100_000 else 2
+            ours, t_ours = best_of(lambda: pack_lengths(lengths, cap, seed=0), repeats)
+            row = {"capacity": cap, "n": n, "time": {"mbridge_seqpack": t_ours},
+                   "bins": {"mbridge_seqpack": int(ours.max()) + 1},
+                   "lower_bound": -(-int(lengths.sum()) // cap)}
+            for name in ("obfd", "bfd", "ffd"):
+                fn = getattr(lightbinpack, name)
+                packed, t = best_of(lambda: fn(as_list, cap), repeats)
+                row["time"][f"lightbinpack.{name}"], row["bins"][f"lightbinpack.{name}"] = t, len(packed)
+            if n <= mb_max_n:
+                packed, t = best_of(lambda: first_fit_decreasing(as_list, cap), 1)
+                row["time"]["megatron_bridge.ffd"], row["bins"]["megatron_bridge.ffd"] = t, len(packed)
+            peers = {k: v for k, v in row["time"].items() if k != "mbridge_seqpack"}
+            fastest = min(peers, key=peers.get)
+            row["fastest_peer"], row["ratio"] = fastest, peers[fastest] / t_ours
+            row["bins_ok"] = all(row["bins"]["mbridge_seqpack"] <= b for k, b in row["bins"].items()
+                                 if k in ("megatron_bridge.ffd", "lightbinpack.bfd", "lightbinpack.obfd"))
+            rows.append(row)
+            times = "  ".join(f"{k} {v:.4f}s" for k, v in row["time"].items())
+            print(f"cap {cap:>6} n {n:>10,}: {times}  -> {row['ratio']:.1f}x vs {fastest}; bins "
+                  f"{row['bins']['mbridge_seqpack']:,} (lower bound {row['lower_bound']:,}) ok={row['bins_ok']}",
+                  flush=True)
+    return rows
+
+
+def peak_memory(capacity: int, n: int) -> float:
+    """Peak RSS growth of one pack_lengths call over the input array's size, in a fresh process."""
+    code = f"""
+import resource, numpy as np, sys
+sys.path.insert(0, {str(ROOT)!r})
+from mbridge_seqpack.packing import pack_lengths
+lengths = np.clip(np.random.default_rng(0).lognormal(np.log({capacity} / 16), 1.0, {n}).astype(np.int64), 1,
+                  {capacity})
+pack_lengths(lengths[:1000], {capacity})
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pack_lengths(lengths, {capacity})
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024 / lengths.nbytes)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
+def embedded_lengths() -> np.ndarray:
+    """Runtime lengths of the embedded corpus as the prompt/answer template tokenizes it (embedded tokenizer)."""
+    from tokenizers import Tokenizer
+
+    from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+
+    tok = Tokenizer.from_file(str(embedded_tokenizer_dir() / "tokenizer.json"))
+    records = [json.loads(x) for x in (embedded_data_dir() / "training.jsonl").read_text().splitlines() if x.strip()]
+    texts = [r["input"] + " " + r["output"] for r in records]
+    return np.asarray([len(e.ids) + 1 for e in tok.encode_batch(texts)], dtype=np.int64)  # + EOS, - 1 label shift
+
+
+def bench_balance() -> list[dict]:
+    from megatron.bridge.data.packing.algorithms import first_fit_decreasing
+
+    from mbridge_seqpack.packing import pack_lengths
+    from mbridge_seqpack.packing.balance import DEFAULT_COST, balance_bins, row_costs, slot_order, straggler_ratio
+
+    sets = {"embedded corpus": embedded_lengths(),
+            "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1}
+    out = []
+    for name, raw in sets.items():
+        for cap in (2048, 4096, 8192):
+            lengths = np.minimum(raw, cap)
+            bins = pack_lengths(lengths, cap, seed=0)
+            mb_rows = first_fit_decreasing(lengths.tolist(), cap)
+            mb_costs = np.asarray([DEFAULT_COST.linear * sum(r) + DEFAULT_COST.attention * sum(x * x for x in r)
+                                   for r in mb_rows])
+            start = time.perf_counter()
+            result = balance_bins(lengths, bins, cap, DEFAULT_COST)
+            costs = row_costs(lengths, result.bins, result.num_bins, DEFAULT_COST)
+            seconds = time.perf_counter() - start
+            for micro in (1, 4):
+                def shuffled(c: np.ndarray) -> float:
+                    return float(np.mean([straggler_ratio(c[np.random.default_rng(s).permutation(c.size)], 8, micro)
+                                          for s in range(16)]))
+
+                row = {"set": name, "capacity": cap, "dp": 8, "micro_batches": micro, "bins_mb": len(mb_rows),
+                       "bins_ours": result.num_bins, "balance_seconds": seconds,
+                       "mb_order": straggler_ratio(mb_costs, 8, micro),
+                       "ours": straggler_ratio(costs[slot_order(costs, 8, micro)], 8, micro),
+                       "mb_shuffled": shuffled(mb_costs), "ours_shuffled": shuffled(costs)}
+                row["closer"] = (row["mb_order"] - 1) / max(row["ours"] - 1, 1e-9)
+                out.append(row)
+                print(f"{name:26} cap {cap:>5} DP8 x{micro}: MB order {row['mb_order']:.5f}  ours {row['ours']:.5f} "
+                      f"({row['closer']:.1f}x closer to 1)  shuffled: MB {row['mb_shuffled']:.4f} ours "
+                      f"{row['ours_shuffled']:.4f}  bins {row['bins_mb']} / {row['bins_ours']}", flush=True)
+    return out
+
+
+def bench_fill(n: int) -> dict:
+    from megatron.bridge.data.packing.algorithms import create_packing_strategy, fill_packing_strategy
+
+    from mbridge_seqpack.packing import pack_lengths
+    from mbridge_seqpack.packing.artifact import build_rows
+    from mbridge_seqpack.packing.sequences import TokenizedSequences
+
+    rng = np.random.default_rng(0)
+    cap = 2048
+    lengths = np.clip(rng.lognormal(5, 1, n).astype(np.int64), 8, cap)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=offsets[1:])
+    tokens = rng.integers(3, 30000, int(offsets[-1])).astype(np.int32)
+    seqs = TokenizedSequences(tokens, np.ones(tokens.size, dtype=np.int8), offsets)
+    dataset = [{"input_ids": tokens[offsets[i]:offsets[i + 1]].tolist(),
+                "loss_mask": [True] * int(offsets[i + 1] - offsets[i])} for i in range(n)]
+    histogram = np.bincount(lengths, minlength=cap + 1).tolist()
+    sequences: dict[int, list] = collections.defaultdict(list)  # create_hist's structure
+    for item in dataset:
+        sequences[len(item["input_ids"]) - 1].append(item)
     start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
+    assignments, _ = create_packing_strategy(histogram, cap, "first_fit_decreasing")
+    fill_packing_strategy(assignments, sequences, cap, 0)
+    mb = time.perf_counter() - start
+    start = time.perf_counter()
+    build_rows(seqs, pack_lengths(seqs.lengths, cap, seed=0))
+    ours = time.perf_counter() - start
+    print(f"pack + rows, {n:,} sequences at 2048: Megatron-Bridge {mb:.3f}s, ours {ours:.3f}s ({mb / ours:.0f}x)")
+    return {"n": n, "capacity": cap, "megatron_bridge": mb, "mbridge_seqpack": ours, "ratio": mb / ours}
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    caps = sorted({r["capacity"] for r in rows})
+    fig, axes = plt.subplots(1, len(caps), figsize=(5 * len(caps), 4), squeeze=False)
+    for ax, cap in zip(axes[0], caps):
+        mine = [r for r in rows if r["capacity"] == cap]
+        systems = sorted({k for r in mine for k in r["time"]})
+        for system in systems:
+            points = [(r["n"], r["time"][system]) for r in mine if system in r["time"]]
+            ax.loglog(*zip(*points), marker="o", label=system, linewidth=2.5 if system == "mbridge_seqpack" else 1)
+        ax.set_title(f"capacity {cap:,}")
+        ax.set_xlabel("sequences")
+        ax.set_ylabel("seconds")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def table(report: dict) -> str:
+    """The README's packer table from a bench JSON."""
+    lines = ["| capacity | n | mbridge_seqpack | LightBinPack obfd | LightBinPack bfd | Megatron-Bridge FFD | "
+             "ratio vs fastest peer | bins (ours = MB) |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["grid"]:
+        t = r["time"]
+        mb = f"{t['megatron_bridge.ffd']:.3f} s" if "megatron_bridge.ffd" in t else "-"
+        lines.append(f"| {r['capacity']:,} | {r['n']:,} | {t['mbridge_seqpack']:.4f} s | "
+                     f"{t['lightbinpack.obfd']:.4f} s | {t['lightbinpack.bfd']:.4f} s | {mb} | "
+                     f"**{r['ratio']:.1f}x** | {r['bins']['mbridge_seqpack']:,} "
+                     f"({'<=' if r['bins_ok'] else 'MORE THAN'} peers) |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000")
-    parser.add_argument("--fill-size", type=int, default=100000)
-    parser.add_argument("--capacity", type=int, default=8192)
+    parser.add_argument("--capacities", default="4096,32768,131072")
+    parser.add_argument("--sizes", default="10000,100000,1000000,10000000")
+    parser.add_argument("--mb-max-n", type=int, default=1_000_000, help="largest n given to Megatron-Bridge's FFD")
+    parser.add_argument("--fill-size", type=int, default=100_000)
+    parser.add_argument("--out", default=str(ROOT / "out" / "bench_packer.json"))
+    parser.add_argument("--table", default=None, help="print the README table from this JSON and exit")
     args = parser.parse_args()
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from megatron.bridge.data.packing.algorithms import (
-            create_packing_strategy,
-            fill_packing_strategy,
-            first_fit_decreasing,
-        )
-    from mbridge_seqpack.packing import pack_lengths, packing_stats
-    from mbridge_seqpack.packing.artifact import build_rows
-    from mbridge_seqpack.packing.sequences import TokenizedSequences
-
-    cap = args.capacity
-    rng = np.random.default_rng(0)
-    print(f"1) bin packing, lengths lognormal(6, 1) clipped to [8, {cap}], capacity {cap}")
-    print(f"   {'n':>9}  {'megatron-bridge FFD':>20}  {'mbridge_seqpack':>16}  {'speedup':>8}  "
-          f"{'bins MB':>8}  {'bins ours':>9}  {'lower bound':>11}")
-    for n in [int(x) for x in args.sizes.split(",")]:
-        lengths = np.clip(rng.lognormal(6, 1, n).astype(np.int64), 8, cap)
-        as_list = lengths.tolist()
-        mb_bins, mb_t = timed(first_fit_decreasing, as_list, cap)
-        ours, our_t = timed(pack_lengths, lengths, cap, seed=0)
-        stats = packing_stats(lengths, ours, cap)
-        print(f"   {n:>9,}  {mb_t:>19.3f}s  {our_t:>15.3f}s  {mb_t / our_t:>7.1f}x  {len(mb_bins):>8,}  "
-              f"{stats.num_bins:>9,}  {stats.lower_bound:>11,}")
-
-    n = args.fill_size
-    fill_cap = 2048
-    lengths = np.clip(rng.lognormal(5, 1, n).astype(np.int64), 8, fill_cap)  # runtime lengths
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths + 1, out=offsets[1:])
-    tokens = rng.integers(3, 30000, int(offsets[-1])).astype(np.int32)
-    mask = np.ones(tokens.size, dtype=np.int8)
-    print(f"\n2) packing + row building, {n:,} sequences, lengths lognormal(5, 1) clipped to [8, {fill_cap}], "
-          f"capacity {fill_cap}")
-    seqs = TokenizedSequences(tokens, mask, offsets)
-
-    def ours_end_to_end():
-        bins = pack_lengths(seqs.lengths, fill_cap, seed=0)
-        return build_rows(seqs, bins)
-
-    def mb_end_to_end():
-        dataset = [{"input_ids": tokens[offsets[i]:offsets[i + 1]].tolist(),
-                    "loss_mask": [True] * int(offsets[i + 1] - offsets[i])} for i in range(n)]
-        histogram = np.bincount(lengths, minlength=fill_cap + 1).tolist()
-        sequences: dict[int, list] = collections.defaultdict(list)  # create_hist's structure
-        for item in dataset:
-            sequences[len(item["input_ids"]) - 1].append(item)
-        start = time.perf_counter()
-        assignments, _ = create_packing_strategy(histogram, fill_cap, "first_fit_decreasing")
-        fill_packing_strategy(assignments, sequences, fill_cap, 0)
-        return time.perf_counter() - start
-
-    mb_t = mb_end_to_end()  # times only create + fill, not building its input dicts
-    _, our_t = timed(ours_end_to_end)
-    print(f"   megatron-bridge create_packing_strategy + fill_packing_strategy: {mb_t:.3f}s")
-    print(f"   mbridge_seqpack pack_lengths + build_rows:                        {our_t:.3f}s")
-    print(f"   speedup: {mb_t / our_t:.1f}x")
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return
+    capacities = [int(x) for x in args.capacities.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",")]
+    report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d"), "grid": bench_grid(capacities, sizes, args.mb_max_n)}
+    report["peak_memory_x_input"] = {"capacity": capacities[-1], "n": sizes[-1],
+                                     "ratio": peak_memory(capacities[-1], sizes[-1])}
+    print(f"peak memory, {sizes[-1]:,} lengths at {capacities[-1]:,}: "
+          f"{report['peak_memory_x_input']['ratio']:.2f}x the input array")
+    report["balance"] = bench_balance()
+    report["fill"] = bench_fill(args.fill_size)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    plot(report["grid"], out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(table(report))
 
 
 if __name__ == "__main__":

@@ -109,13 +109,16 @@ def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_br
 
 def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) -> None:
     entries = json.loads((artifact / "4096_metadata.jsonl").read_text())
+    balance = entries[0]["balance"]  # the training rows are work-balanced (packing/balance.py), for DP 8
+    assert (balance["data_parallel"], balance["micro_batches"], balance["rows_rebalanced"]) == (8, 1, True)
+    assert balance["row_cost_cv"] < balance["row_cost_cv_before"] and "balance" not in entries[1]
     assert [e["split"] for e in entries] == ["training", "validation"]
     for e in entries:
         assert {"max_samples_per_bin", "dataset_max_seqlen", "min_packed_seqlen", "pack_size"} <= set(e)
         fp = e["fingerprint"]
         assert (fp["pack_size"], fp["pad_seq_to_mult"], fp["algorithm"], fp["seed"], fp["eos_id"],
                 fp["vocab_size"], fp["dataset_kwargs"], fp["megatron_bridge_version"]) == (
-            4096, 4, "best_fit_decreasing", 7, 0, 8192, "{}", "0.6.2")
+            4096, 4, "best_fit_decreasing+balanced", 7, 0, 8192, "{}", "0.6.2")
         assert len(fp["input_sha256"]) == 64 and len(fp["tokenizer_sha256"]) == 64
         sums = e["checksums"]
         assert set(sums["columns"]) == {"input_ids", "loss_mask", "seq_start_id", "sequence_index"}

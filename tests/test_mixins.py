@@ -129,6 +129,39 @@ def test_in_batch_with_cuda_graphs_gets_the_static_path(megatron_bridge: Any) ->
     assert static_thd_spec(cfg2) == StaticTHDSpec(capacity=16, max_seqlen=2048)
 
 
+def test_static_path_record_survives_yaml_and_overrides(megatron_bridge: Any, tmp_path: Any) -> None:
+    """The record is a real ConfigContainer field (env_vars): MB's to_yaml/from_yaml and its override
+    function carry it, so a reloaded config is still accepted and still gives the static layout."""
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+    from megatron.bridge.training.config import ConfigContainer
+
+    from mbridge_seqpack.overrides import apply_overrides, render_override
+    from mbridge_seqpack.thd import layout_from_config
+
+    cfg = _fresh(megatron_bridge)
+    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
+    apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs(), StaticTHD(capacity=16, max_seqlen=2048))
+    assert cfg.env_vars["MBRIDGE_SEQPACK_STATIC_THD"] == "capacity=16,max_seqlen=2048"
+    path = tmp_path / "run_config.yaml"
+    cfg.to_yaml(str(path))
+    loaded = ConfigContainer.from_yaml(str(path))
+    assert static_thd_spec(loaded) == StaticTHDSpec(capacity=16, max_seqlen=2048)
+    assert check(loaded, world_size=4) == []
+    assert layout_from_config(loaded) == layout_from_config(cfg)
+
+    override = render_override("env_vars.MBRIDGE_SEQPACK_STATIC_THD", "capacity=9")
+    assert override == "++env_vars.MBRIDGE_SEQPACK_STATIC_THD='capacity=9'"
+    assert static_thd_spec(apply_overrides(loaded, [override])) == StaticTHDSpec(capacity=9)
+
+    broken = apply_overrides(loaded, ["++env_vars.MBRIDGE_SEQPACK_STATIC_THD=capacity1"])
+    [v] = check(broken, world_size=4)
+    assert v.rule_id == "config.types"
+    assert v.rule == ("env_vars['MBRIDGE_SEQPACK_STATIC_THD'] must be a string 'capacity=N' or "
+                      "'capacity=N,max_seqlen=M' (N >= 2); got 'capacity1' of type str")
+    loaded.env_vars.clear()  # without the record the graphs are refused again
+    assert [v.rule_id for v in check(loaded, world_size=4)] == ["in_batch.no_cuda_graphs"]
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

@@ -34,6 +34,19 @@ def test_wheel_contents(wheel: Path) -> None:
         assert required in names, required
     assert not any(name.startswith("tests/") for name in names)
     assert "mbridge_seqpack_autoload.pth" in names  # the zero-code startup hook lands in site-packages
+    assert "mbridge_seqpack/packing/native/_bfd.so" in names  # the packer's C kernel, built by hatch_build.py
+    assert "mbridge_seqpack/packing/native/bfd.c" in names
+    assert "-py3-none-any" not in wheel.name  # a platform wheel, since it carries a compiled library
+
+
+def test_installed_wheel_packs_with_its_c_kernel(wheel: Path, tmp_path: Path) -> None:
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    code = ("from mbridge_seqpack.packing.packer import native_kernel, pack_lengths; "
+            "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(done.stdout.split("[")[1].split("]")[0].replace(" ", "").split(",")) == ["0", "0", "1", "1"]
 
 
 def test_installed_wheel_lists_the_packaged_recipes(wheel: Path, tmp_path: Path) -> None:
@@ -57,7 +70,8 @@ def test_runtime_requirements_are_ranges(wheel: Path) -> None:
     assert "megatron-bridge<0.7,>=0.6.2" in requires
     assert not [r for r in requires if r.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip() in
                 ("torch", "transformer-engine", "megatron-core")]
-    assert not any("==" in r for r in requires)
+    assert not any("==" in r.split(";")[0] for r in requires)
+    assert "nemo-run>=0.5; extra == 'nemo-run'" in requires  # the NeMo-Run plugin's optional dependency
 
 
 def test_installing_into_an_existing_megatron_bridge_environment_changes_nothing_else(wheel: Path) -> None:

@@ -123,3 +123,89 @@ def test_never_more_bins_than_megatron_bridge_ffd(megatron_bridge: object) -> No
     lengths = np.clip(rng.lognormal(6, 1, 20000).astype(np.int64), 8, 4096)
     ours = int(pack_lengths(lengths, 4096).max()) + 1
     assert ours <= len(first_fit_decreasing(lengths.tolist(), 4096))
+
+
+# ---- the C kernel and the pure-Python path ------------------------------------------------------------------
+
+
+def _reference_bfd_bins(lengths: list[int], capacity: int) -> int:
+    """Textbook best-fit decreasing, one item at a time over a sorted list of free spaces."""
+    import bisect
+
+    spaces: list[int] = []
+    bins = 0
+    for length in sorted(lengths, reverse=True):
+        at = bisect.bisect_left(spaces, length)
+        if at == len(spaces):
+            bins, space = bins + 1, capacity
+        else:
+            space = spaces.pop(at)
+        if space - length:
+            bisect.insort(spaces, space - length)
+    return bins
+
+
+def test_the_c_kernel_is_built_and_loaded() -> None:
+    from mbridge_seqpack.packing.packer import native_kernel
+
+    assert native_kernel() is not None  # built by hatch_build.py when the project is installed
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(), st.integers(0, 2**32 - 1))
+def test_c_kernel_and_python_path_place_identically(instance: tuple[np.ndarray, int], seed: int) -> None:
+    """Packs must not depend on whether a compiler was there: same bins, sequence for sequence."""
+    import os
+
+    lengths, capacity = instance
+    native = pack_lengths(lengths, capacity, seed=seed)
+    os.environ["MBRIDGE_SEQPACK_NATIVE"] = "0"
+    try:
+        python = pack_lengths(lengths, capacity, seed=seed)
+    finally:
+        del os.environ["MBRIDGE_SEQPACK_NATIVE"]
+    assert np.array_equal(native, python)
+    assert (int(native.max()) + 1 if native.size else 0) == _reference_bfd_bins(lengths.tolist(), capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances(), st.data())
+def test_placing_into_open_bins_is_identical_in_c_and_python(instance: tuple[np.ndarray, int],
+                                                              data: st.DataObject) -> None:
+    import os
+
+    from mbridge_seqpack.packing.packer import place
+
+    lengths, capacity = instance
+    spaces = np.asarray(data.draw(st.lists(st.integers(0, capacity), max_size=20)), dtype=np.int64)
+    seeded = np.random.default_rng(0).permutation(lengths.size)
+    results = []
+    for native in ("1", "0"):
+        os.environ["MBRIDGE_SEQPACK_NATIVE"] = native
+        out = np.full(lengths.size, -1, dtype=np.int64)
+        results.append((place(lengths, seeded, capacity, out, spaces), out))
+    del os.environ["MBRIDGE_SEQPACK_NATIVE"]
+    (count_c, bins_c), (count_py, bins_py) = results
+    assert count_c == count_py and np.array_equal(bins_c, bins_py)
+    used = np.bincount(bins_c, weights=lengths, minlength=count_c) if lengths.size else np.zeros(count_c)
+    free = np.concatenate([spaces, np.full(count_c - spaces.size, capacity)])
+    assert (used <= free).all()  # open bins keep their free space, new ones the capacity
+
+
+def test_peak_memory_within_three_times_the_input() -> None:
+    """10M lengths (80 MB of int64): numpy's allocations (tracked) plus the kernel's 8 bytes per sequence."""
+    import subprocess
+    import sys
+
+    code = """
+import resource, numpy as np
+from mbridge_seqpack.packing import pack_lengths
+lengths = np.random.default_rng(0).integers(1, 131073, 10_000_000)
+pack_lengths(lengths[:1000], 131072)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pack_lengths(lengths, 131072)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024 / lengths.nbytes)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) <= 3.0, done.stdout

@@ -81,9 +81,9 @@ def test_cli_check_broken_override_fails_with_the_fix(megatron_bridge: Any,
     assert main(["check", "llama3_8b_sft_packed_8k", "model.context_parallel_size=2", "--rules-only"]) == 1
     out = capsys.readouterr().out
     assert "  FAIL cp.finetune_per_token_loss" in out
-    assert "         fix:    cfg.model.calculate_per_token_loss = True\n" in out
+    assert "       fix:      cfg.model.calculate_per_token_loss = True\n" in out
     assert "  FAIL offline.alignment_multiple" in out
-    assert "         fix:    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n" in out
+    assert "       fix:      cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n" in out
     assert out.rstrip().endswith("result: 2 violation(s)")
 
 
@@ -123,11 +123,13 @@ def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixtu
 
 def test_cli_recipes_table(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recipes"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["recipe", "model", "mode", "seq", "TP", "PP", "CP", "DP", "world", "MBS", "GBS",
-                                "slots/step"]
-    row = next(line for line in lines if line.startswith("llama31_8b_sft_32k_cp2 "))
-    assert row.split()[-9:] == ["32768", "2", "1", "2", "4", "16", "1", "16", "524,288"]
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert lines[0].split() == ["recipe", "/", "model,", "mode", "seq", "layout", "GPUs", "MBS", "GBS", "tokens/step"]
+    at = next(i for i, line in enumerate(lines) if line.startswith("llama31_8b_sft_32k_cp2 "))
+    assert lines[at].split() == ["llama31_8b_sft_32k_cp2", "32768", "TP2", "CP2", "DP4", "16", "1", "16", "524,288"]
+    assert lines[at + 1].strip() == "Llama-3.1-8B, offline packed, long context"
     assert main(["recipes", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == EXPECTED_RECIPES
@@ -140,15 +142,49 @@ def test_cli_plan_exact(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
                  "--lengths", "2048,4096,8192,16384,3000"])
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [
-        "plan for small_gpt_smoke_4k: 65,536 token slots per optimizer step",
-        "  pack length    GBS   DP  verdict",
-        "         2048     32    8  ok",
-        "         4096     16    8  ok",
-        "         8192      8    8  ok",
-        "        16384      4    8  batch.global_batch_min: every DP rank needs at least one micro batch per step: "
-        "global_batch_size >= 8",
-        "         3000      -    8  plan.slots_divisible: 65536 token slots are not a whole number of 3000-token rows",
+        "plan for small_gpt_smoke_4k: 65,536 token slots per optimizer step; context window unknown",
+        "  (--context-window N)",
+        "pack length  GBS  DP  verdict",
+        "─" * 100,
+        "       2048   32   8  ok",
+        "       4096   16   8  ok",
+        "       8192    8   8  ok",
+        "      16384    4   8  batch.global_batch_min: every DP rank needs at least one micro batch per step:",
+        "                      global_batch_size >= 8",
+        "       3000    -   8  plan.slots_divisible: 65536 token slots are not a whole number of 3000-token",
+        "                      rows",
     ]
+
+
+def test_cli_plan_marks_lengths_above_the_context_window(megatron_bridge: Any,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3-8B was trained to 8,192 positions (its HF max_position_embeddings): 16k rows are not "ok"."""
+    from mbridge_seqpack.recipe_kit import llama3_8b_provider
+
+    assert llama3_8b_provider().seq_length == 8192  # what the bridge maps max_position_embeddings to
+    assert main(["plan", "--slots", "65536", "--lengths", "8192,16384", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["pack_length"], r["ok"], r["within_context"], r["context_window"]) for r in rows] == [
+        (8192, True, True, 8192), (16384, False, False, 8192)]
+    assert main(["plan", "--slots", "65536", "--lengths", "16384"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "plan for llama3_8b_sft_packed_8k: 65,536 token slots per optimizer step; context window 8,192 tokens"
+    assert out[-1].split(None, 3) == ["16384", "4", "4", "above the model's 8,192-token context window"]
+    assert main(["plan", "small_gpt_smoke_4k", "--slots", "65536", "--lengths", "16384", "--context-window",
+                 "32768", "--world-size", "1"]) == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "model.context_parallel_size=3", "dataset.offline_packing_specs.pad_seq_to_mult=5", "--rules-only"],
+    ["check", "qwen25_vl_3b_sft_in_batch_4k", "model.cuda_graph_impl=transformer_engine", "--rules-only"],
+    ["recipes"],
+    ["plan", "--slots", "262144"],
+])
+def test_cli_output_fits_100_columns(megatron_bridge: Any, capsys: pytest.CaptureFixture[str],
+                                     argv: list[str]) -> None:
+    main(argv)
+    out = capsys.readouterr().out
+    assert out.strip() and max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_readme_main_command_runs_from_a_shell() -> None:
@@ -157,4 +193,4 @@ def test_readme_main_command_runs_from_a_shell() -> None:
     done = subprocess.run([str(exe), "check", "--rules-only", "model.context_parallel_size=3"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "fix:    cfg.model.seq_length = 8196" in done.stdout
+    assert "fix:      cfg.model.seq_length = 8196" in done.stdout

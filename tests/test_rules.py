@@ -313,7 +313,8 @@ def test_thd_mcore_version_rule(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
     assert v.fix == "pip install 'megatron-core>=0.18' (or set cfg.model.context_parallel_size = 1)"
 
 
-def test_glm45_from_its_hf_architecture_opts_out_of_offline_packing(packed_cfg: Any) -> None:
+def test_glm45_from_its_bridge_structure_opts_out_of_offline_packing(packed_cfg: Any) -> None:
+    """A small GLM-4.5-shaped config (QKV bias as GLM-4.5's own config.json has it) through GLM45Bridge."""
     from transformers import Glm4MoeConfig
 
     from mbridge_seqpack.recipe_kit import provider_from_hf_config
@@ -321,8 +322,10 @@ def test_glm45_from_its_hf_architecture_opts_out_of_offline_packing(packed_cfg: 
     provider = provider_from_hf_config(
         Glm4MoeConfig(architectures=["Glm4MoeForCausalLM"], num_hidden_layers=4, hidden_size=256,
                       intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
-                      n_routed_experts=4, num_experts_per_tok=2, vocab_size=1000, first_k_dense_replace=1)
+                      n_routed_experts=4, num_experts_per_tok=2, vocab_size=1000, first_k_dense_replace=1,
+                      attention_bias=True)
     )
+    assert not hasattr(provider, "hf_architectures")  # nothing recorded beyond the bridge's own fields
     provider.seq_length = 4096
     packed_cfg.model = provider
     (v,) = check(packed_cfg, world_size=8)

@@ -39,6 +39,7 @@ class SplitReport:
     sealed: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    balance: dict[str, Any] | None = None
 
     @property
     def efficiency(self) -> float:
@@ -50,7 +51,7 @@ class SplitReport:
                 "sequences": self.sequences, "tokens": self.tokens, "row_padding_tokens": self.row_padding,
                 "pack_size": self.pack_size, "efficiency": round(self.efficiency, 6),
                 "sequences_per_row": {str(k): v for k, v in sorted(self.sequences_per_row.items())},
-                "problems": self.problems, "notes": self.notes}
+                "balance": self.balance, "problems": self.problems, "notes": self.notes}
 
 
 @dataclass
@@ -75,26 +76,41 @@ class ArtifactReport:
                 "problems": self.problems, "splits": [s.to_dict() for s in self.splits]}
 
     def to_text(self) -> str:
+        """The report for people, at most 100 columns."""
+        from mbridge_seqpack.textout import wrap
+
         fp = self.fingerprint
-        lines = [f"packed artifact {self.directory}"]
+        lines = wrap(str(self.directory), "packed artifact ", hang="  ")
+        hang = " " * 11
         if fp:
-            lines += [f"  seal     pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
-                      f"algorithm={fp.get('algorithm')} seed={fp.get('seed')}",
-                      f"           input {str(fp.get('input_sha256'))[:12]}  tokenizer {fp.get('tokenizer')} "
-                      f"({str(fp.get('tokenizer_sha256'))[:12]}, eos {fp.get('eos_id')}, vocab {fp.get('vocab_size')})",
-                      f"           megatron-bridge {fp.get('megatron_bridge_version')}, "
-                      f"plugin {fp.get('plugin_version')}"]
-        lines += [f"  PROBLEM: {p}" for p in self.problems]
+            lines += wrap(f"pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
+                          f"algorithm={fp.get('algorithm')} seed={fp.get('seed')}", "  seal     ", hang=hang)
+            lines += wrap(f"input {str(fp.get('input_sha256'))[:12]}", hang)
+            lines += wrap(f"tokenizer {fp.get('tokenizer')} ({str(fp.get('tokenizer_sha256'))[:12]}, "
+                          f"eos {fp.get('eos_id')}, vocab {fp.get('vocab_size')})", hang, hang=hang + "  ")
+            lines += wrap(f"megatron-bridge {fp.get('megatron_bridge_version')}, plugin {fp.get('plugin_version')}",
+                          hang)
+        for p in self.problems:
+            lines += wrap(p, "  PROBLEM: ", hang=" " * 11)
         for s in self.splits:
             seal = "sealed" if s.sealed else "UNSEALED"
-            lines.append(f"  {s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
-                         f"{s.tokens:,} tokens, efficiency {s.efficiency:.2%}")
+            lines += wrap(f"{s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
+                          f"{s.tokens:,} tokens, efficiency {s.efficiency:.2%}", "  ", hang="    ")
             if s.sequences_per_row:
                 keys = sorted(s.sequences_per_row)
                 lines.append(f"    sequences per row: {keys[0]}..{keys[-1]} "
                              f"(median {int(np.median(np.repeat(keys, [s.sequences_per_row[k] for k in keys])))})")
-            lines += [f"    note: {n}" for n in s.notes]
-            lines += [f"    PROBLEM: {p}" for p in s.problems]
+            if s.balance:
+                b = s.balance
+                lines += wrap(f"modeled straggler ratio at DP {b['data_parallel']}, {b['micro_batches']} row(s) per "
+                              f"rank per step: {b['as_written']:.4f} as written (sequential sampler), "
+                              f"{b['shuffled']:.4f} under a shuffling sampler, {b['megatron_bridge_order']:.4f} "
+                              f"in Megatron-Bridge's write order; row cost spread {b['row_cost_cv']:.1%}",
+                              "    ", hang="      ")
+            for n in s.notes:
+                lines += wrap(n, "    note: ", hang=" " * 10)
+            for p in s.problems:
+                lines += wrap(p, "    PROBLEM: ", hang=" " * 13)
         count = len(self.all_problems)
         lines.append("inspect: OK" if self.ok else f"inspect: FAILED ({count} problem(s))")
         return "\n".join(lines)
@@ -159,7 +175,7 @@ def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None
 
 
 def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.ndarray]], fp: dict[str, Any],
-                stats: dict[str, Any]) -> None:
+                stats: dict[str, Any], balance: dict[str, Any] | None = None) -> None:
     problems = report.problems
     row_off, ids = columns["input_ids"]
     mask_off, mask = columns["loss_mask"]
@@ -185,6 +201,7 @@ def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.nda
                         f"increasing")
         return
     runtime = np.bincount(row_of_seq, weights=seg - 1, minlength=len(per_row)).astype(np.int64)
+    report.balance = _balance_report(seg - 1, row_of_seq, len(per_row), balance or {})
     report.tokens = int(runtime.sum())
     hist_k, hist_v = np.unique(per_row, return_counts=True)
     report.sequences_per_row = {int(k): int(v) for k, v in zip(hist_k, hist_v)}
@@ -226,6 +243,29 @@ def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.nda
             problems.append(f"{missing} input sequence(s) are missing")
 
 
+def _balance_report(lengths: np.ndarray, row_of_seq: np.ndarray, rows: int, recorded: dict[str, Any]
+                    ) -> dict[str, Any] | None:
+    """The modeled straggler ratio of the rows as written, under a shuffling sampler, and in the order
+    Megatron-Bridge's first-fit-decreasing prep would write them (longest first sequence first)."""
+    from mbridge_seqpack.packing.balance import DEFAULT_COST, CostModel, row_costs, straggler_ratio
+
+    dp, micro = int(recorded.get("data_parallel", 8)), int(recorded.get("micro_batches", 1))
+    if rows < dp * micro:
+        return None  # not one full step (e.g. a small validation split): nothing to balance
+    cost = CostModel(float(recorded.get("cost_linear", DEFAULT_COST.linear)),
+                     float(recorded.get("cost_attention", DEFAULT_COST.attention)))
+    costs = row_costs(lengths, row_of_seq, rows, cost)
+    longest = np.zeros(rows, dtype=np.int64)
+    np.maximum.at(longest, row_of_seq, lengths)
+    tokens = np.bincount(row_of_seq, weights=lengths, minlength=rows)
+    ffd_order = np.lexsort((-tokens, -longest))
+    shuffled = [straggler_ratio(costs[np.random.default_rng(s).permutation(rows)], dp, micro) for s in range(16)]
+    return {"data_parallel": dp, "micro_batches": micro, "as_written": round(straggler_ratio(costs, dp, micro), 6),
+            "shuffled": round(float(np.mean(shuffled)), 6),
+            "megatron_bridge_order": round(straggler_ratio(costs[ffd_order], dp, micro), 6),
+            "row_cost_cv": round(float(costs.std() / costs.mean()), 6) if rows else 0.0}
+
+
 def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] | None) -> tuple[SplitReport, dict]:
     import pyarrow.parquet as pq
 
@@ -262,7 +302,7 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         if bad:
             report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")
             return report, fp
-    _check_rows(report, columns, fp, info.get("stats", {}) if info else {})
+    _check_rows(report, columns, fp, info.get("stats", {}) if info else {}, (info or {}).get("balance"))
     return report, fp
 
 

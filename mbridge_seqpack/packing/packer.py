@@ -1,24 +1,59 @@
-"""Bin packing of sequence lengths: best-fit decreasing over the length histogram.
+"""Bin packing of sequence lengths: best-fit decreasing (BFD).
 
-Megatron-Bridge's ``first_fit_decreasing`` walks a segment tree once per sequence in Python
-(~0.1M sequences/s). Here every *group* of equal-length sequences is placed at once: bins are kept
-in buckets by remaining space, a Python big integer is the bitset of non-empty buckets (so "smallest
-remaining space >= L" is one shift and one lowest-set-bit), and moving k bins between buckets is a
-list slice. The work is proportional to the number of (length, bucket) groups, not sequences.
+Sequences are taken longest first (ties in a seeded order); each goes to the bin with the smallest
+remaining space that holds it; bins with equal remaining space form a LIFO stack; a bin opens when none
+fits. Two implementations place every sequence identically (tested):
+
+- the C kernel (``native/bfd.c``, built by the wheel's build hook, loaded with ctypes): a counting sort
+  and a 64-ary bitset over remaining-space values, O(n + capacity), 8 bytes per sequence of work memory;
+- the pure-Python path (no compiler, or ``MBRIDGE_SEQPACK_NATIVE=0``): every group of equal-length
+  sequences is placed at once, with a Python big integer as the bitset of non-empty buckets; the work is
+  proportional to the number of (length, bucket) groups.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
+import os
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["pack_lengths", "PackingStats", "packing_stats", "ALGORITHMS", "OVERFLOW_POLICIES"]
+__all__ = ["pack_lengths", "PackingStats", "packing_stats", "ALGORITHMS", "OVERFLOW_POLICIES", "native_kernel",
+           "NATIVE_ENV"]
 
 ALGORITHMS = ("best_fit_decreasing",)
 OVERFLOW_POLICIES = ("error", "drop")
+
+
+NATIVE_ENV = "MBRIDGE_SEQPACK_NATIVE"
+_KERNEL = Path(__file__).with_name("native") / "_bfd.so"
+
+
+@functools.lru_cache(maxsize=None)
+def _load_kernel(path: str) -> Any:
+    lib = ctypes.CDLL(path)
+    i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
+    i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
+    lib.bfd_pack_into.argtypes = [i64p, i32p, ctypes.c_int64, ctypes.c_int64, i64p, ctypes.c_int64, i64p]
+    lib.bfd_pack_into.restype = ctypes.c_int64
+    lib.relabel_bins.argtypes = [i64p, i32p, ctypes.c_int64, i64p]
+    lib.relabel_bins.restype = None
+    return lib
+
+
+def native_kernel() -> Any:
+    """The loaded C kernel, or None (not built, or ``MBRIDGE_SEQPACK_NATIVE=0``)."""
+    if os.environ.get(NATIVE_ENV, "1") == "0" or not _KERNEL.exists():
+        return None
+    try:
+        return _load_kernel(str(_KERNEL))
+    except OSError:
+        return None
 
 
 def _as_lengths(lengths: object) -> np.ndarray:
@@ -34,12 +69,18 @@ def _as_lengths(lengths: object) -> np.ndarray:
     return arr
 
 
-def _best_fit_decreasing(counts: list[int], capacity: int) -> tuple[list[list[tuple[list[int], int]]], int]:
-    """Place ``counts[L]`` items of each length L (largest first). Returns per-length placements
-    ``[(bin_ids, items_per_bin), ...]`` in placement order, and the number of bins."""
+def _best_fit_decreasing(counts: list[int], capacity: int, open_space: list[int] = []
+                         ) -> tuple[list[list[tuple[list[int], int]]], int]:
+    """Place ``counts[L]`` items of each length L (largest first) into the open bins (``open_space[b]`` free
+    tokens) and new ones. Returns per-length placements ``[(bin_ids, items_per_bin), ...]`` in placement
+    order, and the number of bins."""
     buckets: list[list[int]] = [[] for _ in range(capacity + 1)]  # bin ids by remaining space
     occupied = 0  # bit r set <=> buckets[r] non-empty (r >= 1)
-    num_bins = 0
+    for b, space in enumerate(open_space):
+        if space:
+            buckets[space].append(b)
+            occupied |= 1 << space
+    num_bins = len(open_space)
     placements: list[list[tuple[list[int], int]]] = [[] for _ in range(capacity + 1)]
 
     def put(ids: list[int], remaining: int) -> None:
@@ -62,7 +103,8 @@ def _best_fit_decreasing(counts: list[int], capacity: int) -> tuple[list[list[tu
             per_bin = space // length  # a bin stays the best fit until it cannot take another
             whole = min(len(bucket), left // per_bin)
             if whole:
-                moved = bucket[len(bucket) - whole:]
+                # as one at a time: the top bin of the stack is filled first and pushed first
+                moved = bucket[len(bucket) - whole:][::-1]
                 del bucket[len(bucket) - whole:]
                 put(moved, space - per_bin * length)
                 placed.append((moved, per_bin))
@@ -125,19 +167,53 @@ def pack_lengths(
                 f"({int(too_long.sum())} sequence(s) too long); raise the pack size, filter them out, or pass "
                 f"overflow='drop'"
             )
-    keep = np.flatnonzero(~too_long)
-    kept = arr[keep]
-    counts = np.bincount(kept, minlength=capacity + 1).tolist()
+    if n >= 2**31 - 1:
+        raise ValueError(f"pack_lengths takes fewer than 2**31 sequences, got {n}")
+    rng = np.random.default_rng(seed)
+    # the seeded order of the kept sequences: rng.permutation(k) values, as int32 (4 bytes per sequence)
+    shuffled = np.arange(n, dtype=np.int32) if not too_long.any() else np.flatnonzero(~too_long).astype(np.int32)
+    rng.shuffle(shuffled)
+    del too_long
+    num_bins = place(arr, shuffled, capacity, assignment)
+    relabel = rng.permutation(num_bins)
+    kernel = native_kernel()
+    if kernel is not None:
+        kernel.relabel_bins(assignment, shuffled, shuffled.size, relabel)
+    else:
+        assignment[shuffled] = relabel[assignment[shuffled]]
+    return assignment
+
+
+def place(arr: np.ndarray, seeded: np.ndarray, capacity: int, assignment: np.ndarray,
+          open_space: np.ndarray | None = None) -> int:
+    """Best-fit decreasing of ``arr[seeded]`` (ties in ``seeded``'s order) into the bins ``open_space`` describes
+    (free tokens of bins 0..k-1) and new ones; writes ``assignment[seeded]`` and returns the number of bins.
+    The C kernel when built, else the pure-Python path: identical placements."""
+    spaces = np.zeros(0, dtype=np.int64) if open_space is None else np.ascontiguousarray(open_space, dtype=np.int64)
+    kernel = native_kernel()
+    if kernel is not None:
+        num_bins = int(kernel.bfd_pack_into(np.ascontiguousarray(arr, dtype=np.int64),
+                                            np.ascontiguousarray(seeded, dtype=np.int32), seeded.size, capacity,
+                                            assignment, spaces.size, spaces))
+        if num_bins < 0:
+            raise MemoryError(f"the packing kernel could not allocate its work arrays for {seeded.size} sequences")
+        return num_bins
+    return _place_in_python(arr, seeded, capacity, assignment, spaces.tolist())
+
+
+def _place_in_python(arr: np.ndarray, shuffled: np.ndarray, capacity: int, assignment: np.ndarray,
+                     open_space: list[int]) -> int:
+    """The pure-Python path: bins for ``arr[shuffled]`` written into ``assignment``; returns the bin count."""
+    counts = np.bincount(arr[shuffled], minlength=capacity + 1).tolist()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the loop allocates many small acyclic lists; collections would rescan the caller's heap
     try:
-        placements, num_bins = _best_fit_decreasing(counts, capacity)
+        placements, num_bins = _best_fit_decreasing(counts, capacity, open_space)
     finally:
         if gc_was_enabled:
             gc.enable()
-
-    rng = np.random.default_rng(seed)
-    shuffled = keep[rng.permutation(keep.size)]
+    if not shuffled.size:
+        return num_bins
     small = np.uint16 if capacity < 2**16 else np.uint32  # 16-bit keys get numpy's radix sort
     order = shuffled[np.argsort(arr[shuffled].astype(small), kind="stable")]  # ascending length, seeded ties
     bin_ids: list[int] = []
@@ -147,9 +223,7 @@ def pack_lengths(
             bin_ids.extend(ids)
             repeats.extend([per_bin] * len(ids))
     assignment[order] = np.repeat(np.asarray(bin_ids, dtype=np.int64), np.asarray(repeats, dtype=np.int64))
-    relabel = rng.permutation(num_bins)
-    assignment[keep] = relabel[assignment[keep]]
-    return assignment
+    return num_bins
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,14 @@ from mbridge_seqpack.packing.artifact import (
     write_metadata,
     write_split,
 )
+from mbridge_seqpack.packing.balance import (
+    DEFAULT_COST,
+    CostModel,
+    balance_bins,
+    row_costs,
+    slot_order,
+    straggler_ratio,
+)
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
 from mbridge_seqpack.packing.sequences import (
     InputError,
@@ -44,9 +52,19 @@ class PackOptions:
     max_seq_length: int | None = None  # Megatron-Bridge: max_single_sequence_length or seq_length
     dataset_kwargs: dict[str, Any] | None = None
     seed: int = 0
+    # work balance (packing/balance.py): equal-cost rows, laid out for `data_parallel` ranks reading
+    # `micro_batches` rows each per step (global batch / DP with micro batch 1)
+    balance: bool = True
+    data_parallel: int = 8
+    micro_batches: int = 1
+    cost: CostModel = DEFAULT_COST
+    max_sequences_per_row: int | None = None  # static cu_seqlens capacity under CUDA graphs; may add rows
 
     def validate(self) -> None:
-        for name in ("pack_size", "pad_seq_to_mult"):
+        if self.max_sequences_per_row is not None and (
+                not isinstance(self.max_sequences_per_row, int) or self.max_sequences_per_row < 1):
+            raise InputError(f"--max-sequences-per-row must be a positive integer, got {self.max_sequences_per_row!r}")
+        for name in ("pack_size", "pad_seq_to_mult", "data_parallel", "micro_batches"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -85,6 +103,29 @@ def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerp
     }
 
 
+def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tuple[np.ndarray, dict[str, Any]]:
+    """Equal-cost rows written in the order that balances each step's DP ranks; bins renumbered to that order."""
+    dp, micro = options.data_parallel, options.micro_batches
+    before = row_costs(lengths, bins, int(bins.max()) + 1, options.cost)
+    result = balance_bins(lengths, bins, options.pack_size, options.cost, seed=options.seed,
+                          max_per_bin=options.max_sequences_per_row)
+    costs = row_costs(lengths, result.bins, result.num_bins, options.cost)
+    order = slot_order(costs, dp, micro, seed=options.seed)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    placed = result.bins >= 0
+    out = np.where(placed, position[np.where(placed, result.bins, 0)], -1)
+    info = {
+        "data_parallel": dp, "micro_batches": micro, "cost_linear": options.cost.linear,
+        "cost_attention": options.cost.attention, "rows_rebalanced": result.balanced,
+        "max_sequences_per_row": options.max_sequences_per_row, "extra_rows_for_cap": result.extra_bins,
+        "row_cost_cv_before": round(float(before.std() / before.mean()), 6),
+        "row_cost_cv": round(float(costs.std() / costs.mean()), 6),
+        "straggler_ratio": round(straggler_ratio(costs[order], dp, micro), 6),
+    }
+    return out, info
+
+
 def _megatron_bridge_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -95,7 +136,7 @@ def _megatron_bridge_version() -> str:
 
 
 def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_dir: str | Path, options: PackOptions,
-               overwrite: bool = False, workers: int = 1) -> PackResult:
+               overwrite: bool = False, workers: int | None = None) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
     Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own.
@@ -123,13 +164,19 @@ def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_d
                 input_sha256=file_sha256(source), tokenizer=str(tokenizer), tokenizer_sha256=tok_sha,
                 eos_id=int(mb_tokenizer.eos_id), vocab_size=int(mb_tokenizer.vocab_size),
                 dataset_kwargs=json.dumps(kwargs, sort_keys=True, default=str), max_seq_length=max_seq_length,
-                pack_size=options.pack_size, pad_seq_to_mult=options.pad_seq_to_mult, algorithm=ALGORITHM,
+                pack_size=options.pack_size, pad_seq_to_mult=options.pad_seq_to_mult,
+                algorithm=ALGORITHM + ("+balanced" if options.balance else ""),
                 seed=options.seed, plugin_version=__version__, megatron_bridge_version=_megatron_bridge_version())
             seqs = tokenize_split(source, mb_tokenizer, max_seq_length=max_seq_length,
                                   pad_seq_to_mult=options.pad_seq_to_mult, dataset_kwargs=kwargs, seed=options.seed,
-                                  workers=workers)
+                                  workers=-1 if workers is None else workers)
             bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
+            balance = None
+            if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
+                bins, balance = _balanced(seqs.lengths, bins, options)
             entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
+            if balance is not None:
+                entry["balance"] = balance
             entry["checksums"] = write_split(split_paths(staging, options.pack_size)[split], build_rows(seqs, bins),
                                              {k: v for k, v in entry.items() if k != "checksums"})
             entries.append(entry)

@@ -183,8 +183,9 @@ def _stored_mask(item: dict[str, Any]) -> list[int]:
 
 
 def tokenize_split(path: str | Path, tokenizer: Any, *, max_seq_length: int, pad_seq_to_mult: int,
-                   dataset_kwargs: dict[str, Any], seed: int, workers: int = 1) -> TokenizedSequences:
-    """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes)."""
+                   dataset_kwargs: dict[str, Any], seed: int, workers: int = -1) -> TokenizedSequences:
+    """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes;
+    ``workers=-1``: a process per core, as its ``num_tokenizer_workers`` default)."""
     import contextlib
     import io
     import logging

@@ -65,6 +65,19 @@ OPTIONAL_INT_LIST = FieldType(
     lambda v: v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)),
     None,
 )
+def _is_static_thd_record(value: Any) -> bool:
+    from mbridge_seqpack.thd_config import parse_static_thd
+
+    try:
+        parse_static_thd(value)
+    except ValueError:
+        return False
+    return True
+
+
+MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
+STATIC_THD_RECORD = FieldType("a string 'capacity=N' or 'capacity=N,max_seqlen=M' (N >= 2)", _is_static_thd_record,
+                              "capacity=2")
 OPTIONAL_MICRO_BATCH = FieldType("a positive integer (null lets Megatron-Bridge report it)",
                                  lambda v: v is None or (_is_int(v) and v > 0), 1)
 
@@ -104,6 +117,8 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+    "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
+    "env_vars['MBRIDGE_SEQPACK_STATIC_THD']": STATIC_THD_RECORD,
 }
 
 

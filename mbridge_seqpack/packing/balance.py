@@ -1,0 +1,226 @@
+"""Work-balanced packs: rows of equal cost, arranged so every data-parallel rank is equally busy each step.
+
+A row's cost is ``linear * tokens + attention * sum(s_i ** 2)``: the matmuls grow with tokens, causal
+attention with the square of each sequence's length (THD attention never crosses a boundary). A row holding
+one 8k sequence costs far more attention than a row of 300 short ones, and with data parallelism every step
+waits for its slowest rank.
+
+Two levers, both without extra rows:
+
+1. ``balance_bins`` re-deals the sequences into the same number of rows, longest first, each to the
+   cheapest row that still has room (cost-LPT with the token capacity; an optional cap on sequences per row).
+   Equal-cost rows stay balanced under any order, so this holds under Megatron-Bridge's shuffling samplers
+   (``cyclic``; ``batch`` with its per-epoch shuffle; ``max_train_samples`` epoch shuffles).
+2. ``slot_order`` writes the rows so that, read by Megatron-Bridge's sequential ``single`` sampler (the SFT
+   recipes' default: row ``k`` of a step goes to DP rank ``k % dp`` with micro batch 1), rows of similar cost
+   share a step and each step's rows are split over the ranks by LPT; the steps come in a seeded random order
+   (Megatron-Bridge's own prep writes rows in first-fit-decreasing order: similar rows adjacent, but the
+   longest sequences all at the start of training).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CostModel", "BalanceResult", "balance_bins", "slot_order", "straggler_ratio", "row_costs"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-row work: ``linear`` per token plus ``attention`` per within-sequence token pair (forward FLOPs
+    per layer; only their ratio matters for balance)."""
+
+    linear: float
+    attention: float
+
+    @classmethod
+    def from_shape(cls, hidden: int, ffn_hidden: int, num_heads: int, num_query_groups: int | None = None,
+                   kv_channels: int | None = None, gated_mlp: bool = True) -> "CostModel":
+        """Transformer layer: QKV + output projections and the MLP (3 matrices when gated) as 2 FLOPs per
+        weight per token; causal attention (QK^T and AV over half the square) as 2 * heads * head_dim."""
+        head_dim = kv_channels or hidden // num_heads
+        groups = num_query_groups or num_heads
+        projections = hidden * head_dim * (2 * num_heads + 2 * groups)
+        mlp = (3 if gated_mlp else 2) * hidden * ffn_hidden
+        return cls(linear=2.0 * (projections + mlp), attention=2.0 * num_heads * head_dim)
+
+    @classmethod
+    def from_provider(cls, model: Any) -> "CostModel":
+        """From a Megatron-Bridge model provider (``hidden_size``, ``ffn_hidden_size``, heads, groups)."""
+        return cls.from_shape(
+            hidden=model.hidden_size, ffn_hidden=model.ffn_hidden_size or 4 * model.hidden_size,
+            num_heads=model.num_attention_heads, num_query_groups=getattr(model, "num_query_groups", None),
+            kv_channels=getattr(model, "kv_channels", None), gated_mlp=bool(getattr(model, "gated_linear_unit", True)))
+
+
+#: Llama-3-8B's shape, for packs made without a recipe
+DEFAULT_COST = CostModel.from_shape(hidden=4096, ffn_hidden=14336, num_heads=32, num_query_groups=8)
+
+
+def row_costs(lengths: np.ndarray, bins: np.ndarray, num_bins: int, cost: CostModel) -> np.ndarray:
+    """Cost of every row (bins ``-1`` are dropped sequences)."""
+    placed = bins >= 0
+    lengths = lengths[placed].astype(np.float64)
+    return (cost.linear * np.bincount(bins[placed], weights=lengths, minlength=num_bins)
+            + cost.attention * np.bincount(bins[placed], weights=lengths * lengths, minlength=num_bins))
+
+
+@dataclass(frozen=True)
+class BalanceResult:
+    """The balanced assignment (or the input one, when balancing would need more rows than allowed)."""
+
+    bins: np.ndarray
+    num_bins: int
+    balanced: bool
+    extra_bins: int  # rows added by the per-row sequence cap (0 without a cap)
+
+
+def _deal_by_cost(lengths: np.ndarray, order: np.ndarray, num_bins: int, capacity: int, cost: CostModel,
+                  limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Cost-LPT: ``order`` (longest first) each to the cheapest of ``num_bins`` rows with room; None if one
+    does not fit. Returns (row of each dealt sequence, free tokens per row, sequences per row)."""
+    room = [capacity] * num_bins
+    count = [0] * num_bins
+    heap = [(0.0, b) for b in range(num_bins)]  # (cost so far, row)
+    rows = np.empty(order.size, dtype=np.int64)
+    linear, attention = cost.linear, cost.attention
+    dealt = lengths[order].tolist()
+    shortest = dealt[-1] if dealt else 0
+    for k, length in enumerate(dealt):
+        skipped = []
+        while heap and (room[heap[0][1]] < length or count[heap[0][1]] >= limit):
+            entry = heapq.heappop(heap)
+            if room[entry[1]] >= shortest and count[entry[1]] < limit:
+                skipped.append(entry)  # no room for this length, maybe for a shorter one
+        if not heap or len(skipped) > MAX_SKIPPED:
+            return None  # the rows are (nearly) full: this threshold will not fit, give up early
+        load, b = heapq.heappop(heap)
+        room[b] -= length
+        count[b] += 1
+        rows[k] = b
+        heapq.heappush(heap, (load + linear * length + attention * length * length, b))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+    return rows, np.asarray(room, dtype=np.int64), np.asarray(count, dtype=np.int64)
+
+
+#: a dealing that skips this many full rows for one sequence is abandoned (keeps a failing attempt cheap)
+MAX_SKIPPED = 256
+
+#: sequences at least this fraction of the row are dealt by cost (0: all of them, which also evens out the
+#: token fill); shorter ones fill the gaps best-fit
+THRESHOLDS = (0.0, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+
+
+def balance_bins(lengths: np.ndarray, bins: np.ndarray, capacity: int, cost: CostModel, *, seed: int = 0,
+                 max_per_bin: int | None = None) -> BalanceResult:
+    """Equal-cost rows in as many rows as ``bins`` uses (the best-fit-decreasing count).
+
+    The long sequences (those that carry the attention cost) are dealt longest first to the cheapest row
+    with room; the rest fill the remaining space best-fit decreasing (the packer's own kernel, into the open
+    rows). The smallest threshold for "long" that needs no extra row wins; if none does, ``bins`` is kept.
+    With ``max_per_bin`` (static cu_seqlens capacity) no row holds more sequences; that may add rows,
+    reported as ``extra_bins``.
+    """
+    from mbridge_seqpack.packing.packer import place
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    placed = np.flatnonzero(bins >= 0)
+    num_bins = int(bins.max()) + 1 if placed.size else 0
+    if num_bins == 0:
+        return BalanceResult(bins, 0, False, 0)
+    seeded = placed[np.random.default_rng(seed).permutation(placed.size)]
+    seeded = seeded[np.argsort(-lengths[seeded], kind="stable")]  # longest first, seeded ties
+    if max_per_bin is not None:
+        return _balance_with_cap(lengths, bins, seeded, num_bins, capacity, cost, max_per_bin)
+    for fraction in THRESHOLDS:
+        long_count = int(np.count_nonzero(lengths[seeded] >= fraction * capacity))
+        dealt = _deal_by_cost(lengths, seeded[:long_count], num_bins, capacity, cost, placed.size + 1)
+        if dealt is None:
+            continue
+        rows, room, _ = dealt
+        out = np.full_like(bins, -1)
+        out[seeded[:long_count]] = rows
+        if place(lengths, seeded[long_count:], capacity, out, room) == num_bins:
+            return BalanceResult(out, num_bins, True, 0)
+    return BalanceResult(bins, num_bins, False, 0)
+
+
+def _balance_with_cap(lengths: np.ndarray, bins: np.ndarray, seeded: np.ndarray, num_bins: int, capacity: int,
+                      cost: CostModel, cap: int) -> BalanceResult:
+    """At most ``cap`` sequences per row: deal everything by cost into the fewest rows that work, from
+    max(best-fit rows, ceil(n / cap)); a cap-aware best fit if a few more rows do not help."""
+    least = max(num_bins, -(-seeded.size // cap))
+    for rows_count in range(least, least + 4):
+        dealt = _deal_by_cost(lengths, seeded, rows_count, capacity, cost, cap)
+        if dealt is not None:
+            out = np.full_like(bins, -1)
+            out[seeded] = dealt[0]
+            used = int(out.max()) + 1
+            return BalanceResult(out, used, True, used - num_bins)
+    out = np.full_like(bins, -1)
+    total = _fill_with_cap(lengths, seeded, capacity, out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                           cap)
+    return BalanceResult(out, total, False, total - num_bins)
+
+
+def _fill_with_cap(lengths: np.ndarray, seeded: np.ndarray, capacity: int, out: np.ndarray, room: np.ndarray,
+                   count: np.ndarray, cap: int) -> int:
+    """Best fit (smallest room that holds it) among rows with fewer than ``cap`` sequences; new rows as needed."""
+    import bisect
+
+    free = sorted((int(r), b) for b, r in enumerate(room.tolist()) if count[b] < cap and r > 0)
+    counts = count.tolist()
+    total = len(counts)
+    for idx, length in zip(seeded.tolist(), lengths[seeded].tolist()):
+        at = bisect.bisect_left(free, (length, -1))
+        if at < len(free):
+            r, b = free.pop(at)
+        else:
+            r, b = capacity, total
+            total += 1
+            counts.append(0)
+        out[idx] = b
+        counts[b] += 1
+        if counts[b] < cap and r - length > 0:
+            bisect.insort(free, (r - length, b))
+    return total
+
+
+def slot_order(costs: np.ndarray, dp: int, micro_batches: int, seed: int = 0) -> np.ndarray:
+    """Row order for the sequential sampler. Rows of similar cost share a step (sorted by cost, cut into
+    steps of ``dp * micro_batches``), each step is split over the ranks by LPT with ``micro_batches`` rows per
+    rank (position ``j * dp + r`` is rank ``r``'s ``j``-th), and the steps come in a seeded random order."""
+    n = costs.size
+    per_step = dp * micro_batches
+    by_cost = np.argsort(-costs, kind="stable")
+    steps = []
+    for start in range(0, n - n % per_step, per_step):
+        rows = by_cost[start:start + per_step]
+        loads = [(0.0, r) for r in range(dp)]
+        taken: list[list[int]] = [[] for _ in range(dp)]
+        for row in rows.tolist():  # heaviest first, to the lightest rank that still takes rows
+            load, r = heapq.heappop(loads)
+            taken[r].append(row)
+            if len(taken[r]) < micro_batches:
+                heapq.heappush(loads, (load + float(costs[row]), r))
+        steps.append([taken[r][j] for j in range(micro_batches) for r in range(dp)])
+    rng = np.random.default_rng(seed)
+    out = [row for k in rng.permutation(len(steps)) for row in steps[k]]
+    out.extend(by_cost[n - n % per_step:].tolist())  # the last, partial step
+    return np.asarray(out, dtype=np.int64)
+
+
+def straggler_ratio(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> float:
+    """Mean over full steps of (slowest rank's cost / mean rank cost), rows read by the ``single`` sampler
+    (row ``k`` of a step to rank ``k % dp``); 1.0 is perfect balance."""
+    per_step = dp * micro_batches
+    steps = costs_in_order.size // per_step
+    if steps == 0 or dp == 1:
+        return 1.0
+    per_rank = costs_in_order[:steps * per_step].reshape(steps, micro_batches, dp).sum(axis=1)
+    return float(np.mean(per_rank.max(axis=1) / per_rank.mean(axis=1)))
