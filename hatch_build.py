@@ -28,8 +28,11 @@ def compile_kernel(root: Path) -> Path | None:
     cmd = [compiler, "-O3", "-fPIC", "-shared", "-std=c99", str(root / SOURCE), "-o", str(tmp)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        print(f"mbridge-seqpack: compiling the packer kernel failed ({' '.join(cmd)}):\n{done.stderr}"
-              "the packer will use its pure-Python path", file=sys.stderr)
+        print(
+            f"mbridge-seqpack: compiling the packer kernel failed ({' '.join(cmd)}):\n{done.stderr}"
+            "the packer will use its pure-Python path",
+            file=sys.stderr,
+        )
         return None
     os.replace(tmp, target)
     return target

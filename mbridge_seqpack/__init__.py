@@ -24,7 +24,7 @@ _EXPORTS = {
     "check": "mbridge_seqpack.rules",
     "PackingConfigError": "mbridge_seqpack.errors",
     "Violation": "mbridge_seqpack.errors",
-    "apply": "mbridge_seqpack.mixins",
+    "apply": "mbridge_seqpack.compose.mixins",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -17,7 +17,16 @@ from typing import Any, Callable, Iterator
 from mbridge_seqpack.errors import ERROR, PackingConfigError
 from mbridge_seqpack.ranks import is_rank_zero
 
-__all__ = ["install", "uninstall", "suspended", "is_installed", "current_mode", "MODES", "MODE_ENV", "PackingConfigWarning"]
+__all__ = [
+    "install",
+    "uninstall",
+    "suspended",
+    "is_installed",
+    "current_mode",
+    "MODES",
+    "MODE_ENV",
+    "PackingConfigWarning",
+]
 
 MODES = ("error", "warn", "off")
 MODE_ENV = "MBRIDGE_SEQPACK_MODE"

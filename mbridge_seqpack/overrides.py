@@ -49,9 +49,11 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
         try:
             parser.parse_overrides([text])
         except Exception as exc:  # noqa: BLE001  (hydra raises its own OverrideParseException)
-            raise ValueError(f"override {text!r} is not valid Hydra override syntax ({str(exc).splitlines()[0]}); "
-                             f"write it as Megatron-Bridge's recipe runner takes it, e.g. model.seq_length=8192, "
-                             f"++dataset.dataset_kwargs.pad_to_max_length=true") from None
+            raise ValueError(
+                f"override {text!r} is not valid Hydra override syntax ({str(exc).splitlines()[0]}); "
+                f"write it as Megatron-Bridge's recipe runner takes it, e.g. model.seq_length=8192, "
+                f"++dataset.dataset_kwargs.pad_to_max_length=true"
+            ) from None
 
 
 def apply_overrides(cfg: Any, overrides: Sequence[str], config_file: str | None = None) -> Any:
@@ -75,8 +77,11 @@ def _merge(assignments: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         old = merged.get(path)
         if old is None or old == value:
             merged[path] = value
-        elif path.endswith(("pad_seq_to_mult", "pad_seq_length_to_mult")) and isinstance(old, int) and isinstance(
-                value, int):
+        elif (
+            path.endswith(("pad_seq_to_mult", "pad_seq_length_to_mult"))
+            and isinstance(old, int)
+            and isinstance(value, int)
+        ):
             merged[path] = math.lcm(old, value)
         elif isinstance(old, int) and isinstance(value, int) and not isinstance(old, bool):
             merged[path] = max(old, value)

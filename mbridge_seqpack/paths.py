@@ -21,8 +21,10 @@ def split_path(path: str) -> list[tuple[str, Any]]:
     while pos < len(path):
         match = _TOKEN.match(path, pos)
         if match is None or (pos == 0 and path.startswith(".")):
-            raise ValueError(f"bad config path {path!r} at character {pos}; use e.g. model.seq_length or "
-                             "dataset.dataset_kwargs['pad_to_max_length']")
+            raise ValueError(
+                f"bad config path {path!r} at character {pos}; use e.g. model.seq_length or "
+                "dataset.dataset_kwargs['pad_to_max_length']"
+            )
         if match.group(1) is not None:
             parts.append(("attr", match.group(1)))
         else:

@@ -16,13 +16,23 @@ WIDTH = 100
 
 def wrap(text: str, indent: str = "", *, hang: str | None = None, width: int = WIDTH) -> list[str]:
     """``text`` as lines of at most ``width`` columns: the first after ``indent``, the rest after ``hang``."""
-    return textwrap.wrap(text, width=width, initial_indent=indent,
-                         subsequent_indent=indent if hang is None else hang,
-                         break_long_words=True, break_on_hyphens=False) or [indent.rstrip()]
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent if hang is None else hang,
+        break_long_words=True,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
 
 
-def table(columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[object]], *, width: int = WIDTH,
-          keep_whole: Sequence[int] = (0,)) -> str:
+def table(
+    columns: Sequence[tuple[str, str]],
+    rows: Iterable[Sequence[object]],
+    *,
+    width: int = WIDTH,
+    keep_whole: Sequence[int] = (0,),
+) -> str:
     """A borderless table; ``columns`` are (header, "left"|"right"); long cells wrap inside their column,
     except the first line of the ``keep_whole`` columns (names people copy, e.g. a recipe's)."""
     from rich import box

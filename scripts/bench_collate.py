@@ -31,25 +31,43 @@ def main() -> None:
 
         from mbridge_seqpack.packing.collate import PackedCollator
         from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-        from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+        from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
         with tempfile.TemporaryDirectory() as tmp:
             corpus = Path(tmp) / "train.jsonl"
             corpus.write_text((embedded_data_dir() / "training.jsonl").read_text() * args.repeat)
             n = args.pack_size
-            pack_jsonl({"training": corpus}, tokenizer=embedded_tokenizer_dir(), output_dir=Path(tmp) / "packed",
-                       options=PackOptions(pack_size=n, pad_seq_to_mult=8))
+            pack_jsonl(
+                {"training": corpus},
+                tokenizer=embedded_tokenizer_dir(),
+                output_dir=Path(tmp) / "packed",
+                options=PackOptions(pack_size=n, pad_seq_to_mult=8),
+            )
             art = Path(tmp) / "packed"
-            tok = build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
-                                                  tokenizer_model=str(embedded_tokenizer_dir())))
+            tok = build_tokenizer(
+                TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(embedded_tokenizer_dir()))
+            )
             dataset = build_gpt_sft_split(
-                art / f"training_{n}.idx.parquet", tokenizer=tok, seq_length=n, memmap_workers=1, seed=1,
-                packed_sequence_size=n, pack_metadata_path=art / f"{n}_metadata.jsonl", pad_cu_seqlens=True,
-                pad_seq_to_mult=8, dataset_kwargs={"pad_to_max_length": True})
+                art / f"training_{n}.idx.parquet",
+                tokenizer=tok,
+                seq_length=n,
+                memmap_workers=1,
+                seed=1,
+                packed_sequence_size=n,
+                pack_metadata_path=art / f"{n}_metadata.jsonl",
+                pad_cu_seqlens=True,
+                pad_seq_to_mult=8,
+                dataset_kwargs={"pad_to_max_length": True},
+            )
             items = [dataset[i] for i in range(len(dataset))]
-            ours = PackedCollator(max_seq_length=n, eos_id=tok.eos_id, pad_to_max_length=True, pad_seq_to_mult=8,
-                                  pad_cu_seqlens=True,
-                                  pack_metadata=json.loads((art / f"{n}_metadata.jsonl").read_text()))
+            ours = PackedCollator(
+                max_seq_length=n,
+                eos_id=tok.eos_id,
+                pad_to_max_length=True,
+                pad_seq_to_mult=8,
+                pad_cu_seqlens=True,
+                pack_metadata=json.loads((art / f"{n}_metadata.jsonl").read_text()),
+            )
 
             def run(fn) -> float:
                 start = time.perf_counter()

@@ -73,9 +73,13 @@ def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[d
             as_list = lengths.tolist()  # the peers take Python lists; converting is not timed
             repeats = 5 if n <= 100_000 else 2
             ours, t_ours = best_of(lambda: pack_lengths(lengths, cap, seed=0), repeats)
-            row = {"capacity": cap, "n": n, "time": {"mbridge_seqpack": t_ours},
-                   "bins": {"mbridge_seqpack": int(ours.max()) + 1},
-                   "lower_bound": -(-int(lengths.sum()) // cap)}
+            row = {
+                "capacity": cap,
+                "n": n,
+                "time": {"mbridge_seqpack": t_ours},
+                "bins": {"mbridge_seqpack": int(ours.max()) + 1},
+                "lower_bound": -(-int(lengths.sum()) // cap),
+            }
             for name in ("obfd", "bfd", "ffd"):
                 fn = getattr(lightbinpack, name)
                 packed, t = best_of(lambda: fn(as_list, cap), repeats)
@@ -86,28 +90,41 @@ def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[d
             peers = {k: v for k, v in row["time"].items() if k != "mbridge_seqpack"}
             fastest = min(peers, key=peers.get)
             row["fastest_peer"], row["ratio"] = fastest, peers[fastest] / t_ours
-            row["bins_ok"] = all(row["bins"]["mbridge_seqpack"] <= b for k, b in row["bins"].items()
-                                 if k in ("megatron_bridge.ffd", "lightbinpack.bfd", "lightbinpack.obfd"))
+            row["bins_ok"] = all(
+                row["bins"]["mbridge_seqpack"] <= b
+                for k, b in row["bins"].items()
+                if k in ("megatron_bridge.ffd", "lightbinpack.bfd", "lightbinpack.obfd")
+            )
             rows.append(row)
             times = "  ".join(f"{k} {v:.4f}s" for k, v in row["time"].items())
-            print(f"cap {cap:>6} n {n:>10,}: {times}  -> {row['ratio']:.1f}x vs {fastest}; bins "
-                  f"{row['bins']['mbridge_seqpack']:,} (lower bound {row['lower_bound']:,}) ok={row['bins_ok']}",
-                  flush=True)
+            print(
+                f"cap {cap:>6} n {n:>10,}: {times}  -> {row['ratio']:.1f}x vs {fastest}; bins "
+                f"{row['bins']['mbridge_seqpack']:,} (lower bound {row['lower_bound']:,}) ok={row['bins_ok']}",
+                flush=True,
+            )
     return rows
 
 
 def peak_memory(capacity: int, n: int) -> float:
-    """Peak RSS growth of one pack_lengths call over the input array's size, in a fresh process."""
+    """Peak RSS growth of one pack_lengths call over the input array's size, in a fresh process (the high-water
+    mark is reset through /proc/self/clear_refs after the input is built)."""
     code = f"""
-import resource, numpy as np, sys
+import gc, numpy as np, sys
 sys.path.insert(0, {str(ROOT)!r})
 from mbridge_seqpack.packing import pack_lengths
-lengths = np.clip(np.random.default_rng(0).lognormal(np.log({capacity} / 16), 1.0, {n}).astype(np.int64), 1,
-                  {capacity})
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+raw = np.random.default_rng(0).lognormal(np.log({capacity} / 16), 1.0, {n}).astype(np.int64)
+lengths = np.clip(raw, 1, {capacity})
+del raw
 pack_lengths(lengths[:1000], {capacity})
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+gc.collect()
+open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark to the current RSS
+base = status("VmRSS:")
 pack_lengths(lengths, {capacity})
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024 / lengths.nbytes)
+print((status("VmHWM:") - base) / lengths.nbytes)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout)
@@ -117,7 +134,7 @@ def embedded_lengths() -> np.ndarray:
     """Runtime lengths of the embedded corpus as the prompt/answer template tokenizes it (embedded tokenizer)."""
     from tokenizers import Tokenizer
 
-    from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
     tok = Tokenizer.from_file(str(embedded_tokenizer_dir() / "tokenizer.json"))
     records = [json.loads(x) for x in (embedded_data_dir() / "training.jsonl").read_text().splitlines() if x.strip()]
@@ -131,35 +148,56 @@ def bench_balance() -> list[dict]:
     from mbridge_seqpack.packing import pack_lengths
     from mbridge_seqpack.packing.balance import DEFAULT_COST, balance_bins, row_costs, slot_order, straggler_ratio
 
-    sets = {"embedded corpus": embedded_lengths(),
-            "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1}
+    sets = {
+        "embedded corpus": embedded_lengths(),
+        "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
+    }
     out = []
     for name, raw in sets.items():
         for cap in (2048, 4096, 8192):
             lengths = np.minimum(raw, cap)
             bins = pack_lengths(lengths, cap, seed=0)
             mb_rows = first_fit_decreasing(lengths.tolist(), cap)
-            mb_costs = np.asarray([DEFAULT_COST.linear * sum(r) + DEFAULT_COST.attention * sum(x * x for x in r)
-                                   for r in mb_rows])
+            mb_costs = np.asarray(
+                [DEFAULT_COST.linear * sum(r) + DEFAULT_COST.attention * sum(x * x for x in r) for r in mb_rows]
+            )
             start = time.perf_counter()
             result = balance_bins(lengths, bins, cap, DEFAULT_COST)
             costs = row_costs(lengths, result.bins, result.num_bins, DEFAULT_COST)
             seconds = time.perf_counter() - start
             for micro in (1, 4):
-                def shuffled(c: np.ndarray) -> float:
-                    return float(np.mean([straggler_ratio(c[np.random.default_rng(s).permutation(c.size)], 8, micro)
-                                          for s in range(16)]))
 
-                row = {"set": name, "capacity": cap, "dp": 8, "micro_batches": micro, "bins_mb": len(mb_rows),
-                       "bins_ours": result.num_bins, "balance_seconds": seconds,
-                       "mb_order": straggler_ratio(mb_costs, 8, micro),
-                       "ours": straggler_ratio(costs[slot_order(costs, 8, micro)], 8, micro),
-                       "mb_shuffled": shuffled(mb_costs), "ours_shuffled": shuffled(costs)}
+                def shuffled(c: np.ndarray) -> float:
+                    return float(
+                        np.mean(
+                            [
+                                straggler_ratio(c[np.random.default_rng(s).permutation(c.size)], 8, micro)
+                                for s in range(16)
+                            ]
+                        )
+                    )
+
+                row = {
+                    "set": name,
+                    "capacity": cap,
+                    "dp": 8,
+                    "micro_batches": micro,
+                    "bins_mb": len(mb_rows),
+                    "bins_ours": result.num_bins,
+                    "balance_seconds": seconds,
+                    "mb_order": straggler_ratio(mb_costs, 8, micro),
+                    "ours": straggler_ratio(costs[slot_order(costs, 8, micro)], 8, micro),
+                    "mb_shuffled": shuffled(mb_costs),
+                    "ours_shuffled": shuffled(costs),
+                }
                 row["closer"] = (row["mb_order"] - 1) / max(row["ours"] - 1, 1e-9)
                 out.append(row)
-                print(f"{name:26} cap {cap:>5} DP8 x{micro}: MB order {row['mb_order']:.5f}  ours {row['ours']:.5f} "
-                      f"({row['closer']:.1f}x closer to 1)  shuffled: MB {row['mb_shuffled']:.4f} ours "
-                      f"{row['ours_shuffled']:.4f}  bins {row['bins_mb']} / {row['bins_ours']}", flush=True)
+                print(
+                    f"{name:26} cap {cap:>5} DP8 x{micro}: MB order {row['mb_order']:.5f}  ours {row['ours']:.5f} "
+                    f"({row['closer']:.1f}x closer to 1)  shuffled: MB {row['mb_shuffled']:.4f} ours "
+                    f"{row['ours_shuffled']:.4f}  bins {row['bins_mb']} / {row['bins_ours']}",
+                    flush=True,
+                )
     return out
 
 
@@ -177,8 +215,13 @@ def bench_fill(n: int) -> dict:
     np.cumsum(lengths + 1, out=offsets[1:])
     tokens = rng.integers(3, 30000, int(offsets[-1])).astype(np.int32)
     seqs = TokenizedSequences(tokens, np.ones(tokens.size, dtype=np.int8), offsets)
-    dataset = [{"input_ids": tokens[offsets[i]:offsets[i + 1]].tolist(),
-                "loss_mask": [True] * int(offsets[i + 1] - offsets[i])} for i in range(n)]
+    dataset = [
+        {
+            "input_ids": tokens[offsets[i] : offsets[i + 1]].tolist(),
+            "loss_mask": [True] * int(offsets[i + 1] - offsets[i]),
+        }
+        for i in range(n)
+    ]
     histogram = np.bincount(lengths, minlength=cap + 1).tolist()
     sequences: dict[int, list] = collections.defaultdict(list)  # create_hist's structure
     for item in dataset:
@@ -187,6 +230,7 @@ def bench_fill(n: int) -> dict:
     assignments, _ = create_packing_strategy(histogram, cap, "first_fit_decreasing")
     fill_packing_strategy(assignments, sequences, cap, 0)
     mb = time.perf_counter() - start
+    build_rows(seqs, pack_lengths(seqs.lengths, cap, seed=0))  # warm up (pyarrow's first use)
     start = time.perf_counter()
     build_rows(seqs, pack_lengths(seqs.lengths, cap, seed=0))
     ours = time.perf_counter() - start
@@ -219,15 +263,20 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def table(report: dict) -> str:
     """The README's packer table from a bench JSON."""
-    lines = ["| capacity | n | mbridge_seqpack | LightBinPack obfd | LightBinPack bfd | Megatron-Bridge FFD | "
-             "ratio vs fastest peer | bins (ours = MB) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| capacity | n | mbridge_seqpack | LightBinPack obfd | LightBinPack bfd | Megatron-Bridge FFD | "
+        "ratio vs fastest peer | bins (ours = MB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in report["grid"]:
         t = r["time"]
         mb = f"{t['megatron_bridge.ffd']:.3f} s" if "megatron_bridge.ffd" in t else "-"
-        lines.append(f"| {r['capacity']:,} | {r['n']:,} | {t['mbridge_seqpack']:.4f} s | "
-                     f"{t['lightbinpack.obfd']:.4f} s | {t['lightbinpack.bfd']:.4f} s | {mb} | "
-                     f"**{r['ratio']:.1f}x** | {r['bins']['mbridge_seqpack']:,} "
-                     f"({'<=' if r['bins_ok'] else 'MORE THAN'} peers) |")
+        lines.append(
+            f"| {r['capacity']:,} | {r['n']:,} | {t['mbridge_seqpack']:.4f} s | "
+            f"{t['lightbinpack.obfd']:.4f} s | {t['lightbinpack.bfd']:.4f} s | {mb} | "
+            f"**{r['ratio']:.1f}x** | {r['bins']['mbridge_seqpack']:,} "
+            f"({'<=' if r['bins_ok'] else 'MORE THAN'} peers) |"
+        )
     return "\n".join(lines)
 
 
@@ -245,12 +294,20 @@ def main() -> None:
         return
     capacities = [int(x) for x in args.capacities.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
-    report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d"), "grid": bench_grid(capacities, sizes, args.mb_max_n)}
-    report["peak_memory_x_input"] = {"capacity": capacities[-1], "n": sizes[-1],
-                                     "ratio": peak_memory(capacities[-1], sizes[-1])}
-    print(f"peak memory, {sizes[-1]:,} lengths at {capacities[-1]:,}: "
-          f"{report['peak_memory_x_input']['ratio']:.2f}x the input array")
+    report = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "grid": bench_grid(capacities, sizes, args.mb_max_n),
+    }
+    report["peak_memory_x_input"] = {
+        "capacity": capacities[-1],
+        "n": sizes[-1],
+        "ratio": peak_memory(capacities[-1], sizes[-1]),
+    }
+    print(
+        f"peak memory, {sizes[-1]:,} lengths at {capacities[-1]:,}: "
+        f"{report['peak_memory_x_input']['ratio']:.2f}x the input array"
+    )
     report["balance"] = bench_balance()
     report["fill"] = bench_fill(args.fill_size)
     out = Path(args.out)

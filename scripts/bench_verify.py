@@ -21,8 +21,15 @@ import numpy as np
 
 
 def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
-    from mbridge_seqpack.packing.artifact import (Fingerprint, build_rows, metadata_path, split_paths,
-                                                  staged_directory, write_metadata, write_split)
+    from mbridge_seqpack.packing.artifact import (
+        Fingerprint,
+        build_rows,
+        metadata_path,
+        split_paths,
+        staged_directory,
+        write_metadata,
+        write_split,
+    )
     from mbridge_seqpack.packing.packer import pack_lengths
     from mbridge_seqpack.packing.pipeline import _split_entry
     from mbridge_seqpack.packing.sequences import TokenizedSequences
@@ -40,14 +47,26 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
     mask[offsets[1:] - 1] = 0
     seqs = TokenizedSequences(tokens, mask, offsets)
     bins = pack_lengths(seqs.lengths, width, overflow="drop")
-    fp = Fingerprint(input_sha256="0" * 64, tokenizer="synthetic", tokenizer_sha256="0" * 64, eos_id=0,
-                     vocab_size=32000, dataset_kwargs="{}", max_seq_length=width, pack_size=width, pad_seq_to_mult=1,
-                     algorithm="best_fit_decreasing", seed=seed, plugin_version="bench",
-                     megatron_bridge_version="none")
+    fp = Fingerprint(
+        input_sha256="0" * 64,
+        tokenizer="synthetic",
+        tokenizer_sha256="0" * 64,
+        eos_id=0,
+        vocab_size=32000,
+        dataset_kwargs="{}",
+        max_seq_length=width,
+        pack_size=width,
+        pad_seq_to_mult=1,
+        algorithm="best_fit_decreasing",
+        seed=seed,
+        plugin_version="bench",
+        megatron_bridge_version="none",
+    )
     with staged_directory(directory, overwrite=True) as staging:
         entry = _split_entry("training", seqs, bins, width, fp)
-        entry["checksums"] = write_split(split_paths(staging, width)["training"], build_rows(seqs, bins),
-                                         {k: v for k, v in entry.items()})
+        entry["checksums"] = write_split(
+            split_paths(staging, width)["training"], build_rows(seqs, bins), {k: v for k, v in entry.items()}
+        )
         write_metadata(metadata_path(staging, width), [entry])
     return directory
 
@@ -55,7 +74,7 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
 CHILD = """
 import json, resource, sys, time
 t = time.perf_counter()
-from mbridge_seqpack.verify import verify_artifact
+from mbridge_seqpack.thd.verify import verify_artifact
 report = verify_artifact(sys.argv[1], max_rows=int(sys.argv[2]))
 print(json.dumps({"ok": report.ok, "rows": report.rows_checked, "seconds": time.perf_counter() - t,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -72,14 +91,17 @@ def main() -> int:
         t = time.perf_counter()
         pack = write_pack(Path(tmp) / "pack", args.width, args.rows)
         built = time.perf_counter() - t
-        done = subprocess.run([sys.executable, "-c", CHILD, str(pack), str(args.rows)], capture_output=True,
-                              text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(pack), str(args.rows)], capture_output=True, text=True, check=False
+        )
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
             return 1
         result = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"verify, rows {args.width:,} tokens wide: {result['rows']} row(s) in {result['seconds']:.1f} s, "
-          f"peak RSS {result['peak_rss_mb']:.0f} MB, ok={result['ok']} (pack written in {built:.1f} s)")
+    print(
+        f"verify, rows {args.width:,} tokens wide: {result['rows']} row(s) in {result['seconds']:.1f} s, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB, ok={result['ok']} (pack written in {built:.1f} s)"
+    )
     return 0 if result["ok"] else 1
 
 

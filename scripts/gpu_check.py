@@ -13,7 +13,7 @@ static boundaries (``mbridge_seqpack.thd.static_cu_seqlens``). Results go to a J
       counts, equals eager on the outputs and every parameter gradient (CUDA only);
   (d) throughput, packed rows vs padded batches holding the same real tokens: a ratio and the padding fraction;
   (e) graph vs eager step time: a ratio (CUDA only);
-  (f) the THD context-parallel split of the static rows (mbridge_seqpack.reference, used by ``verify``) equals the
+  (f) the THD context-parallel split of the static rows (mbridge_seqpack.thd.reference, used by ``verify``) equals the
       kernel's formula (TE ``thd_get_partitioned_indices``: rank r holds chunks r and 2*CP-1-r of each sequence).
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
@@ -35,13 +35,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mbridge_seqpack.reference import thd_cp_partition_indices, varlen_causal_attention  # noqa: E402
 from mbridge_seqpack.thd import static_cu_seqlens  # noqa: E402
+from mbridge_seqpack.thd.reference import thd_cp_partition_indices, varlen_causal_attention  # noqa: E402
 
 HEADS, DIM = 4, 32
 
 
-def causal_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int) -> torch.Tensor:
+def causal_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int
+) -> torch.Tensor:
     """varlen_attn (flash) on CUDA, the CPU reference elsewhere; causal either way."""
     if q.is_cuda:
         from torch.nn.attention.varlen import varlen_attn
@@ -63,8 +65,14 @@ def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int]) 
     return out
 
 
-def output_and_grads(fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     upstream: torch.Tensor, real: int) -> tuple[torch.Tensor, ...]:
+def output_and_grads(
+    fn: Callable[..., torch.Tensor],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    upstream: torch.Tensor,
+    real: int,
+) -> tuple[torch.Tensor, ...]:
     """Outputs on the real tokens and the gradients of <out, upstream> w.r.t. q, k, v."""
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     out = fn(q, k, v)[:real]
@@ -90,12 +98,16 @@ def mutants(bounds: list[int]) -> dict[str, list[int]]:
     inner = len(bounds) // 2
     off_by_one = list(bounds)
     off_by_one[inner] += 1
-    return {"off_by_one": off_by_one, "dropped_boundary": bounds[:inner] + bounds[inner + 1:],
-            "shifted": [0] + [b + 2 for b in bounds[1:-1]] + [bounds[-1]]}
+    return {
+        "off_by_one": off_by_one,
+        "dropped_boundary": bounds[:inner] + bounds[inner + 1 :],
+        "shifted": [0] + [b + 2 for b in bounds[1:-1]] + [bounds[-1]],
+    }
 
 
-def check_attention(rows: list[list[int]], width: int, capacity: int, dtype: torch.dtype, device: torch.device,
-                    gen: torch.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_attention(
+    rows: list[list[int]], width: int, capacity: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(a) parity of outputs and gradients, (b) every mutant detected; tolerances from measured noise."""
     worst, noise, detected = 0.0, 0.0, {name: 0 for name in mutants([0, 1, 2])}
     for lengths in rows:
@@ -109,13 +121,19 @@ def check_attention(rows: list[list[int]], width: int, capacity: int, dtype: tor
         packed = output_and_grads(lambda a, b, c: causal_varlen(a, b, c, cu, width), *run, up.to(dtype), real)
         worst = max(worst, max_diff(exact, packed))
         for name, wrong in mutants(bounds).items():
-            wrong_cu = static_cu_seqlens(torch.tensor(wrong, dtype=torch.int32), capacity=capacity + 1,
-                                         row_width=width)[0].to(device)
+            wrong_cu = static_cu_seqlens(
+                torch.tensor(wrong, dtype=torch.int32), capacity=capacity + 1, row_width=width
+            )[0].to(device)
             bad = output_and_grads(lambda a, b, c: causal_varlen(a, b, c, wrong_cu, width), *run, up.to(dtype), real)
             detected[name] += max_diff(exact, bad) > tolerance(noise, dtype)
     tol = tolerance(noise, dtype)
-    parity = {"status": "pass" if worst <= tol else "fail", "max_abs_diff": worst, "tolerance": tol,
-              "dtype_noise": noise, "rows": len(rows)}
+    parity = {
+        "status": "pass" if worst <= tol else "fail",
+        "max_abs_diff": worst,
+        "tolerance": tol,
+        "dtype_noise": noise,
+        "rows": len(rows),
+    }
     caught = all(count == len(rows) for count in detected.values())
     return parity, {"status": "pass" if caught else "fail", "detected": detected, "rows": len(rows)}
 
@@ -132,8 +150,10 @@ class TinyLM(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, dim)
         self.qkv = torch.nn.ModuleList(torch.nn.Linear(dim, 3 * dim) for _ in range(2))
-        self.mlp = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
-                                                           torch.nn.Linear(4 * dim, dim)) for _ in range(2))
+        self.mlp = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+            for _ in range(2)
+        )
 
     def forward(self, tokens: torch.Tensor, cu: torch.Tensor, max_seqlen: int) -> torch.Tensor:
         h = self.embed(tokens)
@@ -144,8 +164,9 @@ class TinyLM(torch.nn.Module):
         return h @ self.embed.weight.T
 
 
-def check_graph(rows: list[list[int]], width: int, capacity: int, device: torch.device,
-                gen: torch.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_graph(
+    rows: list[list[int]], width: int, capacity: int, device: torch.device, gen: torch.Generator
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(c) graph replay equals eager on outputs and every parameter gradient; (e) graph vs eager step time."""
     model = TinyLM(1024, HEADS * DIM).to(device, torch.bfloat16)
     tokens = torch.zeros(width, dtype=torch.int64, device=device)
@@ -180,12 +201,20 @@ def check_graph(rows: list[list[int]], width: int, capacity: int, device: torch.
         model.zero_grad(set_to_none=False)
         eager = [step().detach()] + [p.grad.detach().clone() for p in model.parameters()]
         worst = max(worst, max(float((a.float() - b.float()).abs().max()) for a, b in zip(replayed, eager)))
-    replay = {"status": "pass" if worst == 0.0 else "fail", "max_abs_diff": worst, "rows": len(rows),
-              "note": "same kernels, same inputs: bitwise equal expected"}
+    replay = {
+        "status": "pass" if worst == 0.0 else "fail",
+        "max_abs_diff": worst,
+        "rows": len(rows),
+        "note": "same kernels, same inputs: bitwise equal expected",
+    }
     t_graph = timed(graph.replay, 20, device)
     t_eager = timed(lambda: (model.zero_grad(set_to_none=False), step()), 20, device)
-    return replay, {"status": "measured", "graph_ms": t_graph * 1e3, "eager_ms": t_eager * 1e3,
-                    "eager_over_graph": t_eager / t_graph}
+    return replay, {
+        "status": "measured",
+        "graph_ms": t_graph * 1e3,
+        "eager_ms": t_eager * 1e3,
+        "eager_over_graph": t_eager / t_graph,
+    }
 
 
 def timed(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
@@ -200,8 +229,9 @@ def timed(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def check_throughput(lengths: list[int], width: int, max_len: int, dtype: torch.dtype, device: torch.device,
-                     gen: torch.Generator) -> dict[str, Any]:
+def check_throughput(
+    lengths: list[int], width: int, max_len: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> dict[str, Any]:
     """(d) attention fwd+bwd over the same real tokens: packed rows vs padded batches of max_len."""
     from mbridge_seqpack.packing.packer import pack_lengths
 
@@ -220,18 +250,25 @@ def check_throughput(lengths: list[int], width: int, max_len: int, dtype: torch.
 
     def padded_epoch() -> None:
         for _ in range(0, len(lengths), batch):
-            torch.nn.functional.scaled_dot_product_attention(padded_q, padded_q, padded_q,
-                                                             is_causal=True).sum().backward()
+            torch.nn.functional.scaled_dot_product_attention(
+                padded_q, padded_q, padded_q, is_causal=True
+            ).sum().backward()
 
     t_packed, t_padded = timed(packed_epoch, 2, device), timed(padded_epoch, 2, device)
     padded_slots = -(-len(lengths) // batch) * batch * max_len
-    return {"status": "measured", "real_tokens": real, "packed_tokens_per_s": real / t_packed,
-            "padded_tokens_per_s": real / t_padded, "packed_over_padded": t_padded / t_packed,
-            "padding_fraction_padded": 1 - real / padded_slots, "padding_fraction_packed": 1 - real / (len(rows) * width)}
+    return {
+        "status": "measured",
+        "real_tokens": real,
+        "packed_tokens_per_s": real / t_packed,
+        "padded_tokens_per_s": real / t_padded,
+        "packed_over_padded": t_padded / t_packed,
+        "padding_fraction_padded": 1 - real / padded_slots,
+        "padding_fraction_packed": 1 - real / (len(rows) * width),
+    }
 
 
 def kernel_formula(bounds: list[int], cp: int, rank: int) -> list[int]:
-    """TE's documented per-sequence zigzag, written out independently of mbridge_seqpack.reference."""
+    """TE's documented per-sequence zigzag, written out independently of mbridge_seqpack.thd.reference."""
     out: list[int] = []
     for start, end in zip(bounds[:-1], bounds[1:]):
         chunk = (end - start) // (2 * cp)
@@ -263,8 +300,14 @@ def main() -> int:
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.dry_run
     results: dict[str, Any] = {}
-    names = ("a_attention_parity", "b_mutants_detected", "c_graph_replay_equals_eager", "d_throughput_packed_vs_padded",
-             "e_graph_vs_eager_step_time", "f_cp_split_matches_kernel_formula")
+    names = (
+        "a_attention_parity",
+        "b_mutants_detected",
+        "c_graph_replay_equals_eager",
+        "d_throughput_packed_vs_padded",
+        "e_graph_vs_eager_step_time",
+        "f_cp_split_matches_kernel_formula",
+    )
     if not cuda and not args.dry_run:
         results = {name: {"status": "skipped", "reason": "no CUDA device"} for name in names}
     else:
@@ -272,20 +315,29 @@ def main() -> int:
         dtype = torch.bfloat16 if cuda else torch.float64
         width, max_len = (8192, 2048) if cuda else (96, 32)
         gen = torch.Generator().manual_seed(0)
-        rows = [sorted(torch.randint(2, max_len, (int(torch.randint(2, 6, (1,), generator=gen)),),
-                                     generator=gen).tolist()) for _ in range(args.rows)]
+        rows = [
+            sorted(torch.randint(2, max_len, (int(torch.randint(2, 6, (1,), generator=gen)),), generator=gen).tolist())
+            for _ in range(args.rows)
+        ]
         rows = [r for r in rows if sum(r) <= width] or [[max_len // 2, max_len // 2]]
         capacity = max(len(r) for r in rows) + 2
-        results["a_attention_parity"], results["b_mutants_detected"] = check_attention(rows, width, capacity, dtype,
-                                                                                       device, gen)
+        results["a_attention_parity"], results["b_mutants_detected"] = check_attention(
+            rows, width, capacity, dtype, device, gen
+        )
         if cuda:
             results["c_graph_replay_equals_eager"], results["e_graph_vs_eager_step_time"] = check_graph(
-                rows, width, capacity, device, gen)
+                rows, width, capacity, device, gen
+            )
         else:
             for name in ("c_graph_replay_equals_eager", "e_graph_vs_eager_step_time"):
                 results[name] = {"status": "skipped", "reason": "CUDA graphs need a CUDA device (dry run)"}
-        lengths = torch.clamp(torch.distributions.LogNormal(5.5 if cuda else 2.5, 0.8).sample((400 if cuda else 40,)),
-                              2, max_len).long().tolist()
+        lengths = (
+            torch.clamp(
+                torch.distributions.LogNormal(5.5 if cuda else 2.5, 0.8).sample((400 if cuda else 40,)), 2, max_len
+            )
+            .long()
+            .tolist()
+        )
         results["d_throughput_packed_vs_padded"] = check_throughput(lengths, width, max_len, dtype, device, gen)
         results["f_cp_split_matches_kernel_formula"] = check_cp_split(rows)
     for name in names:

@@ -18,20 +18,137 @@ import re
 from pathlib import Path
 
 MODULES = [
-    "json", "os", "os.path", "collections", "itertools", "functools", "re", "math", "statistics", "textwrap",
-    "string", "heapq", "bisect", "fractions", "datetime", "random", "shutil", "pathlib", "csv", "difflib",
-    "operator", "copy", "pprint", "enum", "dataclasses", "typing", "contextlib", "abc", "io", "tempfile",
-    "glob", "fnmatch", "zipfile", "tarfile", "gzip", "hashlib", "hmac", "secrets", "base64", "binascii",
-    "struct", "codecs", "unicodedata", "locale", "calendar", "time", "zoneinfo", "sched", "queue",
-    "threading", "multiprocessing", "concurrent.futures", "subprocess", "socket", "ssl", "select",
-    "selectors", "signal", "asyncio", "email", "mailbox", "mimetypes", "html", "html.parser", "xml.dom.minidom",
-    "urllib.parse", "urllib.request", "http.client", "http.server", "ftplib", "smtplib", "uuid", "ipaddress",
-    "argparse", "logging", "getpass", "curses", "platform", "errno", "ctypes", "sqlite3", "zlib", "lzma",
-    "bz2", "pickle", "shelve", "marshal", "dbm", "configparser", "tomllib", "netrc", "plistlib", "array",
-    "weakref", "types", "graphlib", "numbers", "cmath", "decimal", "inspect", "dis", "ast", "tokenize",
-    "traceback", "warnings", "unittest", "doctest", "pdb", "timeit", "trace", "gc", "site", "sysconfig",
-    "importlib", "pkgutil", "zipimport", "runpy", "shlex", "cmd", "code", "codeop", "linecache", "filecmp",
-    "stat", "wave", "colorsys", "gettext", "webbrowser", "wsgiref.util", "xml.etree.ElementTree", "socketserver",
+    "json",
+    "os",
+    "os.path",
+    "collections",
+    "itertools",
+    "functools",
+    "re",
+    "math",
+    "statistics",
+    "textwrap",
+    "string",
+    "heapq",
+    "bisect",
+    "fractions",
+    "datetime",
+    "random",
+    "shutil",
+    "pathlib",
+    "csv",
+    "difflib",
+    "operator",
+    "copy",
+    "pprint",
+    "enum",
+    "dataclasses",
+    "typing",
+    "contextlib",
+    "abc",
+    "io",
+    "tempfile",
+    "glob",
+    "fnmatch",
+    "zipfile",
+    "tarfile",
+    "gzip",
+    "hashlib",
+    "hmac",
+    "secrets",
+    "base64",
+    "binascii",
+    "struct",
+    "codecs",
+    "unicodedata",
+    "locale",
+    "calendar",
+    "time",
+    "zoneinfo",
+    "sched",
+    "queue",
+    "threading",
+    "multiprocessing",
+    "concurrent.futures",
+    "subprocess",
+    "socket",
+    "ssl",
+    "select",
+    "selectors",
+    "signal",
+    "asyncio",
+    "email",
+    "mailbox",
+    "mimetypes",
+    "html",
+    "html.parser",
+    "xml.dom.minidom",
+    "urllib.parse",
+    "urllib.request",
+    "http.client",
+    "http.server",
+    "ftplib",
+    "smtplib",
+    "uuid",
+    "ipaddress",
+    "argparse",
+    "logging",
+    "getpass",
+    "curses",
+    "platform",
+    "errno",
+    "ctypes",
+    "sqlite3",
+    "zlib",
+    "lzma",
+    "bz2",
+    "pickle",
+    "shelve",
+    "marshal",
+    "dbm",
+    "configparser",
+    "tomllib",
+    "netrc",
+    "plistlib",
+    "array",
+    "weakref",
+    "types",
+    "graphlib",
+    "numbers",
+    "cmath",
+    "decimal",
+    "inspect",
+    "dis",
+    "ast",
+    "tokenize",
+    "traceback",
+    "warnings",
+    "unittest",
+    "doctest",
+    "pdb",
+    "timeit",
+    "trace",
+    "gc",
+    "site",
+    "sysconfig",
+    "importlib",
+    "pkgutil",
+    "zipimport",
+    "runpy",
+    "shlex",
+    "cmd",
+    "code",
+    "codeop",
+    "linecache",
+    "filecmp",
+    "stat",
+    "wave",
+    "colorsys",
+    "gettext",
+    "webbrowser",
+    "wsgiref.util",
+    "xml.etree.ElementTree",
+    "socketserver",
 ]
 
 QUESTIONS = [
@@ -58,7 +175,8 @@ def examples() -> list[dict[str, str]]:
         except Exception:
             continue
         items = [(module_name, module)] + [
-            (f"{module_name}.{attr}", getattr(module, attr, None)) for attr in sorted(dir(module))
+            (f"{module_name}.{attr}", getattr(module, attr, None))
+            for attr in sorted(dir(module))
             if not attr.startswith("_")
         ]
         for qualname, obj in items:
@@ -93,15 +211,26 @@ def main() -> None:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=8192, special_tokens=["<|endoftext|>", "<|pad|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=8192,
+        special_tokens=["<|endoftext|>", "<|pad|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     texts = [r["input"] + " " + r["output"] for r in rows]
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                   pad_token="<|pad|>", model_max_length=131072)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        model_max_length=131072,
+    )
     fast.save_pretrained(str(root / "tokenizer"))
-    print(f"{len(splits['training'])} training / {len(splits['validation'])} validation examples; "
-          f"vocab {tok.get_vocab_size()}")
+    print(
+        f"{len(splits['training'])} training / {len(splits['validation'])} validation examples; "
+        f"vocab {tok.get_vocab_size()}"
+    )
 
 
 if __name__ == "__main__":

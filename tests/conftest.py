@@ -51,8 +51,8 @@ def megatron_bridge():
 def packed_cfg(megatron_bridge):
     """Small GPT, GPT SFT offline packed at 4096, global batch 16: valid at world size 8."""
     from mbridge_seqpack import apply
-    from mbridge_seqpack.mixins import OfflinePacking
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.compose.mixins import OfflinePacking
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
     return apply(cfg, OfflinePacking(pack_size=4096))
@@ -61,7 +61,7 @@ def packed_cfg(megatron_bridge):
 @pytest.fixture
 def unpacked_cfg(megatron_bridge):
     """Small GPT, GPT SFT without packing, global batch 16: valid at world size 8."""
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     return sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
 
@@ -71,11 +71,12 @@ def vlm_cfg(megatron_bridge):
     """Small GPT with Megatron-Bridge's mock VLM dataset, in-batch packed, micro batch 2, global 16."""
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
 
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16, micro_batch_size=2)
-    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=4096, hf_processor_path="local/processor",
-                                          enable_in_batch_packing=True)
+    cfg.dataset = MockVLMSFTDatasetConfig(
+        seq_length=4096, hf_processor_path="local/processor", enable_in_batch_packing=True
+    )
     return cfg
 
 
@@ -84,12 +85,16 @@ def energon_cfg(megatron_bridge):
     """Small GPT with an Energon dataset using online packing, valid at world size 8."""
     from megatron.bridge.data.builders.energon import EnergonDatasetConfig, QwenVLEnergonTaskEncoderConfig
 
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
-    cfg.dataset = EnergonDatasetConfig(path="/data/energon", seq_length=4096, micro_batch_size=1,
-                                       task_encoder=QwenVLEnergonTaskEncoderConfig(hf_processor_path="local/proc"),
-                                       packing_buffer_size=64)
+    cfg.dataset = EnergonDatasetConfig(
+        path="/data/energon",
+        seq_length=4096,
+        micro_batch_size=1,
+        task_encoder=QwenVLEnergonTaskEncoderConfig(hf_processor_path="local/proc"),
+        packing_buffer_size=64,
+    )
     cfg.model.calculate_per_token_loss = True
     cfg.ddp.average_in_collective = False
     return cfg

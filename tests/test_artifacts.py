@@ -17,27 +17,36 @@ from mbridge_seqpack import check
 from mbridge_seqpack.packing.artifact import ArtifactError
 from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
 from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
 pytestmark = pytest.mark.slow
 
 DATA = embedded_data_dir()
 TOKENIZER = embedded_tokenizer_dir()
-CHAT_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'user' %}<user> {{ m['content'] }}\n{% else %}"
-                 "{% generation %}<assistant> {{ m['content'] }}{{ eos_token }}{% endgeneration %}\n{% endif %}"
-                 "{% endfor %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<user> {{ m['content'] }}\n{% else %}"
+    "{% generation %}<assistant> {{ m['content'] }}{{ eos_token }}{% endgeneration %}\n{% endif %}"
+    "{% endfor %}"
+)
 
 
 def _pack(inputs: dict[str, Path], out: Path, **options: Any) -> Any:
-    return pack_jsonl(inputs, tokenizer=options.pop("tokenizer", TOKENIZER), output_dir=out,
-                      options=PackOptions(**{"pack_size": 4096, **options}), overwrite=True)
+    return pack_jsonl(
+        inputs,
+        tokenizer=options.pop("tokenizer", TOKENIZER),
+        output_dir=out,
+        lines_per_chunk=options.pop("lines_per_chunk", 50_000),
+        options=PackOptions(**{"pack_size": 4096, **options}),
+        overwrite=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Path:
     out = tmp_path_factory.mktemp("packed") / "a"
-    _pack({"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"}, out, pad_seq_to_mult=4,
-          seed=7)
+    _pack(
+        {"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"}, out, pad_seq_to_mult=4, seed=7
+    )
     return out
 
 
@@ -59,26 +68,38 @@ def _sequences(path: Path) -> collections.Counter:
     return out
 
 
-def _megatron_bridge_prep(src: Path, tokenizer: Path, tmp: Path, pack_size: int, mult: int,
-                          kwargs: dict[str, Any]) -> Path:
+def _megatron_bridge_prep(
+    src: Path, tokenizer: Path, tmp: Path, pack_size: int, mult: int, kwargs: dict[str, Any]
+) -> Path:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
 
     from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
 
     out = tmp / "mb.idx.parquet"
-    prepare_gpt_sft_packed_data(input_path=src, output_path=out, output_metadata_path=tmp / "mb_metadata.jsonl",
-                                packed_sequence_size=pack_size, tokenizer=load_megatron_tokenizer(tokenizer),
-                                max_seq_length=pack_size, seed=0,
-                                dataset_kwargs={**kwargs, "index_mapping_dir": str(tmp / "index")},
-                                pad_seq_to_mult=mult, num_tokenizer_workers=1, dataset_builder=build_gpt_sft_split)
+    prepare_gpt_sft_packed_data(
+        input_path=src,
+        output_path=out,
+        output_metadata_path=tmp / "mb_metadata.jsonl",
+        packed_sequence_size=pack_size,
+        tokenizer=load_megatron_tokenizer(tokenizer),
+        max_seq_length=pack_size,
+        seed=0,
+        dataset_kwargs={**kwargs, "index_mapping_dir": str(tmp / "index")},
+        pad_seq_to_mult=mult,
+        num_tokenizer_workers=1,
+        dataset_builder=build_gpt_sft_split,
+    )
     return out
 
 
-@pytest.mark.parametrize("mult", [1, 4])
-def test_byte_identical_to_megatron_bridge_prep_prompt_answer(tmp_path: Path, megatron_bridge: Any,
-                                                               mult: int) -> None:
-    ours = _pack({"training": DATA / "training.jsonl"}, tmp_path / "ours", pad_seq_to_mult=mult)
+@pytest.mark.parametrize(("mult", "lines_per_chunk"), [(1, 50_000), (4, 500)])  # 500: four streamed chunks
+def test_byte_identical_to_megatron_bridge_prep_prompt_answer(
+    tmp_path: Path, megatron_bridge: Any, mult: int, lines_per_chunk: int
+) -> None:
+    ours = _pack(
+        {"training": DATA / "training.jsonl"}, tmp_path / "ours", pad_seq_to_mult=mult, lines_per_chunk=lines_per_chunk
+    )
     theirs = _megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4096, mult, {})
     mine = _sequences(ours.directory / "training_4096.idx.parquet")
     assert sum(mine.values()) == 1799
@@ -96,11 +117,21 @@ def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_br
     with open(chat, "w") as f:
         for line in (DATA / "training.jsonl").read_text().splitlines()[:300]:
             r = json.loads(line)
-            f.write(json.dumps({"messages": [{"role": "user", "content": r["input"]},
-                                             {"role": "assistant", "content": r["output"]}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": r["input"]},
+                            {"role": "assistant", "content": r["output"]},
+                        ]
+                    }
+                )
+                + "\n"
+            )
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
-    ours = _pack({"training": chat}, tmp_path / "ours", pack_size=2048, pad_seq_to_mult=4, dataset_kwargs=kwargs,
-                 tokenizer=tok)
+    ours = _pack(
+        {"training": chat}, tmp_path / "ours", pack_size=2048, pad_seq_to_mult=4, dataset_kwargs=kwargs, tokenizer=tok
+    )
     mine = _sequences(ours.directory / "training_2048.idx.parquet")
     assert sum(mine.values()) == 300
     assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 2048, 4, kwargs))
@@ -116,9 +147,16 @@ def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) ->
     for e in entries:
         assert {"max_samples_per_bin", "dataset_max_seqlen", "min_packed_seqlen", "pack_size"} <= set(e)
         fp = e["fingerprint"]
-        assert (fp["pack_size"], fp["pad_seq_to_mult"], fp["algorithm"], fp["seed"], fp["eos_id"],
-                fp["vocab_size"], fp["dataset_kwargs"], fp["megatron_bridge_version"]) == (
-            4096, 4, "best_fit_decreasing+balanced", 7, 0, 8192, "{}", "0.6.2")
+        assert (
+            fp["pack_size"],
+            fp["pad_seq_to_mult"],
+            fp["algorithm"],
+            fp["seed"],
+            fp["eos_id"],
+            fp["vocab_size"],
+            fp["dataset_kwargs"],
+            fp["megatron_bridge_version"],
+        ) == (4096, 4, "best_fit_decreasing+balanced", 7, 0, 8192, "{}", "0.6.2")
         assert len(fp["input_sha256"]) == 64 and len(fp["tokenizer_sha256"]) == 64
         sums = e["checksums"]
         assert set(sums["columns"]) == {"input_ids", "loss_mask", "seq_start_id", "sequence_index"}
@@ -127,18 +165,24 @@ def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) ->
 
 
 def test_inspect_and_verify_pass_on_a_good_pack(artifact: Path, tmp_path: Path) -> None:
-    from mbridge_seqpack.verify import verify_artifact
+    from mbridge_seqpack.thd.verify import verify_artifact
 
     report = inspect_artifact(artifact, png=tmp_path / "hist.png")
     assert report.ok, report.to_text()
-    assert [(s.name, s.sequences, s.sealed) for s in report.splits] == [("training", 1799, True),
-                                                                        ("validation", 94, True)]
+    assert [(s.name, s.sequences, s.sealed) for s in report.splits] == [
+        ("training", 1799, True),
+        ("validation", 94, True),
+    ]
     assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.to_text().endswith("inspect: OK")
     checked = verify_artifact(artifact, max_rows=3)
     assert checked.ok, checked.to_text()
-    assert checked.passed == {"static cu_seqlens": 5, "attention parity": 5, "loss parity": 5,
-                              "CP2 partition round trip": 5}
+    assert checked.passed == {
+        "static cu_seqlens": 5,
+        "attention parity": 5,
+        "loss parity": 5,
+        "CP2 partition round trip": 5,
+    }
 
 
 def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megatron_bridge: Any) -> None:
@@ -151,9 +195,17 @@ def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megat
 
     path = artifact / "training_4096.idx.parquet"
     dataset = build_gpt_sft_split(
-        path, tokenizer=load_megatron_tokenizer(TOKENIZER), seq_length=4096, memmap_workers=1, seed=1234,
-        packed_sequence_size=4096, pack_metadata_path=artifact / "4096_metadata.jsonl", pad_cu_seqlens=True,
-        pad_seq_to_mult=4, dataset_kwargs={"pad_to_max_length": True})
+        path,
+        tokenizer=load_megatron_tokenizer(TOKENIZER),
+        seq_length=4096,
+        memmap_workers=1,
+        seed=1234,
+        packed_sequence_size=4096,
+        pack_metadata_path=artifact / "4096_metadata.jsonl",
+        pad_cu_seqlens=True,
+        pad_seq_to_mult=4,
+        dataset_kwargs={"pad_to_max_length": True},
+    )
     assert type(dataset).__name__ == "GPTSFTPackedParquetDataset"
     from mbridge_seqpack.thd import StaticTHDLayout, static_thd_batch
 
@@ -170,7 +222,7 @@ def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megat
         capacity = capacity or len(cu_padded)
         assert len(cu_padded) == capacity
         bounds = row["seq_start_id"] + [len(row["input_ids"])]
-        assert cu_padded[:len(bounds)] == [b - i for i, b in enumerate(bounds)]  # each segment loses its last token
+        assert cu_padded[: len(bounds)] == [b - i for i, b in enumerate(bounds)]  # each segment loses its last token
     assert sorted(i for row in table for i in row["sequence_index"]) == list(range(1799))
 
 
@@ -182,7 +234,7 @@ def _flip(path: Path, offset: int) -> bytes:
 
 
 def test_every_byte_flip_and_truncation_is_detected(tmp_path: Path, megatron_bridge: Any) -> None:
-    from mbridge_seqpack.verify import verify_artifact
+    from mbridge_seqpack.thd.verify import verify_artifact
 
     out = _pack({"training": _small_jsonl(tmp_path / "t.jsonl", 120)}, tmp_path / "p", pack_size=1024).directory
     path = out / "training_1024.idx.parquet"
@@ -209,16 +261,18 @@ def test_value_checks_on_an_unsealed_pack(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     path = tmp_path / "training_64.idx.parquet"
-    pq.write_table(pa.table({"input_ids": [[5, 6, 0, 7, 0]], "loss_mask": [[0, 0, 0, 0, 0]],
-                             "seq_start_id": [[0, 3]]}), str(path))
+    pq.write_table(
+        pa.table({"input_ids": [[5, 6, 0, 7, 0]], "loss_mask": [[0, 0, 0, 0, 0]], "seq_start_id": [[0, 3]]}), str(path)
+    )
     report = inspect_artifact(tmp_path)
     (split,) = report.splits
     assert not split.sealed and split.notes[0].startswith("unsealed: no mbridge_seqpack fingerprint")
     assert split.problems == ["no sequence has any loss token: the loss mask is empty"]
 
 
-def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                megatron_bridge: Any) -> None:
+def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, megatron_bridge: Any
+) -> None:
     import mbridge_seqpack.packing.pipeline as pipeline
 
     src = _small_jsonl(tmp_path / "train.jsonl")
@@ -247,8 +301,11 @@ def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "old_file").write_text("x")
-    with pytest.raises(ArtifactError, match=r"--output .*/out: not empty; choose an empty directory or pass "
-                                            r"--overwrite"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"--output .*/out: not empty; choose an empty directory or pass "
+        r"--overwrite",
+    ):
         pack_jsonl({"training": src}, tokenizer=TOKENIZER, output_dir=out, options=PackOptions(pack_size=2048))
     _pack({"training": src}, out, pack_size=2048)  # overwrite: the stale file is gone with the old contents
     assert sorted(p.name for p in out.iterdir()) == ["2048_metadata.jsonl", "training_2048.idx.parquet"]
@@ -262,15 +319,18 @@ def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
         _pack({"training": src}, as_file, pack_size=2048)
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"input": null, "output": "a"}', "field 'input' must be a string, got NoneType null"),
-    ('{"input": 3.5, "output": "a"}', "field 'input' must be a string, got float 3.5"),
-    ('{"input": ["x"], "output": "a"}', "field 'input' must be a string, got list"),
-    ('{"input": "\\ud800", "output": "a"}', "field 'input' holds a lone surrogate"),
-    ('{"output": "a"}', "missing field 'input'"),
-    ('[1, 2]', "each line must be a JSON object, got list"),
-    ('{"input": "a", "output": ', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"input": null, "output": "a"}', "field 'input' must be a string, got NoneType null"),
+        ('{"input": 3.5, "output": "a"}', "field 'input' must be a string, got float 3.5"),
+        ('{"input": ["x"], "output": "a"}', "field 'input' must be a string, got list"),
+        ('{"input": "\\ud800", "output": "a"}', "field 'input' holds a lone surrogate"),
+        ('{"output": "a"}', "missing field 'input'"),
+        ("[1, 2]", "each line must be a JSON object, got list"),
+        ('{"input": "a", "output": ', "not valid JSON"),
+    ],
+)
 def test_strict_input_names_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
     from mbridge_seqpack.packing.sequences import InputError, check_jsonl
 
@@ -303,8 +363,9 @@ def test_cli_errors_have_no_traceback(tmp_path: Path) -> None:
         (["pack"], "pack needs --pack-size N"),
     ]
     for argv, expected in cases:
-        done = subprocess.run([sys.executable, "-m", "mbridge_seqpack", *argv], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "mbridge_seqpack", *argv], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and expected in done.stderr, (argv, done.stderr)
     readonly.chmod(0o700)
@@ -317,8 +378,11 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
     specs.packed_metadata_path = str(artifact / "4096_metadata.jsonl")
     found = check(packed_cfg, world_size=8)
     assert [v.rule_id for v in found] == ["artifact.fingerprint_mismatch"]
-    assert found[0].fields == {"dataset.offline_packing_specs.packed_train_data_path": train,
-                               "artifact pad_seq_to_mult": 4, "dataset.offline_packing_specs.pad_seq_to_mult": 1}
+    assert found[0].fields == {
+        "dataset.offline_packing_specs.packed_train_data_path": train,
+        "artifact pad_seq_to_mult": 4,
+        "dataset.offline_packing_specs.pad_seq_to_mult": 1,
+    }
     specs.pad_seq_to_mult = 4
     assert check(packed_cfg, world_size=8) == []
     specs.packed_train_data_path = str(artifact / "training_*.idx.parquet")  # a glob of the same file
@@ -330,8 +394,10 @@ def test_directory_path_that_holds_validation_data_is_refused(artifact: Path, pa
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact)  # Megatron-Bridge reads every .parquet of the directory
     (v,) = check(packed_cfg, world_size=8)
-    assert v.rule == ("resolves to 2 file(s) holding split(s) ['training', 'validation']; Megatron-Bridge would "
-                      "read all of them as training data")
+    assert v.rule == (
+        "resolves to 2 file(s) holding split(s) ['training', 'validation']; Megatron-Bridge would "
+        "read all of them as training data"
+    )
 
 
 def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
@@ -343,8 +409,9 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     specs.packed_train_data_path = str(train)
     _flip(train, 1000)
     (v,) = check(packed_cfg, world_size=8)
-    assert v.rule.endswith("sha256 differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack "
-                           "pack")
+    assert v.rule.endswith(
+        "sha256 differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack pack"
+    )
     shutil.copy(artifact / "training_4096.idx.parquet", train)
     (copy / "4096_metadata.jsonl").unlink()  # an interrupted pack has no metadata
     (v,) = check(packed_cfg, world_size=8)
@@ -369,7 +436,8 @@ def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, t
     other_tok = tmp_path / "tok"
     shutil.copytree(TOKENIZER, other_tok)
     (other_tok / "tokenizer_config.json").write_text(
-        (TOKENIZER / "tokenizer_config.json").read_text().replace("}", ', "model_max_length": 7}', 1))
+        (TOKENIZER / "tokenizer_config.json").read_text().replace("}", ', "model_max_length": 7}', 1)
+    )
     packed_cfg.tokenizer.tokenizer_model = str(other_tok)
     (v,) = check(packed_cfg, world_size=8)
     assert v.rule.startswith("the pack was tokenized with another tokenizer")
@@ -407,8 +475,9 @@ def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: P
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
 
 
-def test_only_rank_zero_hashes_whole_files(artifact: Path, packed_cfg: Any, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_rank_zero_hashes_whole_files(
+    artifact: Path, packed_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every rank validates at start-up: rank 0 reads and hashes the pack, the others compare sizes only
     (rank 0's error stops the job), so a 1,024-GPU start does not read the pack 1,024 times."""
     specs = packed_cfg.dataset.offline_packing_specs

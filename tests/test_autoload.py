@@ -15,17 +15,23 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).with_name("scripts") / "recipe_runner.py"
 
 
-def _run(site_dir: Path, *overrides: str, mode: str | None, script: Path | None = RUNNER) -> subprocess.CompletedProcess:
+def _run(
+    site_dir: Path, *overrides: str, mode: str | None, script: Path | None = RUNNER
+) -> subprocess.CompletedProcess:
     """A fresh interpreter whose site-packages holds the .pth (site.addsitedir processes it as at start-up)."""
-    run = f"import runpy, sys; sys.argv = ['runner', *sys.argv[1:]]; runpy.run_path({str(script)!r}, run_name='__main__')"
-    code = f"import site; site.addsitedir({str(site_dir)!r}); " + (run if script else
-                                                                    "import sys; print(sorted(m for m in sys.modules if m.startswith('mbridge')))")
+    run = (
+        "import runpy, sys; sys.argv = ['runner', *sys.argv[1:]]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    loaded = "import sys; print(sorted(m for m in sys.modules if m.startswith('mbridge')))"
+    code = f"import site; site.addsitedir({str(site_dir)!r}); " + (run if script else loaded)
     env = {k: v for k, v in os.environ.items() if k != "MBRIDGE_SEQPACK_MODE"}
     env.update(WORLD_SIZE="8", PYTHONPATH=str(ROOT))
     if mode is not None:
         env["MBRIDGE_SEQPACK_MODE"] = mode
-    return subprocess.run([sys.executable, "-c", code, *overrides], capture_output=True, text=True, timeout=600,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-c", code, *overrides], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +46,18 @@ def test_variable_set_rejects_a_bad_override_without_any_plugin_import(site_dir:
     assert "import mbridge_seqpack" not in RUNNER.read_text() and "from mbridge_seqpack" not in RUNNER.read_text()
     done = _run(site_dir, "model.context_parallel_size=2", mode="error")
     assert done.returncode == 1
-    assert "mbridge_seqpack.errors.PackingConfigError: mbridge_seqpack: 2 packing/long-context config violations" \
+    assert (
+        "mbridge_seqpack.errors.PackingConfigError: mbridge_seqpack: 2 packing/long-context config violations"
         in done.stderr
+    )
     assert "[cp.finetune_per_token_loss]" in done.stderr and "[offline.alignment_multiple]" in done.stderr
-    good = _run(site_dir, "model.context_parallel_size=2", "model.calculate_per_token_loss=true",
-                "dataset.offline_packing_specs.pad_seq_to_mult=4", mode="error")
+    good = _run(
+        site_dir,
+        "model.context_parallel_size=2",
+        "model.calculate_per_token_loss=true",
+        "dataset.offline_packing_specs.pad_seq_to_mult=4",
+        mode="error",
+    )
     assert good.returncode == 0 and good.stdout.strip().endswith("accepted"), good.stderr[-2000:]
 
 

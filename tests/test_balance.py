@@ -20,7 +20,7 @@ from mbridge_seqpack.packing.balance import (
 
 
 def test_cost_model_from_a_megatron_bridge_provider(megatron_bridge: Any) -> None:
-    from mbridge_seqpack.recipe_kit import llama3_8b_provider
+    from mbridge_seqpack.recipes.kit import llama3_8b_provider
 
     assert CostModel.from_provider(llama3_8b_provider()) == DEFAULT_COST
     # Llama-3-8B: 2 * (4096*128*(2*32 + 2*8) + 3*4096*14336) per token; 2 * 32 * 128 per token pair
@@ -28,7 +28,7 @@ def test_cost_model_from_a_megatron_bridge_provider(megatron_bridge: Any) -> Non
 
 
 def test_straggler_ratio_reads_rows_as_the_single_sampler_does() -> None:
-    costs = np.array([4.0, 1.0, 1.0, 1.0,   2.0, 2.0, 2.0, 2.0])  # two steps, DP 2, two rows per rank
+    costs = np.array([4.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0])  # two steps, DP 2, two rows per rank
     # step 0: rank 0 gets rows 0 and 2 (4+1), rank 1 rows 1 and 3 (1+1): max 5 / mean 3.5
     assert straggler_ratio(costs, dp=2, micro_batches=2) == pytest.approx((5 / 3.5 + 1.0) / 2)
     assert straggler_ratio(costs, dp=1, micro_batches=2) == 1.0
@@ -37,7 +37,7 @@ def test_straggler_ratio_reads_rows_as_the_single_sampler_does() -> None:
 def _embedded_lengths() -> np.ndarray:
     import json
 
-    from mbridge_seqpack.recipe_kit import embedded_data_dir
+    from mbridge_seqpack.recipes.kit import embedded_data_dir
 
     # runtime lengths of the embedded corpus as the prep tokenizes it are pinned in the pack tests; here the
     # character counts / 4 stand in (the balance only needs a realistic spread)
@@ -55,8 +55,10 @@ def _megatron_bridge_rows(lengths: np.ndarray, capacity: int) -> np.ndarray:
 
 SETS = {
     "embedded_2k": (_embedded_lengths, 2048),
-    "lognormal_8k": (lambda: np.clip(np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64), 1,
-                                     8192), 8192),
+    "lognormal_8k": (
+        lambda: np.clip(np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64), 1, 8192),
+        8192,
+    ),
 }
 
 
@@ -77,8 +79,14 @@ def test_balanced_order_beats_megatron_bridges_at_dp8(megatron_bridge: Any, name
             assert ours - 1 <= (theirs - 1) / 2, (micro, ours, theirs)
 
         def shuffled(row_costs_: np.ndarray) -> float:  # a shuffling sampler (cyclic, batch) reads any order
-            return float(np.mean([straggler_ratio(row_costs_[np.random.default_rng(s).permutation(row_costs_.size)],
-                                                  8, micro) for s in range(16)]))
+            return float(
+                np.mean(
+                    [
+                        straggler_ratio(row_costs_[np.random.default_rng(s).permutation(row_costs_.size)], 8, micro)
+                        for s in range(16)
+                    ]
+                )
+            )
 
         assert shuffled(costs) <= shuffled(mb_costs)
 

@@ -28,8 +28,17 @@ BROKEN: list[tuple[int, list[str]]] = [
     (32, ["model.tensor_model_parallel_size=32", "model.sequence_parallel=true", "train.global_batch_size=32"]),
     (8, ["dataset.offline_packing_specs.max_single_sequence_length=8192"]),
     (8, ["dataset.offline_packing_specs.pad_seq_to_mult='4'"]),
-    (8, CP2 + ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "model.seq_length=4094",
-               "dataset.seq_length=4094", "dataset.offline_packing_specs.packed_sequence_size=4094"]),
+    (
+        8,
+        CP2
+        + [
+            "model.tensor_model_parallel_size=2",
+            "model.sequence_parallel=true",
+            "model.seq_length=4094",
+            "dataset.seq_length=4094",
+            "dataset.offline_packing_specs.packed_sequence_size=4094",
+        ],
+    ),
 ]
 
 
@@ -40,8 +49,9 @@ def _apply(cfg: Any, overrides: list[str]) -> Any:
 
 
 @pytest.mark.parametrize("world, overrides", BROKEN, ids=[" ".join(o)[:60] for _, o in BROKEN])
-def test_fix_converges_through_megatron_bridges_override_function(packed_cfg: Any, world: int,
-                                                                  overrides: list[str]) -> None:
+def test_fix_converges_through_megatron_bridges_override_function(
+    packed_cfg: Any, world: int, overrides: list[str]
+) -> None:
     broken = _apply(packed_cfg, overrides)
     assert check(broken, world_size=world), "the table row must be broken"
     fixes, remaining = converged_fix(broken, lambda c: check(c, world_size=world))
@@ -56,10 +66,14 @@ def test_every_violation_renders_a_python_and_a_hydra_fix(packed_cfg: Any) -> No
     assert found["offline.alignment_multiple"].overrides == ["dataset.offline_packing_specs.pad_seq_to_mult=4"]
     assert found["cp.finetune_per_token_loss"].overrides == ["model.calculate_per_token_loss=true"]
     assert "    override: model.calculate_per_token_loss=true" in found["cp.finetune_per_token_loss"].describe()
-    assert render_override("dataset.dataset_kwargs.pad_to_max_length", True) == \
-        "++dataset.dataset_kwargs.pad_to_max_length=true"
-    assert render_override("model.hierarchical_context_parallel_sizes", [2, 4]) == \
-        "model.hierarchical_context_parallel_sizes=[2,4]"
+    assert (
+        render_override("dataset.dataset_kwargs.pad_to_max_length", True)
+        == "++dataset.dataset_kwargs.pad_to_max_length=true"
+    )
+    assert (
+        render_override("model.hierarchical_context_parallel_sizes", [2, 4])
+        == "model.hierarchical_context_parallel_sizes=[2,4]"
+    )
     assert render_override("model.mtp_num_layers", None) == "model.mtp_num_layers=null"
     assert render_override("model.cuda_graph_impl", "none") == "model.cuda_graph_impl=none"
 
@@ -69,11 +83,11 @@ def test_cli_check_fix_and_early_syntax_errors() -> None:
     bad = subprocess.run([*exe, "check", "model.seq_length=[1,"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "is not valid Hydra override syntax" in bad.stderr
     assert "Traceback" not in bad.stderr
-    done = subprocess.run([*exe, "check", "--fix", "model.context_parallel_size=2"], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [*exe, "check", "--fix", "model.context_parallel_size=2"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("model.context_parallel_size=2 ")
-    again = subprocess.run([*exe, "check", "--rules-only", *line.split()], capture_output=True, text=True,
-                           timeout=600)
+    again = subprocess.run([*exe, "check", "--rules-only", *line.split()], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]

@@ -36,9 +36,13 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert {k: v["status"] for k, v in results.items()} == {
-        "a_attention_parity": "pass", "b_mutants_detected": "pass", "c_graph_replay_equals_eager": "skipped",
-        "d_throughput_packed_vs_padded": "measured", "e_graph_vs_eager_step_time": "skipped",
-        "f_cp_split_matches_kernel_formula": "pass"}
+        "a_attention_parity": "pass",
+        "b_mutants_detected": "pass",
+        "c_graph_replay_equals_eager": "skipped",
+        "d_throughput_packed_vs_padded": "measured",
+        "e_graph_vs_eager_step_time": "skipped",
+        "f_cp_split_matches_kernel_formula": "pass",
+    }
     assert results["b_mutants_detected"]["detected"] == {"off_by_one": 6, "dropped_boundary": 6, "shifted": 6}
     assert 0 < results["d_throughput_packed_vs_padded"]["padding_fraction_packed"] < 1
     assert done.stdout.rstrip().endswith("summary: 3 pass, 0 fail, 2 skipped, 1 measured")
@@ -46,8 +50,9 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
 
 def test_a_contiguous_cp_split_fails_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     gc = _module()
-    monkeypatch.setattr(gc, "thd_cp_partition_indices",
-                        lambda cu, cp, rank: torch.arange(int(cu[-1])).chunk(cp)[rank])  # the mutant
+    monkeypatch.setattr(
+        gc, "thd_cp_partition_indices", lambda cu, cp, rank: torch.arange(int(cu[-1])).chunk(cp)[rank]
+    )  # the mutant
     assert gc.check_cp_split([[10, 20, 30], [5, 40]])["status"] == "fail"
 
 
@@ -58,9 +63,13 @@ def test_the_check_fails_when_the_packed_path_is_wrong(broken: str, monkeypatch:
     gc = _module()
     real_attention, real_static = gc.causal_varlen, gc.static_cu_seqlens
     if broken == "ignore_boundaries":
-        monkeypatch.setattr(gc, "causal_varlen", lambda q, k, v, cu, m: real_attention(
-            q, k, v, torch.tensor([0, q.shape[0]], dtype=torch.int32), m))
+        monkeypatch.setattr(
+            gc,
+            "causal_varlen",
+            lambda q, k, v, cu, m: real_attention(q, k, v, torch.tensor([0, q.shape[0]], dtype=torch.int32), m),
+        )
     else:
+
         def late(bounds: torch.Tensor, **kwargs: Any) -> Any:
             shifted = bounds.clone()
             shifted[1:-1] += 1

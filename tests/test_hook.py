@@ -177,7 +177,9 @@ def test_issue_example_is_rejected_with_every_fix(megatron_bridge: Any) -> None:
     ]
     assert by_id["offline.pack_size_matches_seq_length"].severity == "advisory"
     assert by_id["offline.pack_size_matches_seq_length"].assignments == {
-        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.seq_length": 8192}
+        "dataset.offline_packing_specs.packed_sequence_size": 8192,
+        "dataset.seq_length": 8192,
+    }
     assert by_id["offline.alignment_multiple"].assignments == {"dataset.offline_packing_specs.pad_seq_to_mult": 4}
     assert by_id["cp.finetune_per_token_loss"].assignments == {"model.calculate_per_token_loss": True}
     message = str(info.value)

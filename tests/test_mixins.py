@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack import PackingConfigError, apply, check
-from mbridge_seqpack.mixins import (
+from mbridge_seqpack.compose.mixins import (
     ContextParallel,
     InBatchPacking,
     LongContext,
@@ -17,15 +17,26 @@ from mbridge_seqpack.mixins import (
     Parallelism,
     StaticTHD,
 )
-from mbridge_seqpack.thd_config import StaticTHDSpec, static_thd_spec
+from mbridge_seqpack.thd.record import StaticTHDSpec, static_thd_spec
 
 FIELDS = [
-    "model.seq_length", "dataset.seq_length", "model.tensor_model_parallel_size", "model.sequence_parallel",
-    "model.context_parallel_size", "model.cp_comm_type", "model.hierarchical_context_parallel_sizes",
-    "model.calculate_per_token_loss", "ddp.average_in_collective", "model.cuda_graph_impl",
-    "train.micro_batch_size", "train.global_batch_size", "dataset.enable_offline_packing",
-    "dataset.offline_packing_specs.packed_sequence_size", "dataset.offline_packing_specs.pad_seq_to_mult",
-    "dataset.offline_packing_specs.pad_cu_seqlens", "dataset.dataset_kwargs",
+    "model.seq_length",
+    "dataset.seq_length",
+    "model.tensor_model_parallel_size",
+    "model.sequence_parallel",
+    "model.context_parallel_size",
+    "model.cp_comm_type",
+    "model.hierarchical_context_parallel_sizes",
+    "model.calculate_per_token_loss",
+    "ddp.average_in_collective",
+    "model.cuda_graph_impl",
+    "train.micro_batch_size",
+    "train.global_batch_size",
+    "dataset.enable_offline_packing",
+    "dataset.offline_packing_specs.packed_sequence_size",
+    "dataset.offline_packing_specs.pad_seq_to_mult",
+    "dataset.offline_packing_specs.pad_cu_seqlens",
+    "dataset.dataset_kwargs",
 ]
 
 
@@ -40,14 +51,19 @@ def snapshot(cfg: Any) -> dict[str, Any]:
 
 
 def _fresh(megatron_bridge: Any) -> Any:
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=16, micro_batch_size=2)
 
 
 def test_every_permutation_gives_the_same_config(megatron_bridge: Any) -> None:
-    mixins = [Parallelism(tensor=2), LongContext(16384, 2), OfflinePacking(), PackedCudaGraphs(),
-              ContextParallel(2, comm_type="p2p")]
+    mixins = [
+        Parallelism(tensor=2),
+        LongContext(16384, 2),
+        OfflinePacking(),
+        PackedCudaGraphs(),
+        ContextParallel(2, comm_type="p2p"),
+    ]
     snapshots = []
     for order in itertools.permutations(mixins):
         cfg = apply(_fresh(megatron_bridge), *order)
@@ -55,14 +71,24 @@ def test_every_permutation_gives_the_same_config(megatron_bridge: Any) -> None:
         snapshots.append(snapshot(cfg))
     assert all(s == snapshots[0] for s in snapshots)
     assert snapshots[0] == {
-        "model.seq_length": 16384, "dataset.seq_length": 16384, "model.tensor_model_parallel_size": 2,
-        "model.sequence_parallel": True, "model.context_parallel_size": 2, "model.cp_comm_type": "p2p",
-        "model.hierarchical_context_parallel_sizes": None, "model.calculate_per_token_loss": True,
-        "ddp.average_in_collective": False, "model.cuda_graph_impl": "transformer_engine",
-        "train.micro_batch_size": 1, "train.global_batch_size": 16, "dataset.enable_offline_packing": True,
+        "model.seq_length": 16384,
+        "dataset.seq_length": 16384,
+        "model.tensor_model_parallel_size": 2,
+        "model.sequence_parallel": True,
+        "model.context_parallel_size": 2,
+        "model.cp_comm_type": "p2p",
+        "model.hierarchical_context_parallel_sizes": None,
+        "model.calculate_per_token_loss": True,
+        "ddp.average_in_collective": False,
+        "model.cuda_graph_impl": "transformer_engine",
+        "train.micro_batch_size": 1,
+        "train.global_batch_size": 16,
+        "dataset.enable_offline_packing": True,
         "dataset.offline_packing_specs.packed_sequence_size": 16384,
-        "dataset.offline_packing_specs.pad_seq_to_mult": 4, "dataset.offline_packing_specs.pad_cu_seqlens": True,
-        "dataset.dataset_kwargs": {"pad_to_max_length": True}, "cuda_graph_modules": ["attn"],
+        "dataset.offline_packing_specs.pad_seq_to_mult": 4,
+        "dataset.offline_packing_specs.pad_cu_seqlens": True,
+        "dataset.dataset_kwargs": {"pad_to_max_length": True},
+        "cuda_graph_modules": ["attn"],
     }
 
 
@@ -88,8 +114,11 @@ def test_changing_one_fact_rederives_everything(megatron_bridge: Any) -> None:
     assert cfg.model.sequence_parallel is True
     assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 8
     apply(cfg, LongContext(65536, 4))
-    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) \
-        == (65536, 65536, 65536)
+    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) == (
+        65536,
+        65536,
+        65536,
+    )
     assert check(cfg, world_size=32) == []
 
 
@@ -156,8 +185,10 @@ def test_static_path_record_survives_yaml_and_overrides(megatron_bridge: Any, tm
     broken = apply_overrides(loaded, ["++env_vars.MBRIDGE_SEQPACK_STATIC_THD=capacity1"])
     [v] = check(broken, world_size=4)
     assert v.rule_id == "config.types"
-    assert v.rule == ("env_vars['MBRIDGE_SEQPACK_STATIC_THD'] must be a string 'capacity=N' or "
-                      "'capacity=N,max_seqlen=M' (N >= 2); got 'capacity1' of type str")
+    assert v.rule == (
+        "env_vars['MBRIDGE_SEQPACK_STATIC_THD'] must be a string 'capacity=N' or "
+        "'capacity=N,max_seqlen=M' (N >= 2); got 'capacity1' of type str"
+    )
     loaded.env_vars.clear()  # without the record the graphs are refused again
     assert [v.rule_id for v in check(loaded, world_size=4)] == ["in_batch.no_cuda_graphs"]
 
@@ -165,15 +196,18 @@ def test_static_path_record_survives_yaml_and_overrides(megatron_bridge: Any, tm
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: InBatchPacking(micro_batch_size=1),
-         "InBatchPacking.micro_batch_size must be > 1 (it packs the sequences of one micro batch), got 1; "
-         "use OfflinePacking for micro batch 1"),
+        (
+            lambda: InBatchPacking(micro_batch_size=1),
+            "InBatchPacking.micro_batch_size must be > 1 (it packs the sequences of one micro batch), got 1; "
+            "use OfflinePacking for micro batch 1",
+        ),
         (lambda: ContextParallel(0), "ContextParallel.size must be a positive integer, got 0"),
         (lambda: OfflinePacking(pack_size=-8), "OfflinePacking.pack_size must be a positive integer, got -8"),
-        (lambda: PackedCudaGraphs(impl="local"),
-         "PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got 'local'"),
-        (lambda: StaticTHD(capacity=1),
-         "StaticTHDSpec.capacity must be an int >= 2 (0 plus one boundary), got 1"),
+        (
+            lambda: PackedCudaGraphs(impl="local"),
+            "PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got 'local'",
+        ),
+        (lambda: StaticTHD(capacity=1), "StaticTHDSpec.capacity must be an int >= 2 (0 plus one boundary), got 1"),
     ],
 )
 def test_bad_mixin_arguments(make: Any, message: str) -> None:
@@ -194,8 +228,11 @@ def test_apply_follows_megatron_bridges_conventions(megatron_bridge: Any) -> Non
     cfg.dataset.seq_length = 16384  # a user override after the recipe was built
     cfg.dataset.offline_packing_specs.pad_seq_to_mult = 64
     apply(cfg)
-    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) \
-        == (16384, 16384, 16384)
+    assert (cfg.model.seq_length, cfg.dataset.seq_length, cfg.dataset.offline_packing_specs.packed_sequence_size) == (
+        16384,
+        16384,
+        16384,
+    )
     assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 64
     apply(cfg, ContextParallel(2))
     assert cfg.dataset.offline_packing_specs.pad_seq_to_mult == 64

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack import check
-from mbridge_seqpack.model_family import GLM45, QWEN3_NEXT, detect_model_family
+from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, detect_model_family
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +22,19 @@ def _provider(hub_id: str) -> Any:
     return AutoBridge.from_hf_config(config_for(hub_id)).to_megatron_provider(load_weights=False)
 
 
-@pytest.mark.parametrize("hub_id, family", [
-    ("zai-org/GLM-4.5", GLM45),
-    ("zai-org/GLM-4.5-Air", GLM45),
-    ("Qwen/Qwen3-Next-80B-A3B-Instruct", QWEN3_NEXT),
-    ("meta-llama/Meta-Llama-3-8B", None),
-    ("Qwen/Qwen3-30B-A3B", None),
-    ("deepseek-ai/DeepSeek-V3", None),
-    ("openai/gpt-oss-20b", None),
-    ("allenai/OLMoE-1B-7B-0924", None),
-])
+@pytest.mark.parametrize(
+    "hub_id, family",
+    [
+        ("zai-org/GLM-4.5", GLM45),
+        ("zai-org/GLM-4.5-Air", GLM45),
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", QWEN3_NEXT),
+        ("meta-llama/Meta-Llama-3-8B", None),
+        ("Qwen/Qwen3-30B-A3B", None),
+        ("deepseek-ai/DeepSeek-V3", None),
+        ("openai/gpt-oss-20b", None),
+        ("allenai/OLMoE-1B-7B-0924", None),
+    ],
+)
 def test_family_from_autobridge_provider(megatron_bridge: Any, hub_id: str, family: str | None) -> None:
     provider = _provider(hub_id)
     assert type(provider).__name__ in ("GPTModelProvider", "MLAModelProvider", "Qwen3NextModelProvider") or family
@@ -52,4 +55,5 @@ def test_glm45_offline_packing_advisory_survives_yaml_round_trip(packed_cfg: Any
     assert type(loaded.model).__name__ == type(cfg.model).__name__
     assert detect_model_family(loaded.model) == GLM45
     assert [v.rule_id for v in check(loaded, world_size=8) if v.rule_id.startswith("model.")] == [
-        "model.offline_packing_opt_out"]
+        "model.offline_packing_opt_out"
+    ]

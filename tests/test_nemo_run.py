@@ -12,7 +12,7 @@ import pytest
 run = pytest.importorskip("nemo_run")
 
 from mbridge_seqpack import PackingConfigError, check  # noqa: E402
-from mbridge_seqpack.mixins import (  # noqa: E402
+from mbridge_seqpack.compose.mixins import (  # noqa: E402
     ContextParallel,
     LongContext,
     OfflinePacking,
@@ -60,8 +60,11 @@ def test_script_overrides_through_megatron_bridge_equal_apply(base: Any, name: s
 def test_script_overrides_exact_for_cp2(base: Any) -> None:
     task = run.Script(path=RUNNER, args=[])
     SequencePacking(mixins=[ContextParallel(2)], base=base).setup(task, run.LocalExecutor())
-    assert task.args == ["model.context_parallel_size=2", "dataset.offline_packing_specs.pad_seq_to_mult=4",
-                         "model.calculate_per_token_loss=true"]
+    assert task.args == [
+        "model.context_parallel_size=2",
+        "dataset.offline_packing_specs.pad_seq_to_mult=4",
+        "model.calculate_per_token_loss=true",
+    ]
 
 
 def test_script_without_base_passes_facts_and_the_hook_reports_the_rest(base: Any) -> None:
@@ -74,17 +77,24 @@ def test_script_without_base_passes_facts_and_the_hook_reports_the_rest(base: An
     assert executor.env_vars["MBRIDGE_SEQPACK_MODE"] == "warn"
     launched = apply_overrides(copy.deepcopy(base), task.args)
     assert sorted(v.rule_id for v in check(launched, world_size=8)) == [
-        "cp.finetune_per_token_loss", "offline.alignment_multiple"]
+        "cp.finetune_per_token_loss",
+        "offline.alignment_multiple",
+    ]
 
 
 def test_script_arguments_are_applied_before_deriving(base: Any) -> None:
     """The user's own overrides on the script count: a 16k length and a stricter multiple of 8 are kept."""
-    task = run.Script(path=RUNNER, args=["--recipe", "x", "dataset.seq_length=16384",
-                                         "dataset.offline_packing_specs.pad_seq_to_mult=8"])
+    task = run.Script(
+        path=RUNNER,
+        args=["--recipe", "x", "dataset.seq_length=16384", "dataset.offline_packing_specs.pad_seq_to_mult=8"],
+    )
     SequencePacking(mixins=[ContextParallel(2)], base="llama3_8b_sft_packed_8k").setup(task, run.LocalExecutor())
-    assert task.args[4:] == ["model.context_parallel_size=2", "model.seq_length=16384",
-                             "dataset.offline_packing_specs.packed_sequence_size=16384",
-                             "model.calculate_per_token_loss=true"]
+    assert task.args[4:] == [
+        "model.context_parallel_size=2",
+        "model.seq_length=16384",
+        "dataset.offline_packing_specs.packed_sequence_size=16384",
+        "model.calculate_per_token_loss=true",
+    ]
 
 
 def test_custom_converter(base: Any) -> None:
@@ -93,7 +103,8 @@ def test_custom_converter(base: Any) -> None:
 
     task = run.Script(path=RUNNER, args=[])
     SequencePacking(mixins=[ContextParallel(2)], script_args_converter_fn=argparse_style).setup(
-        task, run.LocalExecutor())
+        task, run.LocalExecutor()
+    )
     assert task.args == ["--model.context_parallel_size=2"]
 
 
@@ -127,8 +138,9 @@ def test_partial_with_a_run_config_of_a_recipe(megatron_bridge: Any) -> None:
     assert task.config.dataset.offline_packing_specs.pad_seq_to_mult == 4
 
 
-def test_plugin_runs_inside_nemo_run(base: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_plugin_runs_inside_nemo_run(
+    base: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Through NeMo-Run's own ``run.run`` (dry run): the plugin's overrides and variable reach the launch."""
     import nemo_run.config
 
@@ -150,10 +162,17 @@ def test_plugin_refuses_a_capability_that_cannot_hold(base: Any) -> None:
     assert task.args == []
 
 
-@pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"mode": "strict"}, ValueError, "SequencePacking.mode must be 'error', 'warn' or 'off', got 'strict'"),
-    ({"mixins": ["cp=2"]}, TypeError, "SequencePacking.mixins takes mbridge_seqpack.mixins objects; got str"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"mode": "strict"}, ValueError, "SequencePacking.mode must be 'error', 'warn' or 'off', got 'strict'"),
+        (
+            {"mixins": ["cp=2"]},
+            TypeError,
+            "SequencePacking.mixins takes mbridge_seqpack.compose.mixins objects; got str",
+        ),
+    ],
+)
 def test_plugin_arguments(kwargs: dict[str, Any], error: type, message: str) -> None:
     with pytest.raises(error) as info:
         SequencePacking(**kwargs)

@@ -27,8 +27,11 @@ VALUES = st.one_of(
     st.text(max_size=4),
     st.sampled_from(["4", "true", "false", "null", "a2a+p2p", "p2p", "transformer_engine", "8192"]),
     st.lists(st.one_of(st.integers(-2, 9), st.none(), st.text(max_size=2)), max_size=3),
-    st.dictionaries(st.sampled_from(["pad_to_max_length", "packed_sequence_size", "x"]),
-                    st.one_of(st.integers(-1, 9), st.booleans(), st.text(max_size=2)), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["pad_to_max_length", "packed_sequence_size", "x"]),
+        st.one_of(st.integers(-1, 9), st.booleans(), st.text(max_size=2)),
+        max_size=2,
+    ),
 )
 
 
@@ -52,13 +55,17 @@ def _assign(cfg: Any, path: str, value: Any) -> None:
 @pytest.fixture(scope="module")
 def bases(megatron_bridge: Any) -> dict[str, Any]:
     from mbridge_seqpack import apply
-    from mbridge_seqpack.mixins import ContextParallel, OfflinePacking
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.compose.mixins import ContextParallel, OfflinePacking
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
-    packed = apply(sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16),
-                   OfflinePacking(pack_size=4096))
-    cp2 = apply(sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16),
-                OfflinePacking(pack_size=4096), ContextParallel(2))
+    packed = apply(
+        sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16), OfflinePacking(pack_size=4096)
+    )
+    cp2 = apply(
+        sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16),
+        OfflinePacking(pack_size=4096),
+        ContextParallel(2),
+    )
     return {"packed": packed, "cp2": cp2}
 
 
@@ -68,10 +75,11 @@ def _raised_inside_plugin(exc: BaseException) -> bool:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(base=st.sampled_from(["packed", "cp2"]),
-       edits=st.lists(st.tuples(st.sampled_from(FIELDS), VALUES), min_size=1, max_size=3))
-def test_random_values_never_crash_the_plugin(bases: dict[str, Any], base: str,
-                                              edits: list[tuple[str, Any]]) -> None:
+@given(
+    base=st.sampled_from(["packed", "cp2"]),
+    edits=st.lists(st.tuples(st.sampled_from(FIELDS), VALUES), min_size=1, max_size=3),
+)
+def test_random_values_never_crash_the_plugin(bases: dict[str, Any], base: str, edits: list[tuple[str, Any]]) -> None:
     from megatron.bridge.training.config import runtime_config_update
 
     import mbridge_seqpack
@@ -93,16 +101,20 @@ def test_random_values_never_crash_the_plugin(bases: dict[str, Any], base: str,
         os.environ.pop("WORLD_SIZE", None)
 
 
-@pytest.mark.parametrize("path, value, expected_fix", [
-    ("dataset.offline_packing_specs.pad_seq_to_mult", "4", 4),
-    ("train.micro_batch_size", 0, 1),
-    ("train.global_batch_size", "16", 16),
-    ("dist.eval_context_parallel_size", "2", 2),
-    ("model.sequence_parallel", "false", False),
-    ("dataset.offline_packing_specs.pad_seq_to_mult", None, 1),
-])
-def test_type_violations_name_field_value_and_fix(bases: dict[str, Any], path: str, value: Any,
-                                                  expected_fix: Any) -> None:
+@pytest.mark.parametrize(
+    "path, value, expected_fix",
+    [
+        ("dataset.offline_packing_specs.pad_seq_to_mult", "4", 4),
+        ("train.micro_batch_size", 0, 1),
+        ("train.global_batch_size", "16", 16),
+        ("dist.eval_context_parallel_size", "2", 2),
+        ("model.sequence_parallel", "false", False),
+        ("dataset.offline_packing_specs.pad_seq_to_mult", None, 1),
+    ],
+)
+def test_type_violations_name_field_value_and_fix(
+    bases: dict[str, Any], path: str, value: Any, expected_fix: Any
+) -> None:
     from mbridge_seqpack import check
 
     cfg = copy.deepcopy(bases["packed"])

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_recipes_cli import EXPECTED_RECIPES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([uv, "build", "--wheel", "--out-dir", str(out), str(ROOT)], capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [uv, "build", "--wheel", "--out-dir", str(out), str(ROOT)], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = out.glob("mbridge_seqpack-*.whl")
     return path
@@ -26,11 +29,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ("mbridge_seqpack/_packaged_recipes/llama3_8b_sft.py",
-                     "mbridge_seqpack/_packaged_recipes/qwen25_vl_in_batch.py",
-                     "mbridge_seqpack/data/tokenizer/tokenizer.json",
-                     "mbridge_seqpack/data/sft_sample/training.jsonl",
-                     "mbridge_seqpack/rules/catalog.py"):
+    for required in (
+        "mbridge_seqpack/recipes/packaged/llama3_8b_sft.py",
+        "mbridge_seqpack/recipes/packaged/qwen25_vl_in_batch.py",
+        "mbridge_seqpack/data/tokenizer/tokenizer.json",
+        "mbridge_seqpack/data/sft_sample/training.jsonl",
+        "mbridge_seqpack/rules/catalog.py",
+    ):
         assert required in names, required
     assert not any(name.startswith("tests/") for name in names)
     assert "mbridge_seqpack_autoload.pth" in names  # the zero-code startup hook lands in site-packages
@@ -41,35 +46,54 @@ def test_wheel_contents(wheel: Path) -> None:
 
 def test_installed_wheel_packs_with_its_c_kernel(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path)
-    code = ("from mbridge_seqpack.packing.packer import native_kernel, pack_lengths; "
-            "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    code = (
+        "from mbridge_seqpack.packing.packer import native_kernel, pack_lengths; "
+        "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(done.stdout.split("[")[1].split("]")[0].replace(" ", "").split(",")) == ["0", "0", "1", "1"]
 
 
 def test_installed_wheel_lists_the_packaged_recipes(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path)
-    code = ("import mbridge_seqpack.recipes as r; print(r.recipes_dir()); print(','.join(r.list_recipes()))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    code = "import mbridge_seqpack.recipes as r; print(r.recipes_dir()); print(','.join(r.list_recipes()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     where, names = done.stdout.splitlines()
-    assert where == str(tmp_path / "mbridge_seqpack" / "_packaged_recipes")
-    assert names.split(",") == ["llama31_8b_sft_128k_cp8", "llama31_8b_sft_32k_cp2", "llama31_8b_sft_64k_cp4",
-                                "llama3_8b_sft_packed_8k", "llama3_8b_sft_packed_8k_cuda_graphs",
-                                "qwen25_vl_3b_sft_in_batch_4k", "qwen3_8b_sft_16k_cp2", "small_gpt_smoke_4k"]
+    assert where == str(tmp_path / "mbridge_seqpack" / "recipes" / "packaged")
+    assert names.split(",") == EXPECTED_RECIPES
 
 
 def test_runtime_requirements_are_ranges(wheel: Path) -> None:
     """No torch / Transformer Engine / Megatron-Core pins in the wheel: it goes into an NGC container as is."""
     meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
-    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
-                if line.startswith("Requires-Dist:")]
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
     assert "megatron-bridge<0.7,>=0.6.2" in requires
-    assert not [r for r in requires if r.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip() in
-                ("torch", "transformer-engine", "megatron-core")]
+    assert not [
+        r
+        for r in requires
+        if r.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip()
+        in ("torch", "transformer-engine", "megatron-core")
+    ]
     assert not any("==" in r.split(";")[0] for r in requires)
     assert "nemo-run>=0.5; extra == 'nemo-run'" in requires  # the NeMo-Run plugin's optional dependency
 
@@ -77,8 +101,12 @@ def test_runtime_requirements_are_ranges(wheel: Path) -> None:
 def test_installing_into_an_existing_megatron_bridge_environment_changes_nothing_else(wheel: Path) -> None:
     """A dry run into this environment (Megatron-Bridge, torch and TE already there) plans only the plugin."""
     uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    done = subprocess.run([uv, "pip", "install", "--dry-run", "--offline", "--python", sys.executable, str(wheel)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [uv, "pip", "install", "--dry-run", "--offline", "--python", sys.executable, str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     planned = [line for line in done.stderr.splitlines() if line.strip().startswith(("+", "-"))]
     assert planned and all("mbridge-seqpack" in line for line in planned), done.stderr

@@ -66,8 +66,10 @@ def test_overflow_policies() -> None:
     lengths = np.array([10, 300, 20, 500])
     with pytest.raises(ValueError) as info:
         pack_lengths(lengths, 256)
-    assert str(info.value) == ("lengths[1] = 300 exceeds capacity 256 (2 sequence(s) too long); raise the pack "
-                               "size, filter them out, or pass overflow='drop'")
+    assert str(info.value) == (
+        "lengths[1] = 300 exceeds capacity 256 (2 sequence(s) too long); raise the pack "
+        "size, filter them out, or pass overflow='drop'"
+    )
     bins = pack_lengths(lengths, 256, overflow="drop")
     assert bins.tolist()[1] == -1 and bins.tolist()[3] == -1
     assert bins[0] == bins[2] == 0
@@ -79,14 +81,20 @@ def test_overflow_policies() -> None:
     ("kwargs", "message"),
     [
         ({"lengths": [3, 0, 2], "capacity": 8}, "lengths[1] = 0: every sequence must have at least 1 token"),
-        ({"lengths": [[1, 2]], "capacity": 8},
-         "lengths must be a 1-D sequence of token counts, got an array of shape (1, 2)"),
+        (
+            {"lengths": [[1, 2]], "capacity": 8},
+            "lengths must be a 1-D sequence of token counts, got an array of shape (1, 2)",
+        ),
         ({"lengths": [1.5], "capacity": 8}, "lengths must be integers, got dtype float64"),
         ({"lengths": [1], "capacity": 0}, "capacity must be a positive integer (tokens per pack), got 0"),
-        ({"lengths": [1], "capacity": 8, "algorithm": "magic"},
-         "algorithm must be one of best_fit_decreasing; got 'magic'"),
-        ({"lengths": [1], "capacity": 8, "overflow": "truncate"},
-         "overflow must be one of error, drop; got 'truncate'"),
+        (
+            {"lengths": [1], "capacity": 8, "algorithm": "magic"},
+            "algorithm must be one of best_fit_decreasing; got 'magic'",
+        ),
+        (
+            {"lengths": [1], "capacity": 8, "overflow": "truncate"},
+            "overflow must be one of error, drop; got 'truncate'",
+        ),
     ],
 )
 def test_bad_inputs(kwargs: dict, message: str) -> None:
@@ -100,9 +108,17 @@ def test_stats_and_lower_bound() -> None:
     bins = pack_lengths(lengths, 10)
     stats = packing_stats(lengths, bins, 10)
     assert stats.to_dict() == {
-        "num_sequences": 5, "num_dropped": 0, "num_bins": 2, "capacity": 10, "total_tokens": 20,
-        "lower_bound": 2, "gap_to_lower_bound": 0, "efficiency": 1.0, "max_sequences_per_bin": 3,
-        "min_bin_tokens": 10, "sequences_per_bin_histogram": {"2": 1, "3": 1},
+        "num_sequences": 5,
+        "num_dropped": 0,
+        "num_bins": 2,
+        "capacity": 10,
+        "total_tokens": 20,
+        "lower_bound": 2,
+        "gap_to_lower_bound": 0,
+        "efficiency": 1.0,
+        "max_sequences_per_bin": 3,
+        "min_bin_tokens": 10,
+        "sequences_per_bin_histogram": {"2": 1, "3": 1},
     }
 
 
@@ -170,8 +186,9 @@ def test_c_kernel_and_python_path_place_identically(instance: tuple[np.ndarray, 
 
 @settings(max_examples=200, deadline=None)
 @given(instances(), st.data())
-def test_placing_into_open_bins_is_identical_in_c_and_python(instance: tuple[np.ndarray, int],
-                                                              data: st.DataObject) -> None:
+def test_placing_into_open_bins_is_identical_in_c_and_python(
+    instance: tuple[np.ndarray, int], data: st.DataObject
+) -> None:
     import os
 
     from mbridge_seqpack.packing.packer import place
@@ -193,18 +210,25 @@ def test_placing_into_open_bins_is_identical_in_c_and_python(instance: tuple[np.
 
 
 def test_peak_memory_within_three_times_the_input() -> None:
-    """10M lengths (80 MB of int64): numpy's allocations (tracked) plus the kernel's 8 bytes per sequence."""
+    """10M lengths (80 MB of int64): the process's peak RSS growth during one call (high-water mark reset
+    through /proc/self/clear_refs), the output array included."""
     import subprocess
     import sys
 
     code = """
-import resource, numpy as np
+import gc, numpy as np, sys
 from mbridge_seqpack.packing import pack_lengths
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
 lengths = np.random.default_rng(0).integers(1, 131073, 10_000_000)
 pack_lengths(lengths[:1000], 131072)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+gc.collect()
+open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark to the current RSS
+base = status("VmRSS:")
 pack_lengths(lengths, 131072)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024 / lengths.nbytes)
+print((status("VmHWM:") - base) / lengths.nbytes)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -32,9 +32,11 @@ def zoo(megatron_bridge: Any) -> dict[str, dict[str, Any]]:
 def test_zoo_matches_committed_expectations(zoo: dict[str, dict[str, Any]]) -> None:
     expected = json.loads(EXPECTED.read_text())
     for variant in expected:
-        changed = {name: (expected[variant].get(name), zoo[variant].get(name))
-                   for name in set(expected[variant]) | set(zoo[variant])
-                   if expected[variant].get(name) != zoo[variant].get(name)}
+        changed = {
+            name: (expected[variant].get(name), zoo[variant].get(name))
+            for name in set(expected[variant]) | set(zoo[variant])
+            if expected[variant].get(name) != zoo[variant].get(name)
+        }
         assert not changed, f"{variant}: {len(changed)} recipes changed, e.g. {sorted(changed.items())[:3]}"
 
 
@@ -59,8 +61,10 @@ def test_glm45_from_autobridge_is_recognised_with_packing(zoo: dict[str, dict[st
     glm = {k: v for k, v in packed.items() if k.startswith("glm.h100.glm45:")}
     assert len(glm) == 4
     assert all("model.offline_packing_opt_out:advisory" in v["flags"] for v in glm.values())
-    assert "model.offline_packing_opt_out:advisory" in packed[
-        "qwen.h100.qwen3_next:qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config+packed"]["flags"]
+    assert (
+        "model.offline_packing_opt_out:advisory"
+        in packed["qwen.h100.qwen3_next:qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config+packed"]["flags"]
+    )
 
 
 def test_summary_lines(zoo: dict[str, dict[str, Any]]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack import check
-from mbridge_seqpack.cli import main, run_megatron_validation
+from mbridge_seqpack.cli import main
+from mbridge_seqpack.cli.check import run_megatron_validation
 from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,8 +77,9 @@ def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.Ca
     assert out.rstrip().endswith("result: OK")
 
 
-def test_cli_check_broken_override_fails_with_the_fix(megatron_bridge: Any,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_check_broken_override_fails_with_the_fix(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["check", "llama3_8b_sft_packed_8k", "model.context_parallel_size=2", "--rules-only"]) == 1
     out = capsys.readouterr().out
     assert "  FAIL cp.finetune_per_token_loss" in out
@@ -101,7 +103,7 @@ def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pyt
     recipe = tmp_path / "my_recipe.py"
     recipe.write_text(
         "def config():\n"
-        "    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider\n"
+        "    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider\n"
         "    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
     )
     assert main(["check", str(recipe), "--world-size", "4", "--rules-only"]) == 0
@@ -112,11 +114,15 @@ def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pyt
 
 def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "no_such_recipe"]) == 2
-    assert "mbridge-seqpack: error: unknown recipe 'no_such_recipe'; packaged recipes: llama31_8b_sft_128k_cp8" \
+    assert (
+        "mbridge-seqpack: error: unknown recipe 'no_such_recipe'; packaged recipes: llama31_8b_sft_128k_cp8"
         in capsys.readouterr().err
+    )
     assert main(["check", "small_gpt_smoke_4k", "model.no_such_field=3"]) == 2
-    assert capsys.readouterr().err == ("mbridge-seqpack: error: Megatron-Bridge rejected the overrides: Failed to "
-                                       "parse Hydra overrides: Could not override 'model.no_such_field'.\n")
+    assert capsys.readouterr().err == (
+        "mbridge-seqpack: error: Megatron-Bridge rejected the overrides: Failed to "
+        "parse Hydra overrides: Could not override 'model.no_such_field'.\n"
+    )
     assert main(["check", "small_gpt_smoke_4k", "justtext"]) == 2
     assert "mbridge-seqpack: error: override 'justtext' is not valid Hydra override syntax" in capsys.readouterr().err
 
@@ -138,8 +144,18 @@ def test_cli_recipes_table(megatron_bridge: Any, capsys: pytest.CaptureFixture[s
 
 
 def test_cli_plan_exact(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["plan", "small_gpt_smoke_4k", "--world-size", "8", "--slots", "65536",
-                 "--lengths", "2048,4096,8192,16384,3000"])
+    code = main(
+        [
+            "plan",
+            "small_gpt_smoke_4k",
+            "--world-size",
+            "8",
+            "--slots",
+            "65536",
+            "--lengths",
+            "2048,4096,8192,16384,3000",
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [
         "plan for small_gpt_smoke_4k: 65,536 token slots per optimizer step; context window unknown",
@@ -156,32 +172,57 @@ def test_cli_plan_exact(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
     ]
 
 
-def test_cli_plan_marks_lengths_above_the_context_window(megatron_bridge: Any,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_plan_marks_lengths_above_the_context_window(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Llama-3-8B was trained to 8,192 positions (its HF max_position_embeddings): 16k rows are not "ok"."""
-    from mbridge_seqpack.recipe_kit import llama3_8b_provider
+    from mbridge_seqpack.recipes.kit import llama3_8b_provider
 
     assert llama3_8b_provider().seq_length == 8192  # what the bridge maps max_position_embeddings to
     assert main(["plan", "--slots", "65536", "--lengths", "8192,16384", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["pack_length"], r["ok"], r["within_context"], r["context_window"]) for r in rows] == [
-        (8192, True, True, 8192), (16384, False, False, 8192)]
+        (8192, True, True, 8192),
+        (16384, False, False, 8192),
+    ]
     assert main(["plan", "--slots", "65536", "--lengths", "16384"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "plan for llama3_8b_sft_packed_8k: 65,536 token slots per optimizer step; context window 8,192 tokens"
+    assert (
+        out[0]
+        == "plan for llama3_8b_sft_packed_8k: 65,536 token slots per optimizer step; context window 8,192 tokens"
+    )
     assert out[-1].split(None, 3) == ["16384", "4", "4", "above the model's 8,192-token context window"]
-    assert main(["plan", "small_gpt_smoke_4k", "--slots", "65536", "--lengths", "16384", "--context-window",
-                 "32768", "--world-size", "1"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "small_gpt_smoke_4k",
+                "--slots",
+                "65536",
+                "--lengths",
+                "16384",
+                "--context-window",
+                "32768",
+                "--world-size",
+                "1",
+            ]
+        )
+        == 0
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["check", "model.context_parallel_size=3", "dataset.offline_packing_specs.pad_seq_to_mult=5", "--rules-only"],
-    ["check", "qwen25_vl_3b_sft_in_batch_4k", "model.cuda_graph_impl=transformer_engine", "--rules-only"],
-    ["recipes"],
-    ["plan", "--slots", "262144"],
-])
-def test_cli_output_fits_100_columns(megatron_bridge: Any, capsys: pytest.CaptureFixture[str],
-                                     argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "model.context_parallel_size=3", "dataset.offline_packing_specs.pad_seq_to_mult=5", "--rules-only"],
+        ["check", "qwen25_vl_3b_sft_in_batch_4k", "model.cuda_graph_impl=transformer_engine", "--rules-only"],
+        ["recipes"],
+        ["plan", "--slots", "262144"],
+    ],
+)
+def test_cli_output_fits_100_columns(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
     main(argv)
     out = capsys.readouterr().out
     assert out.strip() and max(len(line) for line in out.splitlines()) <= 100
@@ -190,7 +231,12 @@ def test_cli_output_fits_100_columns(megatron_bridge: Any, capsys: pytest.Captur
 def test_readme_main_command_runs_from_a_shell() -> None:
     """The console script on the embedded default exits 0; a broken override exits 1 with the fix."""
     exe = Path(sys.executable).with_name("mbridge-seqpack")
-    done = subprocess.run([str(exe), "check", "--rules-only", "model.context_parallel_size=3"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [str(exe), "check", "--rules-only", "model.context_parallel_size=3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "fix:      cfg.model.seq_length = 8196" in done.stdout

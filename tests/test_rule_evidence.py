@@ -21,7 +21,6 @@ def _mb_validate(cfg: Any, world_size: int) -> Exception | None:
     from megatron.bridge.training.config import runtime_config_update
 
     from mbridge_seqpack.hook import suspended
-
     from tests.zoo.harness import restored_environ
 
     with restored_environ():
@@ -47,8 +46,13 @@ def test_every_rule_states_severity_and_evidence() -> None:
         assert r.severity in (ERROR, ADVISORY), r.rule_id
         assert len(r.evidence) > 40 and ("py" in r.evidence or "Megatron" in r.evidence), r.rule_id
     advisories = {r.rule_id for r in rules if r.severity == ADVISORY}
-    assert {"mtp.no_packing", "model.offline_packing_opt_out", "model.in_batch_packing_opt_out",
-            "offline.pack_size_matches_seq_length", "fixed_width.gpt_sft_experts"} <= advisories
+    assert {
+        "mtp.no_packing",
+        "model.offline_packing_opt_out",
+        "model.in_batch_packing_opt_out",
+        "offline.pack_size_matches_seq_length",
+        "fixed_width.gpt_sft_experts",
+    } <= advisories
 
 
 @pytest.mark.parametrize("mbs", [1, 2])
@@ -76,7 +80,7 @@ def test_global_batch_boundary_is_megatron_cores_calculator(packed_cfg: Any, gbs
 
 
 def _moe_cfg(megatron_bridge: Any, ep: int, etp: int | None) -> Any:
-    from mbridge_seqpack.recipe_kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
     cfg.model.num_moe_experts = 16
@@ -157,14 +161,22 @@ def test_row_width_boundary_is_megatron_bridges_collate(packed_cfg: Any, tmp_pat
     from megatron.bridge.training.tokenizers.config import TokenizerConfig
     from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
 
-    from mbridge_seqpack.recipe_kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
 
-    tok = build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
-                                          tokenizer_model=str(embedded_tokenizer_dir())))
+    tok = build_tokenizer(
+        TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(embedded_tokenizer_dir()))
+    )
     path = _packed_rows(tmp_path, [[9, 9], [30, 5], [17]], tok.eos_id)
-    dataset = build_gpt_sft_split(path, tokenizer=tok, seq_length=64, memmap_workers=1, seed=1,
-                                  packed_sequence_size=64, pad_seq_to_mult=1,
-                                  dataset_kwargs={"pad_seq_length_to_mult": row_mult})
+    dataset = build_gpt_sft_split(
+        path,
+        tokenizer=tok,
+        seq_length=64,
+        memmap_workers=1,
+        seed=1,
+        packed_sequence_size=64,
+        pad_seq_to_mult=1,
+        dataset_kwargs={"pad_seq_length_to_mult": row_mult},
+    )
     widths = [dataset.collate_fn([dataset[i]])["tokens"].shape[1] for i in range(len(dataset))]
     assert widths == ([16, 48, 16] if row_mult == 16 else [32, 64, 32])
     splits_evenly = all(w % 32 == 0 for w in widths)  # _split_along_first_dim's assert at TP=32 with SP
@@ -217,7 +229,8 @@ def _validate_backed_cases() -> list[Any]:
 
 @pytest.mark.parametrize("case", _validate_backed_cases(), ids=lambda c: c.rule_id)
 def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
-        case: Any, request: pytest.FixtureRequest, tmp_path: Any) -> None:
+    case: Any, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
     """The rule's break makes Megatron-Bridge's own validate() fail; the rule's fix makes it pass."""
     from mbridge_seqpack.paths import set_path
 

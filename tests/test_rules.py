@@ -66,8 +66,11 @@ def _both(*fns: Callable[..., None]) -> Callable[[Any, Any], None]:
     return mutate
 
 
-CP2_LOSS = {"model__context_parallel_size": 2, "model__calculate_per_token_loss": True,
-            "ddp__average_in_collective": False}
+CP2_LOSS = {
+    "model__context_parallel_size": 2,
+    "model__calculate_per_token_loss": True,
+    "ddp__average_in_collective": False,
+}
 
 
 def _metadata_breaks(cfg: Any, tmp_path: Any) -> None:
@@ -104,131 +107,334 @@ def _qwen35_vl(cfg: Any, tmp_path: Any) -> None:
 
 
 CASES = [
-    Case("cp.seq_length_divisible", "unpacked_cfg", 8, _set(**CP2_LOSS, **_seq(4094)),
-         {"model.seq_length": 4094, "model.context_parallel_size": 2},
-         {"model.seq_length": 4096, "dataset.seq_length": 4096}),
-    Case("collate.seq_length_alignment", "vlm_cfg", 8,
-         _set(model__tensor_model_parallel_size=2, model__sequence_parallel=True, **_seq(4095)),
-         {"dataset.seq_length": 4095, "model.context_parallel_size": 1, "model.tensor_model_parallel_size": 2,
-          "model.sequence_parallel": True},
-         {"model.seq_length": 4096, "dataset.seq_length": 4096}),
-    Case("cp.finetune_per_token_loss", "unpacked_cfg", 8, _set(**{**CP2_LOSS, "model__calculate_per_token_loss": False}),
-         {"model.calculate_per_token_loss": False, "model.context_parallel_size": 2},
-         {"model.calculate_per_token_loss": True}),
-    Case("cp.finetune_average_in_collective", "unpacked_cfg", 8, _set(**{**CP2_LOSS, "ddp__average_in_collective": True}),
-         {"ddp.average_in_collective": True, "model.context_parallel_size": 2},
-         {"ddp.average_in_collective": False}),
-    Case("cp.hierarchical_sizes_required", "unpacked_cfg", 16,
-         _set(**{**CP2_LOSS, "model__context_parallel_size": 16}, model__cp_comm_type="a2a+p2p"),
-         {"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": None},
-         {"model.hierarchical_context_parallel_sizes": [8, 2]}),
-    Case("cp.hierarchical_sizes_product", "unpacked_cfg", 8,
-         _set(**{**CP2_LOSS, "model__context_parallel_size": 8}, model__cp_comm_type="a2a+p2p",
-              model__hierarchical_context_parallel_sizes=[2, 2]),
-         {"model.hierarchical_context_parallel_sizes": [2, 2], "model.context_parallel_size": 8},
-         {"model.hierarchical_context_parallel_sizes": [8, 1]}),
-    Case("offline.specs_required", "packed_cfg", 8, _set(**{SPECS.replace(".", "__"): None}),
-         {"dataset.enable_offline_packing": True, SPECS: None},
-         fix=f"cfg.{SPECS} = PackedSequenceSpecs(packed_sequence_size=4096, pad_seq_to_mult=1)",
-         repair=_specs_repair),
-    Case("offline.flag_required", "packed_cfg", 8, _set(dataset__enable_offline_packing=False),
-         {"dataset.enable_offline_packing": False, SPECS: "PackedSequenceSpecs"},
-         fix=f"cfg.dataset.enable_offline_packing = True (or cfg.{SPECS} = None to train unpacked)",
-         repair=_set(dataset__enable_offline_packing=True)),
-    Case("offline.micro_batch_one", "packed_cfg", 8, _set(train__micro_batch_size=2),
-         {"train.micro_batch_size": 2, "train.global_batch_size": 16},
-         {"train.micro_batch_size": 1},
-         fix="cfg.train.micro_batch_size = 1 (global_batch_size then counts 16 packed rows of 4096); to keep the "
-             "row count and tokens of one micro batch instead, also set cfg.train.global_batch_size = 8 and pack "
-             "to 8192 (model/dataset seq_length and packed_sequence_size = 8192)"),
-    Case("offline.pack_size_positive", "packed_cfg", 8, _set(dataset__offline_packing_specs__packed_sequence_size=0),
-         {f"{SPECS}.packed_sequence_size": 0}, {f"{SPECS}.packed_sequence_size": 4096}),
-    Case("offline.pack_size_matches_seq_length", "packed_cfg", 8,
-         _set(dataset__offline_packing_specs__packed_sequence_size=2048),
-         {f"{SPECS}.packed_sequence_size": 2048, "model.seq_length": 4096, "dataset.seq_length": 4096},
-         {f"{SPECS}.packed_sequence_size": 4096, "dataset.seq_length": 4096}),
-    Case("seq_length.model_matches_dataset", "unpacked_cfg", 8, _set(dataset__seq_length=2048),
-         {"model.seq_length": 4096, "dataset.seq_length": 2048}, {"dataset.seq_length": 4096}),
-    Case("offline.max_single_within_pack", "packed_cfg", 8,
-         _set(dataset__offline_packing_specs__max_single_sequence_length=8192),
-         {f"{SPECS}.max_single_sequence_length": 8192, f"{SPECS}.packed_sequence_size": 4096},
-         {f"{SPECS}.max_single_sequence_length": 4096}),
-    Case("offline.alignment_multiple", "packed_cfg", 8, _set(**CP2_LOSS),
-         {f"{SPECS}.pad_seq_to_mult": 1, "model.context_parallel_size": 2},
-         {f"{SPECS}.pad_seq_to_mult": 4}),
-    Case("offline.row_width_alignment", "packed_cfg", 8,
-         _set(model__tensor_model_parallel_size=4, model__sequence_parallel=True,
-              **{"dataset__dataset_kwargs['pad_to_max_length']": True}, **_seq(4094, packed=True)),
-         {f"{SPECS}.packed_sequence_size": 4094, KW: True, "model.context_parallel_size": 1,
-          "model.tensor_model_parallel_size": 4, "model.sequence_parallel": True},
-         {f"{SPECS}.packed_sequence_size": 4096, "model.seq_length": 4096, "dataset.seq_length": 4096}),
-    Case("offline.row_width_alignment", "packed_cfg", 32,
-         _set(model__tensor_model_parallel_size=32, model__sequence_parallel=True, train__global_batch_size=32),
-         {f"{SPECS}.packed_sequence_size": 4096, "dataset.dataset_kwargs.pad_seq_length_to_mult": 16, KW: False,
-          "model.context_parallel_size": 1, "model.tensor_model_parallel_size": 32, "model.sequence_parallel": True},
-         {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32}, base_world=8),
-    Case("batch.world_size_divisible", "unpacked_cfg", 6, _set(model__tensor_model_parallel_size=4),
-         {"world_size": 6, "model.tensor_model_parallel_size": 4, "model.pipeline_model_parallel_size": 1,
-          "model.context_parallel_size": 1},
-         fix="run on a multiple of 4 GPUs, or change TP/PP/CP so their product divides 6",
-         repair=lambda cfg, tmp: None, repaired_world=8),
-    Case("batch.global_batch_divisible", "unpacked_cfg", 8, _set(train__global_batch_size=12),
-         {"train.global_batch_size": 12, "train.micro_batch_size": 1, "data_parallel_size": 8},
-         {"train.global_batch_size": 16}),
-    Case("batch.global_batch_min", "unpacked_cfg", 8, _set(train__global_batch_size=4),
-         {"train.global_batch_size": 4, "train.micro_batch_size": 1, "data_parallel_size": 8},
-         {"train.global_batch_size": 8}),
-    Case("in_batch.micro_batch_gt_one", "vlm_cfg", 8, _set(train__micro_batch_size=1),
-         {"train.micro_batch_size": 1, "dataset.enable_in_batch_packing": True}, {"train.micro_batch_size": 2}),
-    Case("in_batch.no_cuda_graphs", "vlm_cfg", 8, _set(model__cuda_graph_impl="transformer_engine"),
-         {"dataset.enable_in_batch_packing": True, "model.cuda_graph_impl": "transformer_engine"},
-         {"model.cuda_graph_impl": "none"},
-         fix="cfg.model.cuda_graph_impl = 'none'; or turn on the static in-batch path: mbridge_seqpack.apply(cfg, "
-             "StaticTHD(capacity=...)) (fixed width + fixed cu_seqlens capacity)"),
-    Case("cuda_graphs.pad_cu_seqlens_needs_fixed_width", "packed_cfg", 8,
-         _set(dataset__offline_packing_specs__pad_cu_seqlens=True),
-         {f"{SPECS}.pad_cu_seqlens": True, KW: False}, {KW: True}),
-    Case("cuda_graphs.training_graphs_need_fixed_width", "packed_cfg", 8, _both(_graphs(["mlp"])),
-         {"model.cuda_graph_impl": "transformer_engine", KW: False}, {KW: True}),
-    Case("cuda_graphs.attention_graphs_need_pad_cu_seqlens", "packed_cfg", 8,
-         _both(_graphs(["attn"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
-         {"model.cuda_graph_impl": "transformer_engine", f"{SPECS}.pad_cu_seqlens": False},
-         {f"{SPECS}.pad_cu_seqlens": True, KW: True}),
-    Case("fixed_width.gpt_sft_pipeline", "unpacked_cfg", 8,
-         _set(model__pipeline_model_parallel_size=2, dataset__dataloader_type="single"),
-         {KW: False, "model.pipeline_model_parallel_size": 2, "dataset.dataloader_type": "single"}, {KW: True}),
-    Case("fixed_width.gpt_sft_experts", "unpacked_cfg", 8,
-         _set(model__expert_model_parallel_size=2, model__num_moe_experts=4),
-         {KW: False, "model.expert_model_parallel_size": 2}, {KW: True}),
-    Case("mtp.no_packing", "packed_cfg", 8, _set(model__mtp_num_layers=1),
-         {"model.mtp_num_layers": 1, "dataset.enable_offline_packing": True}, {"model.mtp_num_layers": None},
-         fix="cfg.model.mtp_num_layers = None (or turn packing off: cfg.dataset.enable_offline_packing = False)"),
-    Case("model.offline_packing_opt_out", "packed_cfg", 8, _gdn,
-         {"model": "GPTModelProvider", "model family": "Qwen3-Next", "dataset.enable_offline_packing": True},
-         {"dataset.enable_offline_packing": False, SPECS: None}),
-    Case("model.in_batch_packing_opt_out", "vlm_cfg", 8, _qwen35_vl,
-         {"model": "Qwen35VLModelProvider", "model family": "Qwen3.5-VL", "dataset.enable_in_batch_packing": True},
-         {"dataset.enable_in_batch_packing": False}),
-    Case("energon.micro_batch_one", "energon_cfg", 8, _set(train__micro_batch_size=2, dataset__micro_batch_size=2),
-         {"dataset.packing_buffer_size": 64, "train.micro_batch_size": 2},
-         {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1}),
-    Case("energon.exclusive_in_batch", "energon_cfg", 8, _set(dataset__defer_in_batch_packing_to_step=True),
-         {"dataset.packing_buffer_size": 64, "dataset.defer_in_batch_packing_to_step": True},
-         {"dataset.defer_in_batch_packing_to_step": False}),
-    Case("energon.no_mtp", "energon_cfg", 8, _set(model__mtp_num_layers=2),
-         {"dataset.packing_buffer_size": 64, "model.mtp_num_layers": 2}, {"model.mtp_num_layers": None},
-         also=("mtp.no_packing",)),
-    Case("energon.no_cuda_graphs", "energon_cfg", 8, _set(model__cuda_graph_impl="transformer_engine"),
-         {"dataset.packing_buffer_size": 64, "model.cuda_graph_impl": "transformer_engine"},
-         {"model.cuda_graph_impl": "none"}),
-    Case("energon.no_pipeline", "energon_cfg", 8, _set(model__pipeline_model_parallel_size=2),
-         {"dataset.packing_buffer_size": 64, "model.pipeline_model_parallel_size": 2},
-         {"model.pipeline_model_parallel_size": 1}),
-    Case("energon.per_token_loss", "energon_cfg", 8,
-         _set(model__calculate_per_token_loss=False, ddp__average_in_collective=True),
-         {"dataset.packing_buffer_size": 64, "model.calculate_per_token_loss": False,
-          "ddp.average_in_collective": True},
-         {"model.calculate_per_token_loss": True, "ddp.average_in_collective": False}),
+    Case(
+        "cp.seq_length_divisible",
+        "unpacked_cfg",
+        8,
+        _set(**CP2_LOSS, **_seq(4094)),
+        {"model.seq_length": 4094, "model.context_parallel_size": 2},
+        {"model.seq_length": 4096, "dataset.seq_length": 4096},
+    ),
+    Case(
+        "collate.seq_length_alignment",
+        "vlm_cfg",
+        8,
+        _set(model__tensor_model_parallel_size=2, model__sequence_parallel=True, **_seq(4095)),
+        {
+            "dataset.seq_length": 4095,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 2,
+            "model.sequence_parallel": True,
+        },
+        {"model.seq_length": 4096, "dataset.seq_length": 4096},
+    ),
+    Case(
+        "cp.finetune_per_token_loss",
+        "unpacked_cfg",
+        8,
+        _set(**{**CP2_LOSS, "model__calculate_per_token_loss": False}),
+        {"model.calculate_per_token_loss": False, "model.context_parallel_size": 2},
+        {"model.calculate_per_token_loss": True},
+    ),
+    Case(
+        "cp.finetune_average_in_collective",
+        "unpacked_cfg",
+        8,
+        _set(**{**CP2_LOSS, "ddp__average_in_collective": True}),
+        {"ddp.average_in_collective": True, "model.context_parallel_size": 2},
+        {"ddp.average_in_collective": False},
+    ),
+    Case(
+        "cp.hierarchical_sizes_required",
+        "unpacked_cfg",
+        16,
+        _set(**{**CP2_LOSS, "model__context_parallel_size": 16}, model__cp_comm_type="a2a+p2p"),
+        {"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": None},
+        {"model.hierarchical_context_parallel_sizes": [8, 2]},
+    ),
+    Case(
+        "cp.hierarchical_sizes_product",
+        "unpacked_cfg",
+        8,
+        _set(
+            **{**CP2_LOSS, "model__context_parallel_size": 8},
+            model__cp_comm_type="a2a+p2p",
+            model__hierarchical_context_parallel_sizes=[2, 2],
+        ),
+        {"model.hierarchical_context_parallel_sizes": [2, 2], "model.context_parallel_size": 8},
+        {"model.hierarchical_context_parallel_sizes": [8, 1]},
+    ),
+    Case(
+        "offline.specs_required",
+        "packed_cfg",
+        8,
+        _set(**{SPECS.replace(".", "__"): None}),
+        {"dataset.enable_offline_packing": True, SPECS: None},
+        fix=f"cfg.{SPECS} = PackedSequenceSpecs(packed_sequence_size=4096, pad_seq_to_mult=1)",
+        repair=_specs_repair,
+    ),
+    Case(
+        "offline.flag_required",
+        "packed_cfg",
+        8,
+        _set(dataset__enable_offline_packing=False),
+        {"dataset.enable_offline_packing": False, SPECS: "PackedSequenceSpecs"},
+        fix=f"cfg.dataset.enable_offline_packing = True (or cfg.{SPECS} = None to train unpacked)",
+        repair=_set(dataset__enable_offline_packing=True),
+    ),
+    Case(
+        "offline.micro_batch_one",
+        "packed_cfg",
+        8,
+        _set(train__micro_batch_size=2),
+        {"train.micro_batch_size": 2, "train.global_batch_size": 16},
+        {"train.micro_batch_size": 1},
+        fix="cfg.train.micro_batch_size = 1 (global_batch_size then counts 16 packed rows of 4096); to keep the "
+        "row count and tokens of one micro batch instead, also set cfg.train.global_batch_size = 8 and pack "
+        "to 8192 (model/dataset seq_length and packed_sequence_size = 8192)",
+    ),
+    Case(
+        "offline.pack_size_positive",
+        "packed_cfg",
+        8,
+        _set(dataset__offline_packing_specs__packed_sequence_size=0),
+        {f"{SPECS}.packed_sequence_size": 0},
+        {f"{SPECS}.packed_sequence_size": 4096},
+    ),
+    Case(
+        "offline.pack_size_matches_seq_length",
+        "packed_cfg",
+        8,
+        _set(dataset__offline_packing_specs__packed_sequence_size=2048),
+        {f"{SPECS}.packed_sequence_size": 2048, "model.seq_length": 4096, "dataset.seq_length": 4096},
+        {f"{SPECS}.packed_sequence_size": 4096, "dataset.seq_length": 4096},
+    ),
+    Case(
+        "seq_length.model_matches_dataset",
+        "unpacked_cfg",
+        8,
+        _set(dataset__seq_length=2048),
+        {"model.seq_length": 4096, "dataset.seq_length": 2048},
+        {"dataset.seq_length": 4096},
+    ),
+    Case(
+        "offline.max_single_within_pack",
+        "packed_cfg",
+        8,
+        _set(dataset__offline_packing_specs__max_single_sequence_length=8192),
+        {f"{SPECS}.max_single_sequence_length": 8192, f"{SPECS}.packed_sequence_size": 4096},
+        {f"{SPECS}.max_single_sequence_length": 4096},
+    ),
+    Case(
+        "offline.alignment_multiple",
+        "packed_cfg",
+        8,
+        _set(**CP2_LOSS),
+        {f"{SPECS}.pad_seq_to_mult": 1, "model.context_parallel_size": 2},
+        {f"{SPECS}.pad_seq_to_mult": 4},
+    ),
+    Case(
+        "offline.row_width_alignment",
+        "packed_cfg",
+        8,
+        _set(
+            model__tensor_model_parallel_size=4,
+            model__sequence_parallel=True,
+            **{"dataset__dataset_kwargs['pad_to_max_length']": True},
+            **_seq(4094, packed=True),
+        ),
+        {
+            f"{SPECS}.packed_sequence_size": 4094,
+            KW: True,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 4,
+            "model.sequence_parallel": True,
+        },
+        {f"{SPECS}.packed_sequence_size": 4096, "model.seq_length": 4096, "dataset.seq_length": 4096},
+    ),
+    Case(
+        "offline.row_width_alignment",
+        "packed_cfg",
+        32,
+        _set(model__tensor_model_parallel_size=32, model__sequence_parallel=True, train__global_batch_size=32),
+        {
+            f"{SPECS}.packed_sequence_size": 4096,
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            KW: False,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 32,
+            "model.sequence_parallel": True,
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32},
+        base_world=8,
+    ),
+    Case(
+        "batch.world_size_divisible",
+        "unpacked_cfg",
+        6,
+        _set(model__tensor_model_parallel_size=4),
+        {
+            "world_size": 6,
+            "model.tensor_model_parallel_size": 4,
+            "model.pipeline_model_parallel_size": 1,
+            "model.context_parallel_size": 1,
+        },
+        fix="run on a multiple of 4 GPUs, or change TP/PP/CP so their product divides 6",
+        repair=lambda cfg, tmp: None,
+        repaired_world=8,
+    ),
+    Case(
+        "batch.global_batch_divisible",
+        "unpacked_cfg",
+        8,
+        _set(train__global_batch_size=12),
+        {"train.global_batch_size": 12, "train.micro_batch_size": 1, "data_parallel_size": 8},
+        {"train.global_batch_size": 16},
+    ),
+    Case(
+        "batch.global_batch_min",
+        "unpacked_cfg",
+        8,
+        _set(train__global_batch_size=4),
+        {"train.global_batch_size": 4, "train.micro_batch_size": 1, "data_parallel_size": 8},
+        {"train.global_batch_size": 8},
+    ),
+    Case(
+        "in_batch.micro_batch_gt_one",
+        "vlm_cfg",
+        8,
+        _set(train__micro_batch_size=1),
+        {"train.micro_batch_size": 1, "dataset.enable_in_batch_packing": True},
+        {"train.micro_batch_size": 2},
+    ),
+    Case(
+        "in_batch.no_cuda_graphs",
+        "vlm_cfg",
+        8,
+        _set(model__cuda_graph_impl="transformer_engine"),
+        {"dataset.enable_in_batch_packing": True, "model.cuda_graph_impl": "transformer_engine"},
+        {"model.cuda_graph_impl": "none"},
+        fix="cfg.model.cuda_graph_impl = 'none'; or turn on the static in-batch path: mbridge_seqpack.apply(cfg, "
+        "StaticTHD(capacity=...)) (fixed width + fixed cu_seqlens capacity)",
+    ),
+    Case(
+        "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
+        "packed_cfg",
+        8,
+        _set(dataset__offline_packing_specs__pad_cu_seqlens=True),
+        {f"{SPECS}.pad_cu_seqlens": True, KW: False},
+        {KW: True},
+    ),
+    Case(
+        "cuda_graphs.training_graphs_need_fixed_width",
+        "packed_cfg",
+        8,
+        _both(_graphs(["mlp"])),
+        {"model.cuda_graph_impl": "transformer_engine", KW: False},
+        {KW: True},
+    ),
+    Case(
+        "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
+        "packed_cfg",
+        8,
+        _both(_graphs(["attn"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
+        {"model.cuda_graph_impl": "transformer_engine", f"{SPECS}.pad_cu_seqlens": False},
+        {f"{SPECS}.pad_cu_seqlens": True, KW: True},
+    ),
+    Case(
+        "fixed_width.gpt_sft_pipeline",
+        "unpacked_cfg",
+        8,
+        _set(model__pipeline_model_parallel_size=2, dataset__dataloader_type="single"),
+        {KW: False, "model.pipeline_model_parallel_size": 2, "dataset.dataloader_type": "single"},
+        {KW: True},
+    ),
+    Case(
+        "fixed_width.gpt_sft_experts",
+        "unpacked_cfg",
+        8,
+        _set(model__expert_model_parallel_size=2, model__num_moe_experts=4),
+        {KW: False, "model.expert_model_parallel_size": 2},
+        {KW: True},
+    ),
+    Case(
+        "mtp.no_packing",
+        "packed_cfg",
+        8,
+        _set(model__mtp_num_layers=1),
+        {"model.mtp_num_layers": 1, "dataset.enable_offline_packing": True},
+        {"model.mtp_num_layers": None},
+        fix="cfg.model.mtp_num_layers = None (or turn packing off: cfg.dataset.enable_offline_packing = False)",
+    ),
+    Case(
+        "model.offline_packing_opt_out",
+        "packed_cfg",
+        8,
+        _gdn,
+        {"model": "GPTModelProvider", "model family": "Qwen3-Next", "dataset.enable_offline_packing": True},
+        {"dataset.enable_offline_packing": False, SPECS: None},
+    ),
+    Case(
+        "model.in_batch_packing_opt_out",
+        "vlm_cfg",
+        8,
+        _qwen35_vl,
+        {"model": "Qwen35VLModelProvider", "model family": "Qwen3.5-VL", "dataset.enable_in_batch_packing": True},
+        {"dataset.enable_in_batch_packing": False},
+    ),
+    Case(
+        "energon.micro_batch_one",
+        "energon_cfg",
+        8,
+        _set(train__micro_batch_size=2, dataset__micro_batch_size=2),
+        {"dataset.packing_buffer_size": 64, "train.micro_batch_size": 2},
+        {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1},
+    ),
+    Case(
+        "energon.exclusive_in_batch",
+        "energon_cfg",
+        8,
+        _set(dataset__defer_in_batch_packing_to_step=True),
+        {"dataset.packing_buffer_size": 64, "dataset.defer_in_batch_packing_to_step": True},
+        {"dataset.defer_in_batch_packing_to_step": False},
+    ),
+    Case(
+        "energon.no_mtp",
+        "energon_cfg",
+        8,
+        _set(model__mtp_num_layers=2),
+        {"dataset.packing_buffer_size": 64, "model.mtp_num_layers": 2},
+        {"model.mtp_num_layers": None},
+        also=("mtp.no_packing",),
+    ),
+    Case(
+        "energon.no_cuda_graphs",
+        "energon_cfg",
+        8,
+        _set(model__cuda_graph_impl="transformer_engine"),
+        {"dataset.packing_buffer_size": 64, "model.cuda_graph_impl": "transformer_engine"},
+        {"model.cuda_graph_impl": "none"},
+    ),
+    Case(
+        "energon.no_pipeline",
+        "energon_cfg",
+        8,
+        _set(model__pipeline_model_parallel_size=2),
+        {"dataset.packing_buffer_size": 64, "model.pipeline_model_parallel_size": 2},
+        {"model.pipeline_model_parallel_size": 1},
+    ),
+    Case(
+        "energon.per_token_loss",
+        "energon_cfg",
+        8,
+        _set(model__calculate_per_token_loss=False, ddp__average_in_collective=True),
+        {
+            "dataset.packing_buffer_size": 64,
+            "model.calculate_per_token_loss": False,
+            "ddp.average_in_collective": True,
+        },
+        {"model.calculate_per_token_loss": True, "ddp.average_in_collective": False},
+    ),
 ]
 
 
@@ -268,10 +474,14 @@ def test_metadata_rule_names_paths_and_repairs(packed_cfg: Any, tmp_path: Any) -
     _metadata_breaks(packed_cfg, tmp_path)
     (v,) = check(packed_cfg, world_size=8)
     assert v.rule_id == "cuda_graphs.pad_cu_seqlens_needs_metadata"
-    assert v.fields == {f"{SPECS}.packed_metadata_path": None,
-                        f"{SPECS}.packed_train_data_path": str(tmp_path / "training_4096.idx.parquet")}
-    assert v.fix == (f"cfg.{SPECS}.packed_metadata_path = '<metadata JSON written with the pack, e.g. "
-                     f"{tmp_path / '4096_metadata.jsonl'}>'")
+    assert v.fields == {
+        f"{SPECS}.packed_metadata_path": None,
+        f"{SPECS}.packed_train_data_path": str(tmp_path / "training_4096.idx.parquet"),
+    }
+    assert v.fix == (
+        f"cfg.{SPECS}.packed_metadata_path = '<metadata JSON written with the pack, e.g. "
+        f"{tmp_path / '4096_metadata.jsonl'}>'"
+    )
     packed_cfg.dataset.offline_packing_specs.packed_metadata_path = str(tmp_path / "missing.json")
     (v,) = check(packed_cfg, world_size=8)
     assert v.rule.endswith("the file does not exist")
@@ -287,12 +497,19 @@ def test_modes_exclusive_on_a_custom_dataset_with_both_flags(packed_cfg: Any) ->
         enable_in_batch_packing: bool = False
 
     old = packed_cfg.dataset
-    packed_cfg.dataset = HybridSFT(seq_length=4096, dataset_root=old.dataset_root, enable_offline_packing=True,
-                                   offline_packing_specs=old.offline_packing_specs, enable_in_batch_packing=True)
+    packed_cfg.dataset = HybridSFT(
+        seq_length=4096,
+        dataset_root=old.dataset_root,
+        enable_offline_packing=True,
+        offline_packing_specs=old.offline_packing_specs,
+        enable_in_batch_packing=True,
+    )
     found = {v.rule_id: v for v in check(packed_cfg, world_size=8)}
     assert sorted(found) == ["in_batch.micro_batch_gt_one", "packing.modes_exclusive"]
-    assert found["packing.modes_exclusive"].fields == {"dataset.enable_offline_packing": True,
-                                                       "dataset.enable_in_batch_packing": True}
+    assert found["packing.modes_exclusive"].fields == {
+        "dataset.enable_offline_packing": True,
+        "dataset.enable_in_batch_packing": True,
+    }
     assert found["packing.modes_exclusive"].assignments == {"dataset.enable_in_batch_packing": False}
     packed_cfg.dataset.enable_in_batch_packing = False
     assert check(packed_cfg, world_size=8) == []
@@ -302,7 +519,7 @@ def test_thd_mcore_version_rule(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
     from mbridge_seqpack.rules import parallelism
 
     set_path(packed_cfg, "model.context_parallel_size", 2)
-    from mbridge_seqpack.mixins import derive
+    from mbridge_seqpack.compose.mixins import derive
 
     derive(packed_cfg)
     assert check(packed_cfg, world_size=8) == []  # the installed Megatron-Core (0.19.2) has THD CP
@@ -317,13 +534,23 @@ def test_glm45_from_its_bridge_structure_opts_out_of_offline_packing(packed_cfg:
     """A small GLM-4.5-shaped config (QKV bias as GLM-4.5's own config.json has it) through GLM45Bridge."""
     from transformers import Glm4MoeConfig
 
-    from mbridge_seqpack.recipe_kit import provider_from_hf_config
+    from mbridge_seqpack.recipes.kit import provider_from_hf_config
 
     provider = provider_from_hf_config(
-        Glm4MoeConfig(architectures=["Glm4MoeForCausalLM"], num_hidden_layers=4, hidden_size=256,
-                      intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
-                      n_routed_experts=4, num_experts_per_tok=2, vocab_size=1000, first_k_dense_replace=1,
-                      attention_bias=True)
+        Glm4MoeConfig(
+            architectures=["Glm4MoeForCausalLM"],
+            num_hidden_layers=4,
+            hidden_size=256,
+            intermediate_size=512,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            moe_intermediate_size=128,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            vocab_size=1000,
+            first_k_dense_replace=1,
+            attention_bias=True,
+        )
     )
     assert not hasattr(provider, "hf_architectures")  # nothing recorded beyond the bridge's own fields
     provider.seq_length = 4096

@@ -9,12 +9,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.reference import (
-    packed_token_loss,
-    thd_cp_partition_indices,
-    thd_cp_reassemble,
-    varlen_causal_attention,
-)
 from mbridge_seqpack.thd import (
     StaticShapeOverflowError,
     StaticTHDLayout,
@@ -23,6 +17,12 @@ from mbridge_seqpack.thd import (
     static_packed_seq_params,
     static_thd_batch,
     static_thd_forward_step,
+)
+from mbridge_seqpack.thd.reference import (
+    packed_token_loss,
+    thd_cp_partition_indices,
+    thd_cp_reassemble,
+    varlen_causal_attention,
 )
 
 
@@ -42,8 +42,15 @@ def test_params_from_different_batches_have_identical_shapes(rows: list[list[int
         bounds = torch.cumsum(torch.tensor([0, *lengths]), 0).to(torch.int32)
         params = static_packed_seq_params(bounds, capacity=capacity, max_seqlen=width, row_width=width)
         assert params.qkv_format == "thd"
-        seen.add((tuple(params.cu_seqlens_q.shape), params.cu_seqlens_q.dtype, params.max_seqlen_q,
-                  tuple(params.cu_seqlens_kv.shape), params.max_seqlen_kv))
+        seen.add(
+            (
+                tuple(params.cu_seqlens_q.shape),
+                params.cu_seqlens_q.dtype,
+                params.max_seqlen_q,
+                tuple(params.cu_seqlens_kv.shape),
+                params.max_seqlen_kv,
+            )
+        )
         n = len(lengths) + 1
         assert params.cu_seqlens_q[:n].tolist() == bounds.tolist()  # the unpadded prefix is the input
         assert params.cu_seqlens_q[n:].tolist() == [width] * (capacity - n)  # tail segment, then zero-length
@@ -54,8 +61,9 @@ def test_padded_variant_keeps_logical_and_physical_aligned() -> None:
     c, p = static_cu_seqlens(cu(0, 5, 9), cu_seqlens_padded=cu(0, 8, 12), capacity=6, row_width=16)
     assert c.tolist() == [0, 5, 9, 9, 9, 9]  # logical: the tail is zero-length
     assert p.tolist() == [0, 8, 12, 16, 16, 16]  # physical: the tail covers the row
-    params = static_packed_seq_params(cu(0, 5, 9), cu_seqlens_padded=cu(0, 8, 12), capacity=6, max_seqlen=8,
-                                      row_width=16)
+    params = static_packed_seq_params(
+        cu(0, 5, 9), cu_seqlens_padded=cu(0, 8, 12), capacity=6, max_seqlen=8, row_width=16
+    )
     assert params.cu_seqlens_q_padded.tolist() == [0, 8, 12, 16, 16, 16]
     assert params.cu_seqlens_kv_padded is params.cu_seqlens_q_padded
 
@@ -65,7 +73,8 @@ def test_overflow_is_an_error_never_a_truncation() -> None:
         static_packed_seq_params(cu(0, 2, 4, 6, 8), capacity=4, max_seqlen=8)
     assert str(info.value) == (
         "cu_seqlens has 5 entries (4 segments) but the static capacity is 4; raise the capacity to at least 5 "
-        "(pack metadata max_samples_per_bin + 2), or pack fewer sequences per row. Rows are never truncated.")
+        "(pack metadata max_samples_per_bin + 2), or pack fewer sequences per row. Rows are never truncated."
+    )
     assert isinstance(info.value, ValueError)
 
 
@@ -77,7 +86,11 @@ def test_overflow_is_an_error_never_a_truncation() -> None:
         (cu(1, 5), {}, "cu_seqlens[0] must be 0 (the first sequence starts the row), got 1"),
         (cu(0, 5, 20), {"row_width": 16}, "cu_seqlens[-1] = 20 is beyond the row width 16"),
         (torch.tensor([0.0, 4.0]), {}, "cu_seqlens must hold integers, got dtype torch.float32"),
-        (torch.zeros(0, dtype=torch.int32), {}, "cu_seqlens must be a non-empty 1-D tensor of boundaries, got shape (0,)"),
+        (
+            torch.zeros(0, dtype=torch.int32),
+            {},
+            "cu_seqlens must be a non-empty 1-D tensor of boundaries, got shape (0,)",
+        ),
     ],
 )
 def test_bad_metadata_names_the_field(bounds: torch.Tensor, kwargs: dict, message: str) -> None:
@@ -103,8 +116,10 @@ def test_padding_is_shape_only_on_any_tensor() -> None:
 
 def test_layout_from_pack_metadata(tmp_path: Any) -> None:
     meta = tmp_path / "m.json"
-    meta.write_text('[{"max_samples_per_bin": 9, "dataset_max_seqlen": 1000, "min_packed_seqlen": 3000},'
-                    ' {"max_samples_per_bin": 4, "dataset_max_seqlen": 800, "min_packed_seqlen": 3900}]')
+    meta.write_text(
+        '[{"max_samples_per_bin": 9, "dataset_max_seqlen": 1000, "min_packed_seqlen": 3000},'
+        ' {"max_samples_per_bin": 4, "dataset_max_seqlen": 800, "min_packed_seqlen": 3900}]'
+    )
     assert StaticTHDLayout.from_pack_metadata(meta, 4096) == StaticTHDLayout(capacity=11, max_seqlen=1096, width=4096)
     meta.write_text("[{}]")
     with pytest.raises(ValueError, match=r"must be a JSON list of objects with max_samples_per_bin"):
@@ -119,8 +134,15 @@ def test_layout_from_pack_metadata(tmp_path: Any) -> None:
 def _in_batch_rows(lengths: list[int]) -> dict[str, Any]:
     from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
 
-    rows = [{"input_ids": torch.arange(1, n + 1), "position_ids": torch.arange(n), "labels": torch.arange(2, n + 2),
-             "loss_mask": torch.ones(n)} for n in lengths]
+    rows = [
+        {
+            "input_ids": torch.arange(1, n + 1),
+            "position_ids": torch.arange(n),
+            "labels": torch.arange(2, n + 2),
+            "loss_mask": torch.ones(n),
+        }
+        for n in lengths
+    ]
     return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=4)
 
 
@@ -133,8 +155,15 @@ def test_in_batch_collate_becomes_static(megatron_bridge: Any) -> None:
     for lengths in ([5, 17, 64, 3], [64, 64, 64, 64], [9, 9, 1, 2], [1, 2, 3, 4]):
         batch = static_thd_batch(_in_batch_rows(lengths), layout)
         params = get_packed_seq_params(batch)  # Megatron-Bridge's own builder
-        shapes.add((batch["input_ids"].shape, batch["labels"].shape, params.cu_seqlens_q.shape,
-                    params.cu_seqlens_q_padded.shape, params.max_seqlen_q))
+        shapes.add(
+            (
+                batch["input_ids"].shape,
+                batch["labels"].shape,
+                params.cu_seqlens_q.shape,
+                params.cu_seqlens_q_padded.shape,
+                params.max_seqlen_q,
+            )
+        )
         assert batch["total_tokens"] == 256
         real_end = int(_in_batch_rows(lengths)["cu_seqlens_q_padded"][-1])
         assert batch["loss_mask"][0, real_end:].sum() == 0
@@ -152,26 +181,44 @@ def qwen25_vl_get_rope_index(megatron_bridge: Any) -> Any:
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
     config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
-                     "intermediate_size": 64, "vocab_size": 512,
-                     "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
-        vision_config={"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "num_heads": 2, "intermediate_size": 64})
+        text_config={
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 64,
+            "vocab_size": 512,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        },
+        vision_config={"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
+    )
     return Qwen2_5_VLModel(config).get_rope_index
 
 
 def _vlm_rows(lengths: list[int], multiple: int) -> dict[str, Any]:
     from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
 
-    rows = [{"input_ids": torch.arange(10, 10 + n), "position_ids": torch.arange(n),
-             "labels": torch.arange(11, 11 + n), "loss_mask": torch.ones(n)} for n in lengths]
+    rows = [
+        {
+            "input_ids": torch.arange(10, 10 + n),
+            "position_ids": torch.arange(n),
+            "labels": torch.arange(11, 11 + n),
+            "loss_mask": torch.ones(n),
+        }
+        for n in lengths
+    ]
     return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=multiple)
 
 
 @settings(max_examples=30, deadline=None)
-@given(lengths=st.lists(st.integers(1, 64), min_size=4, max_size=4), mult=st.sampled_from([1, 2, 4, 8]),
-       cp=st.sampled_from([1, 2, 4]))
-def test_qwen25_vl_position_ids_accept_every_static_batch(qwen25_vl_get_rope_index: Any, lengths: list[int],
-                                                          mult: int, cp: int) -> None:
+@given(
+    lengths=st.lists(st.integers(1, 64), min_size=4, max_size=4),
+    mult=st.sampled_from([1, 2, 4, 8]),
+    cp=st.sampled_from([1, 2, 4]),
+)
+def test_qwen25_vl_position_ids_accept_every_static_batch(
+    qwen25_vl_get_rope_index: Any, lengths: list[int], mult: int, cp: int
+) -> None:
     """Megatron-Bridge's VLM THD position preparation (unpack -> get_rope_index -> repack, as Qwen2.5-VL's and
     GLM-4.5V's forward run it) and get_packed_seq_params accept the static batch, positions restart per
     sequence, max_seqlen bounds every physical segment, and every segment splits evenly for CP."""
@@ -194,7 +241,7 @@ def test_qwen25_vl_position_ids_accept_every_static_batch(qwen25_vl_get_rope_ind
     position_ids, _ = qwen25_vl_get_rope_index(rows, torch.zeros_like(rows, dtype=torch.int), attention_mask=mask)
     packed = repack_mcore_thd_position_ids(position_ids, padded_starts=starts, lengths=found, total_length=256)
     for start, n in zip(starts, lengths):
-        assert packed[0, 0, start:start + n].tolist() == list(range(n))
+        assert packed[0, 0, start : start + n].tolist() == list(range(n))
     physical = params.cu_seqlens_q_padded.to(torch.int64)
     assert int(physical[-1]) == 256 and params.max_seqlen_q >= int((physical[1:] - physical[:-1]).max())
     if cp > 1:
@@ -272,7 +319,7 @@ def test_cp_partition_matches_the_kernel_formula(bounds: list[int], cp: int, exp
 
 def test_layout_from_config(megatron_bridge: Any, tmp_path: Any) -> None:
     from mbridge_seqpack import apply
-    from mbridge_seqpack.mixins import InBatchPacking, PackedCudaGraphs
+    from mbridge_seqpack.compose.mixins import InBatchPacking, PackedCudaGraphs
     from mbridge_seqpack.recipes import build_recipe
     from mbridge_seqpack.thd import layout_from_config
 
@@ -315,9 +362,12 @@ def test_packed_attention_equals_each_sequence_alone(lengths: list[int]) -> None
     start = 0
     for n in lengths:
         alone = torch.nn.functional.scaled_dot_product_attention(
-            q[start:start + n].transpose(0, 1), k[start:start + n].transpose(0, 1), v[start:start + n].transpose(0, 1),
-            is_causal=True).transpose(0, 1)
-        torch.testing.assert_close(packed[start:start + n], alone, rtol=1e-12, atol=1e-12)
+            q[start : start + n].transpose(0, 1),
+            k[start : start + n].transpose(0, 1),
+            v[start : start + n].transpose(0, 1),
+            is_causal=True,
+        ).transpose(0, 1)
+        torch.testing.assert_close(packed[start : start + n], alone, rtol=1e-12, atol=1e-12)
         start += n
     static = static_packed_seq_params(bounds.to(torch.int32), capacity=len(lengths) + 5, max_seqlen=total)
     torch.testing.assert_close(varlen_causal_attention(q, k, v, static.cu_seqlens_q), packed, rtol=0, atol=0)
@@ -404,5 +454,7 @@ def test_cp_partition_then_reassembly_gives_the_tokens_back(cp: int, units: list
 def test_cp_partition_rejects_unaligned_sequences() -> None:
     with pytest.raises(ValueError) as info:
         thd_cp_partition_indices(torch.tensor([0, 8, 15]), 2, 0)
-    assert str(info.value) == ("segment [8, 15) has length 7, not a multiple of 2*CP = 4; pad sequences to "
-                               "pad_seq_to_mult (THD would silently drop tokens)")
+    assert str(info.value) == (
+        "segment [8, 15) has length 7, not a multiple of 2*CP = 4; pad sequences to "
+        "pad_seq_to_mult (THD would silently drop tokens)"
+    )

@@ -29,8 +29,9 @@ __all__ = ["SequencePacking", "SequencePackingScriptArgs", "script_overrides", "
 
 logger = logging.getLogger(__name__)
 
-MISSING_NEMO_RUN = ("mbridge_seqpack.nemo_run needs NeMo-Run: pip install 'mbridge-seqpack[nemo-run]' "
-                    "(or pip install nemo-run)")
+MISSING_NEMO_RUN = (
+    "mbridge_seqpack.nemo_run needs NeMo-Run: pip install 'mbridge-seqpack[nemo-run]' (or pip install nemo-run)"
+)
 
 #: fields the mixins derive (mixins.derive); with a base config, those that change become overrides too
 DERIVED_PATHS = (
@@ -73,7 +74,7 @@ def _read(cfg: Any, path: str) -> Any:
 
 
 def _fact_assignments(mixins: Sequence[Any]) -> dict[str, Any]:
-    from mbridge_seqpack.mixins import SEQ_LENGTH, _collect_facts
+    from mbridge_seqpack.compose.mixins import SEQ_LENGTH, _collect_facts
 
     out: dict[str, Any] = {}
     for path, value in sorted(_collect_facts(mixins).items()):
@@ -91,7 +92,7 @@ def script_overrides(mixins: Sequence[Any], base: Any = None) -> dict[str, Any]:
     out = _fact_assignments(mixins)
     if base is None:
         return out
-    from mbridge_seqpack.mixins import apply
+    from mbridge_seqpack.compose.mixins import apply
 
     derived = apply(copy.deepcopy(base), *mixins)
     for path in DERIVED_PATHS:
@@ -106,7 +107,7 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
     """Sequence packing / context parallelism / CUDA graphs for a NeMo-Run task, checked where it trains.
 
     Args:
-        mixins: the capability, as ``mbridge_seqpack.mixins`` objects (``OfflinePacking(8192)``,
+        mixins: the capability, as ``mbridge_seqpack.compose.mixins`` objects (``OfflinePacking(8192)``,
             ``ContextParallel(2)``, ``PackedCudaGraphs()``, ...).
         base: for ``run.Script``: the recipe the script builds, as a packaged recipe name,
             ``path/file.py:function`` or a recipe function (NeMo-Run serializes plugins, so a function rather
@@ -129,8 +130,9 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
             raise ValueError(f"SequencePacking.mode must be 'error', 'warn' or 'off', got {self.mode!r}")
         for mixin in self.mixins:
             if not hasattr(mixin, "facts"):
-                raise TypeError(f"SequencePacking.mixins takes mbridge_seqpack.mixins objects; got "
-                                f"{type(mixin).__name__}")
+                raise TypeError(
+                    f"SequencePacking.mixins takes mbridge_seqpack.compose.mixins objects; got {type(mixin).__name__}"
+                )
 
     def setup(self, task: Any, executor: Any) -> None:
         if not HAVE_NEMO_RUN:
@@ -144,8 +146,9 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
         elif isinstance(task, Partial):
             self._apply_to_partial(task)
         else:
-            raise NotImplementedError(f"SequencePacking supports run.Script and run.Partial tasks, not "
-                                      f"{type(task).__name__}")
+            raise NotImplementedError(
+                f"SequencePacking supports run.Script and run.Partial tasks, not {type(task).__name__}"
+            )
 
     def _base_config(self, script_args: Sequence[str]) -> Any:
         """The base recipe with the script's own ``key=value`` arguments applied (as its runner will)."""
@@ -168,12 +171,14 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
     def _apply_to_partial(self, task: Any) -> None:
         import fiddle as fdl
 
-        from mbridge_seqpack.mixins import apply
+        from mbridge_seqpack.compose.mixins import apply
 
         config = getattr(task, "config", None)
         if config is None:
-            raise ValueError("SequencePacking: the run.Partial has no `config` argument (a ConfigContainer), "
-                             "e.g. run.Partial(finetune, config=cfg, forward_step_func=forward_step)")
+            raise ValueError(
+                "SequencePacking: the run.Partial has no `config` argument (a ConfigContainer), "
+                "e.g. run.Partial(finetune, config=cfg, forward_step_func=forward_step)"
+            )
         if isinstance(config, fdl.Buildable):
             config = fdl.build(config)
         task.config = apply(config, *self.mixins)

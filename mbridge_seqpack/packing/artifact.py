@@ -29,9 +29,23 @@ import numpy as np
 
 from mbridge_seqpack.packing.sequences import TokenizedSequences, file_sha256
 
-__all__ = ["Fingerprint", "FINGERPRINT_KEY", "ArtifactError", "build_rows", "write_split", "write_metadata",
-           "read_parquet_fingerprint", "split_paths", "metadata_path", "column_checksums", "list_column", "digest_columns", "staged_directory", "check_output",
-           "SPLITS"]
+__all__ = [
+    "Fingerprint",
+    "FINGERPRINT_KEY",
+    "ArtifactError",
+    "build_rows",
+    "write_split",
+    "write_metadata",
+    "read_parquet_fingerprint",
+    "split_paths",
+    "metadata_path",
+    "column_checksums",
+    "list_column",
+    "digest_columns",
+    "staged_directory",
+    "check_output",
+    "SPLITS",
+]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
 FORMAT = "mbridge_seqpack.packed/2"
@@ -94,8 +108,10 @@ def check_output(output: Path, *, overwrite: bool) -> Path:
     if output.exists() and not output.is_dir():
         raise ArtifactError(f"--output {output}: is a file, not a directory; choose another --output")
     if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise ArtifactError(f"--output {output}: not empty; choose an empty directory or pass --overwrite "
-                            f"(the old contents are replaced only once the new pack is complete)")
+        raise ArtifactError(
+            f"--output {output}: not empty; choose an empty directory or pass --overwrite "
+            f"(the old contents are replaced only once the new pack is complete)"
+        )
     return output
 
 
@@ -113,14 +129,17 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
     try:
         lock = open(parent / f".{output.name}.lock", "w")
     except OSError as exc:
-        raise ArtifactError(f"--output {output}: cannot write in {parent} ({exc.strerror}); choose a writable "
-                            f"--output") from None
+        raise ArtifactError(
+            f"--output {output}: cannot write in {parent} ({exc.strerror}); choose a writable --output"
+        ) from None
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise ArtifactError(f"--output {output}: another mbridge-seqpack pack is writing there right now; "
-                                f"wait for it or choose another --output") from None
+            raise ArtifactError(
+                f"--output {output}: another mbridge-seqpack pack is writing there right now; "
+                f"wait for it or choose another --output"
+            ) from None
         for stale in (*parent.glob(f".{output.name}.staging-*"), *parent.glob(f".{output.name}.old-*")):
             shutil.rmtree(stale, ignore_errors=True)  # left by a killed pack; we hold the lock, nobody else writes
         staging = parent / f".{output.name}.staging-{os.getpid()}"
@@ -146,7 +165,7 @@ def list_column(column: Any) -> tuple[np.ndarray, np.ndarray]:
     """(row offsets from 0, values as int64) of an Arrow list column (chunked or not, sliced or not)."""
     array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]].astype(np.int64)
     return offsets - offsets[0], values
 
 
@@ -163,8 +182,11 @@ def digest_columns(columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[st
 
 def column_checksums(table_or_columns: Any) -> dict[str, str]:
     """sha256 of every list column (row offsets and values, as int64), from a pyarrow table or column dict."""
-    columns = (dict(zip(table_or_columns.column_names, table_or_columns.columns))
-               if hasattr(table_or_columns, "column_names") else table_or_columns)
+    columns = (
+        dict(zip(table_or_columns.column_names, table_or_columns.columns))
+        if hasattr(table_or_columns, "column_names")
+        else table_or_columns
+    )
     return digest_columns({name: list_column(column) for name, column in columns.items()})
 
 
@@ -201,7 +223,9 @@ def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
     }
 
 
-def write_split(path: Path, columns: dict[str, Any], info: dict[str, Any], row_group_size: int = 500) -> dict[str, Any]:
+def write_split(
+    path: Path, columns: dict[str, Any], info: dict[str, Any], row_group_size: int = 500
+) -> dict[str, Any]:
     """Write one packed split (``info`` in the schema metadata); returns its checksums."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -211,8 +235,7 @@ def write_split(path: Path, columns: dict[str, Any], info: dict[str, Any], row_g
         pq.write_table(table, str(path), row_group_size=row_group_size)
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
-    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size,
-            "columns": column_checksums(columns)}
+    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": column_checksums(columns)}
 
 
 def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
@@ -220,8 +243,9 @@ def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
     try:
         path.write_text(json.dumps(entries, indent=1, sort_keys=True))
     except OSError as exc:
-        raise ArtifactError(f"{path}: cannot be written ({exc.strerror}); free space or choose another "
-                            f"--output") from None
+        raise ArtifactError(
+            f"{path}: cannot be written ({exc.strerror}); free space or choose another --output"
+        ) from None
 
 
 def read_parquet_fingerprint(path: str | Path) -> dict[str, Any] | None:
@@ -231,8 +255,9 @@ def read_parquet_fingerprint(path: str | Path) -> dict[str, Any] | None:
     try:
         schema = pq.read_schema(str(path))
     except (OSError, ValueError, MemoryError) as exc:
-        raise ArtifactError(f"{path}: not a readable Parquet file ({str(exc)[:120]}); re-run mbridge-seqpack "
-                            f"pack") from None
+        raise ArtifactError(
+            f"{path}: not a readable Parquet file ({str(exc)[:120]}); re-run mbridge-seqpack pack"
+        ) from None
     raw = (schema.metadata or {}).get(FINGERPRINT_KEY)
     if raw is None:
         return None

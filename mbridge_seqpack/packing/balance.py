@@ -38,8 +38,15 @@ class CostModel:
     attention: float
 
     @classmethod
-    def from_shape(cls, hidden: int, ffn_hidden: int, num_heads: int, num_query_groups: int | None = None,
-                   kv_channels: int | None = None, gated_mlp: bool = True) -> "CostModel":
+    def from_shape(
+        cls,
+        hidden: int,
+        ffn_hidden: int,
+        num_heads: int,
+        num_query_groups: int | None = None,
+        kv_channels: int | None = None,
+        gated_mlp: bool = True,
+    ) -> "CostModel":
         """Transformer layer: QKV + output projections and the MLP (3 matrices when gated) as 2 FLOPs per
         weight per token; causal attention (QK^T and AV over half the square) as 2 * heads * head_dim."""
         head_dim = kv_channels or hidden // num_heads
@@ -52,9 +59,13 @@ class CostModel:
     def from_provider(cls, model: Any) -> "CostModel":
         """From a Megatron-Bridge model provider (``hidden_size``, ``ffn_hidden_size``, heads, groups)."""
         return cls.from_shape(
-            hidden=model.hidden_size, ffn_hidden=model.ffn_hidden_size or 4 * model.hidden_size,
-            num_heads=model.num_attention_heads, num_query_groups=getattr(model, "num_query_groups", None),
-            kv_channels=getattr(model, "kv_channels", None), gated_mlp=bool(getattr(model, "gated_linear_unit", True)))
+            hidden=model.hidden_size,
+            ffn_hidden=model.ffn_hidden_size or 4 * model.hidden_size,
+            num_heads=model.num_attention_heads,
+            num_query_groups=getattr(model, "num_query_groups", None),
+            kv_channels=getattr(model, "kv_channels", None),
+            gated_mlp=bool(getattr(model, "gated_linear_unit", True)),
+        )
 
 
 #: Llama-3-8B's shape, for packs made without a recipe
@@ -65,8 +76,9 @@ def row_costs(lengths: np.ndarray, bins: np.ndarray, num_bins: int, cost: CostMo
     """Cost of every row (bins ``-1`` are dropped sequences)."""
     placed = bins >= 0
     lengths = lengths[placed].astype(np.float64)
-    return (cost.linear * np.bincount(bins[placed], weights=lengths, minlength=num_bins)
-            + cost.attention * np.bincount(bins[placed], weights=lengths * lengths, minlength=num_bins))
+    return cost.linear * np.bincount(bins[placed], weights=lengths, minlength=num_bins) + cost.attention * np.bincount(
+        bins[placed], weights=lengths * lengths, minlength=num_bins
+    )
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,9 @@ class BalanceResult:
     extra_bins: int  # rows added by the per-row sequence cap (0 without a cap)
 
 
-def _deal_by_cost(lengths: np.ndarray, order: np.ndarray, num_bins: int, capacity: int, cost: CostModel,
-                  limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _deal_by_cost(
+    lengths: np.ndarray, order: np.ndarray, num_bins: int, capacity: int, cost: CostModel, limit: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Cost-LPT: ``order`` (longest first) each to the cheapest of ``num_bins`` rows with room; None if one
     does not fit. Returns (row of each dealt sequence, free tokens per row, sequences per row)."""
     room = [capacity] * num_bins
@@ -116,8 +129,15 @@ MAX_SKIPPED = 256
 THRESHOLDS = (0.0, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 
 
-def balance_bins(lengths: np.ndarray, bins: np.ndarray, capacity: int, cost: CostModel, *, seed: int = 0,
-                 max_per_bin: int | None = None) -> BalanceResult:
+def balance_bins(
+    lengths: np.ndarray,
+    bins: np.ndarray,
+    capacity: int,
+    cost: CostModel,
+    *,
+    seed: int = 0,
+    max_per_bin: int | None = None,
+) -> BalanceResult:
     """Equal-cost rows in as many rows as ``bins`` uses (the best-fit-decreasing count).
 
     The long sequences (those that carry the attention cost) are dealt longest first to the cheapest row
@@ -150,8 +170,9 @@ def balance_bins(lengths: np.ndarray, bins: np.ndarray, capacity: int, cost: Cos
     return BalanceResult(bins, num_bins, False, 0)
 
 
-def _balance_with_cap(lengths: np.ndarray, bins: np.ndarray, seeded: np.ndarray, num_bins: int, capacity: int,
-                      cost: CostModel, cap: int) -> BalanceResult:
+def _balance_with_cap(
+    lengths: np.ndarray, bins: np.ndarray, seeded: np.ndarray, num_bins: int, capacity: int, cost: CostModel, cap: int
+) -> BalanceResult:
     """At most ``cap`` sequences per row: deal everything by cost into the fewest rows that work, from
     max(best-fit rows, ceil(n / cap)); a cap-aware best fit if a few more rows do not help."""
     least = max(num_bins, -(-seeded.size // cap))
@@ -163,13 +184,21 @@ def _balance_with_cap(lengths: np.ndarray, bins: np.ndarray, seeded: np.ndarray,
             used = int(out.max()) + 1
             return BalanceResult(out, used, True, used - num_bins)
     out = np.full_like(bins, -1)
-    total = _fill_with_cap(lengths, seeded, capacity, out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
-                           cap)
+    total = _fill_with_cap(
+        lengths, seeded, capacity, out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), cap
+    )
     return BalanceResult(out, total, False, total - num_bins)
 
 
-def _fill_with_cap(lengths: np.ndarray, seeded: np.ndarray, capacity: int, out: np.ndarray, room: np.ndarray,
-                   count: np.ndarray, cap: int) -> int:
+def _fill_with_cap(
+    lengths: np.ndarray,
+    seeded: np.ndarray,
+    capacity: int,
+    out: np.ndarray,
+    room: np.ndarray,
+    count: np.ndarray,
+    cap: int,
+) -> int:
     """Best fit (smallest room that holds it) among rows with fewer than ``cap`` sequences; new rows as needed."""
     import bisect
 
@@ -200,7 +229,7 @@ def slot_order(costs: np.ndarray, dp: int, micro_batches: int, seed: int = 0) ->
     by_cost = np.argsort(-costs, kind="stable")
     steps = []
     for start in range(0, n - n % per_step, per_step):
-        rows = by_cost[start:start + per_step]
+        rows = by_cost[start : start + per_step]
         loads = [(0.0, r) for r in range(dp)]
         taken: list[list[int]] = [[] for _ in range(dp)]
         for row in rows.tolist():  # heaviest first, to the lightest rank that still takes rows
@@ -211,7 +240,7 @@ def slot_order(costs: np.ndarray, dp: int, micro_batches: int, seed: int = 0) ->
         steps.append([taken[r][j] for j in range(micro_batches) for r in range(dp)])
     rng = np.random.default_rng(seed)
     out = [row for k in rng.permutation(len(steps)) for row in steps[k]]
-    out.extend(by_cost[n - n % per_step:].tolist())  # the last, partial step
+    out.extend(by_cost[n - n % per_step :].tolist())  # the last, partial step
     return np.asarray(out, dtype=np.int64)
 
 
@@ -222,5 +251,5 @@ def straggler_ratio(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> 
     steps = costs_in_order.size // per_step
     if steps == 0 or dp == 1:
         return 1.0
-    per_rank = costs_in_order[:steps * per_step].reshape(steps, micro_batches, dp).sum(axis=1)
+    per_rank = costs_in_order[: steps * per_step].reshape(steps, micro_batches, dp).sum(axis=1)
     return float(np.mean(per_rank.max(axis=1) / per_rank.mean(axis=1)))

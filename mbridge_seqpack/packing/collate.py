@@ -86,12 +86,20 @@ class PackedCollator:
                 logical += [logical[-1]] * extra
             else:
                 logical += [max_length] * (cap - len(logical))
-        return {"tokens": tokens, "labels": labels, "mask": mask, "positions": positions, "count": total,
-                "logical": logical, "physical": physical}
+        return {
+            "tokens": tokens,
+            "labels": labels,
+            "mask": mask,
+            "positions": positions,
+            "count": total,
+            "logical": logical,
+            "physical": physical,
+        }
 
     def __call__(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        lengths = [sum(b - a - 1 for a, b in zip(item["seq_boundaries"][:-1], item["seq_boundaries"][1:]))
-                   for item in batch]
+        lengths = [
+            sum(b - a - 1 for a, b in zip(item["seq_boundaries"][:-1], item["seq_boundaries"][1:])) for item in batch
+        ]
         if self.pad_to_max_length:
             max_length = self.max_seq_length
         else:
@@ -108,8 +116,13 @@ class PackedCollator:
         tokens = stack("tokens", self.eos_id)
         loss_mask = stack("mask", 0)
         loss_mask[tokens == self.eos_id] = 0
-        out: dict[str, Any] = {"tokens": tokens, "labels": stack("labels", self.eos_id), "loss_mask": loss_mask,
-                               "position_ids": stack("positions", 0), "token_count": [r["count"] for r in rows]}
+        out: dict[str, Any] = {
+            "tokens": tokens,
+            "labels": stack("labels", self.eos_id),
+            "loss_mask": loss_mask,
+            "position_ids": stack("positions", 0),
+            "token_count": [r["count"] for r in rows],
+        }
         has_padded = rows[0]["physical"] is not None
         width = max(len(r["logical"]) for r in rows)
         if has_padded:
@@ -120,20 +133,29 @@ class PackedCollator:
             for i, r in enumerate(rows):
                 values = r[key]
                 arr[i, : len(values)] = values
-                arr[i, len(values):] = values[-1]
+                arr[i, len(values) :] = values[-1]
             return torch.from_numpy(arr)
 
         cu = boundaries("logical")
         cu_padded = boundaries("physical") if has_padded else None
         if self.pad_cu_seqlens:
             meta = self.pack_metadata or []
-            safe = max(max(p["dataset_max_seqlen"] for p in meta), max_length - min(p["min_packed_seqlen"] for p in meta))
+            safe = max(
+                max(p["dataset_max_seqlen"] for p in meta), max_length - min(p["min_packed_seqlen"] for p in meta)
+            )
             max_seqlen = torch.full((n,), safe, dtype=torch.int32)  # Megatron-Bridge's shape here
         else:
             ref = cu_padded if cu_padded is not None else cu
             max_seqlen = (ref[:, 1:] - ref[:, :-1]).max(dim=1, keepdim=True).values
-        out.update({"attention_mask": None, "cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": max_seqlen,
-                    "max_seqlen_kv": max_seqlen})
+        out.update(
+            {
+                "attention_mask": None,
+                "cu_seqlens_q": cu,
+                "cu_seqlens_kv": cu,
+                "max_seqlen_q": max_seqlen,
+                "max_seqlen_kv": max_seqlen,
+            }
+        )
         if cu_padded is not None:
             out["cu_seqlens_q_padded"] = cu_padded
             out["cu_seqlens_kv_padded"] = cu_padded

@@ -20,8 +20,15 @@ import numpy as np
 from mbridge_seqpack.packing.artifact import ArtifactError, digest_columns, list_column, read_parquet_fingerprint
 from mbridge_seqpack.packing.sequences import file_sha256
 
-__all__ = ["SplitReport", "ArtifactReport", "inspect_artifact", "resolve_files", "find_metadata", "seal_problems",
-           "entry_for"]
+__all__ = [
+    "SplitReport",
+    "ArtifactReport",
+    "inspect_artifact",
+    "resolve_files",
+    "find_metadata",
+    "seal_problems",
+    "entry_for",
+]
 
 
 @dataclass
@@ -47,11 +54,21 @@ class SplitReport:
         return self.tokens / slots if slots else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"split": self.name, "path": str(self.path), "sealed": self.sealed, "rows": self.rows,
-                "sequences": self.sequences, "tokens": self.tokens, "row_padding_tokens": self.row_padding,
-                "pack_size": self.pack_size, "efficiency": round(self.efficiency, 6),
-                "sequences_per_row": {str(k): v for k, v in sorted(self.sequences_per_row.items())},
-                "balance": self.balance, "problems": self.problems, "notes": self.notes}
+        return {
+            "split": self.name,
+            "path": str(self.path),
+            "sealed": self.sealed,
+            "rows": self.rows,
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "row_padding_tokens": self.row_padding,
+            "pack_size": self.pack_size,
+            "efficiency": round(self.efficiency, 6),
+            "sequences_per_row": {str(k): v for k, v in sorted(self.sequences_per_row.items())},
+            "balance": self.balance,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
 
 
 @dataclass
@@ -72,8 +89,13 @@ class ArtifactReport:
         return self.problems + [f"{s.path.name}: {p}" for s in self.splits for p in s.problems]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "ok": self.ok, "fingerprint": self.fingerprint,
-                "problems": self.problems, "splits": [s.to_dict() for s in self.splits]}
+        return {
+            "directory": str(self.directory),
+            "ok": self.ok,
+            "fingerprint": self.fingerprint,
+            "problems": self.problems,
+            "splits": [s.to_dict() for s in self.splits],
+        }
 
     def to_text(self) -> str:
         """The report for people, at most 100 columns."""
@@ -83,30 +105,48 @@ class ArtifactReport:
         lines = wrap(str(self.directory), "packed artifact ", hang="  ")
         hang = " " * 11
         if fp:
-            lines += wrap(f"pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
-                          f"algorithm={fp.get('algorithm')} seed={fp.get('seed')}", "  seal     ", hang=hang)
+            lines += wrap(
+                f"pack_size={fp.get('pack_size')} pad_seq_to_mult={fp.get('pad_seq_to_mult')} "
+                f"algorithm={fp.get('algorithm')} seed={fp.get('seed')}",
+                "  seal     ",
+                hang=hang,
+            )
             lines += wrap(f"input {str(fp.get('input_sha256'))[:12]}", hang)
-            lines += wrap(f"tokenizer {fp.get('tokenizer')} ({str(fp.get('tokenizer_sha256'))[:12]}, "
-                          f"eos {fp.get('eos_id')}, vocab {fp.get('vocab_size')})", hang, hang=hang + "  ")
-            lines += wrap(f"megatron-bridge {fp.get('megatron_bridge_version')}, plugin {fp.get('plugin_version')}",
-                          hang)
+            lines += wrap(
+                f"tokenizer {fp.get('tokenizer')} ({str(fp.get('tokenizer_sha256'))[:12]}, "
+                f"eos {fp.get('eos_id')}, vocab {fp.get('vocab_size')})",
+                hang,
+                hang=hang + "  ",
+            )
+            lines += wrap(
+                f"megatron-bridge {fp.get('megatron_bridge_version')}, plugin {fp.get('plugin_version')}", hang
+            )
         for p in self.problems:
             lines += wrap(p, "  PROBLEM: ", hang=" " * 11)
         for s in self.splits:
             seal = "sealed" if s.sealed else "UNSEALED"
-            lines += wrap(f"{s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
-                          f"{s.tokens:,} tokens, efficiency {s.efficiency:.2%}", "  ", hang="    ")
+            lines += wrap(
+                f"{s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
+                f"{s.tokens:,} tokens, efficiency {s.efficiency:.2%}",
+                "  ",
+                hang="    ",
+            )
             if s.sequences_per_row:
                 keys = sorted(s.sequences_per_row)
-                lines.append(f"    sequences per row: {keys[0]}..{keys[-1]} "
-                             f"(median {int(np.median(np.repeat(keys, [s.sequences_per_row[k] for k in keys])))})")
+                lines.append(
+                    f"    sequences per row: {keys[0]}..{keys[-1]} "
+                    f"(median {int(np.median(np.repeat(keys, [s.sequences_per_row[k] for k in keys])))})"
+                )
             if s.balance:
                 b = s.balance
-                lines += wrap(f"modeled straggler ratio at DP {b['data_parallel']}, {b['micro_batches']} row(s) per "
-                              f"rank per step: {b['as_written']:.4f} as written (sequential sampler), "
-                              f"{b['shuffled']:.4f} under a shuffling sampler, {b['megatron_bridge_order']:.4f} "
-                              f"in Megatron-Bridge's write order; row cost spread {b['row_cost_cv']:.1%}",
-                              "    ", hang="      ")
+                lines += wrap(
+                    f"modeled straggler ratio at DP {b['data_parallel']}, {b['micro_batches']} row(s) per "
+                    f"rank per step: {b['as_written']:.4f} as written (sequential sampler), "
+                    f"{b['shuffled']:.4f} under a shuffling sampler, {b['megatron_bridge_order']:.4f} "
+                    f"in Megatron-Bridge's write order; row cost spread {b['row_cost_cv']:.1%}",
+                    "    ",
+                    hang="      ",
+                )
             for n in s.notes:
                 lines += wrap(n, "    note: ", hang=" " * 10)
             for p in s.problems:
@@ -154,8 +194,9 @@ def entry_for(entries: list[dict[str, Any]] | None, info: dict[str, Any]) -> dic
     return next((e for e in reversed(entries or []) if e.get("split") == info.get("split")), None)  # last wins
 
 
-def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None, *,
-                  hash_contents: bool = True) -> list[str]:
+def seal_problems(
+    path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None, *, hash_contents: bool = True
+) -> list[str]:
     """Compare one sealed file with its metadata entry before parsing it (size always, sha256 when asked)."""
     if meta is None:
         return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
@@ -174,8 +215,13 @@ def seal_problems(path: Path, info: dict[str, Any], entry: dict[str, Any] | None
     return []
 
 
-def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.ndarray]], fp: dict[str, Any],
-                stats: dict[str, Any], balance: dict[str, Any] | None = None) -> None:
+def _check_rows(
+    report: SplitReport,
+    columns: dict[str, tuple[np.ndarray, np.ndarray]],
+    fp: dict[str, Any],
+    stats: dict[str, Any],
+    balance: dict[str, Any] | None = None,
+) -> None:
     problems = report.problems
     row_off, ids = columns["input_ids"]
     mask_off, mask = columns["loss_mask"]
@@ -197,8 +243,9 @@ def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.nda
     ends[seq_off[1:] - 1] = row_off[1:]  # a row's last sequence runs to the row end
     seg = ends - abs_starts
     if (seg < 2).any():
-        problems.append(f"{int((seg < 2).sum())} segment(s) shorter than 2 tokens: boundaries are not strictly "
-                        f"increasing")
+        problems.append(
+            f"{int((seg < 2).sum())} segment(s) shorter than 2 tokens: boundaries are not strictly increasing"
+        )
         return
     runtime = np.bincount(row_of_seq, weights=seg - 1, minlength=len(per_row)).astype(np.int64)
     report.balance = _balance_report(seg - 1, row_of_seq, len(per_row), balance or {})
@@ -230,8 +277,10 @@ def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.nda
     if not kwargs.get("chat") and kwargs.get("add_eos", True):
         closing = ids[ends - 1]
         if (closing != int(fp["eos_id"])).any():
-            problems.append(f"{int((closing != int(fp['eos_id'])).sum())} sequence(s) do not end in EOS "
-                            f"({fp['eos_id']}), where the template puts it")
+            problems.append(
+                f"{int((closing != int(fp['eos_id'])).sum())} sequence(s) do not end in EOS "
+                f"({fp['eos_id']}), where the template puts it"
+            )
     if "sequence_index" in columns:
         _, index = columns["sequence_index"]
         n = int(stats.get("num_sequences", len(index)))
@@ -243,8 +292,9 @@ def _check_rows(report: SplitReport, columns: dict[str, tuple[np.ndarray, np.nda
             problems.append(f"{missing} input sequence(s) are missing")
 
 
-def _balance_report(lengths: np.ndarray, row_of_seq: np.ndarray, rows: int, recorded: dict[str, Any]
-                    ) -> dict[str, Any] | None:
+def _balance_report(
+    lengths: np.ndarray, row_of_seq: np.ndarray, rows: int, recorded: dict[str, Any]
+) -> dict[str, Any] | None:
     """The modeled straggler ratio of the rows as written, under a shuffling sampler, and in the order
     Megatron-Bridge's first-fit-decreasing prep would write them (longest first sequence first)."""
     from mbridge_seqpack.packing.balance import DEFAULT_COST, CostModel, row_costs, straggler_ratio
@@ -252,18 +302,24 @@ def _balance_report(lengths: np.ndarray, row_of_seq: np.ndarray, rows: int, reco
     dp, micro = int(recorded.get("data_parallel", 8)), int(recorded.get("micro_batches", 1))
     if rows < dp * micro:
         return None  # not one full step (e.g. a small validation split): nothing to balance
-    cost = CostModel(float(recorded.get("cost_linear", DEFAULT_COST.linear)),
-                     float(recorded.get("cost_attention", DEFAULT_COST.attention)))
+    cost = CostModel(
+        float(recorded.get("cost_linear", DEFAULT_COST.linear)),
+        float(recorded.get("cost_attention", DEFAULT_COST.attention)),
+    )
     costs = row_costs(lengths, row_of_seq, rows, cost)
     longest = np.zeros(rows, dtype=np.int64)
     np.maximum.at(longest, row_of_seq, lengths)
     tokens = np.bincount(row_of_seq, weights=lengths, minlength=rows)
     ffd_order = np.lexsort((-tokens, -longest))
     shuffled = [straggler_ratio(costs[np.random.default_rng(s).permutation(rows)], dp, micro) for s in range(16)]
-    return {"data_parallel": dp, "micro_batches": micro, "as_written": round(straggler_ratio(costs, dp, micro), 6),
-            "shuffled": round(float(np.mean(shuffled)), 6),
-            "megatron_bridge_order": round(straggler_ratio(costs[ffd_order], dp, micro), 6),
-            "row_cost_cv": round(float(costs.std() / costs.mean()), 6) if rows else 0.0}
+    return {
+        "data_parallel": dp,
+        "micro_batches": micro,
+        "as_written": round(straggler_ratio(costs, dp, micro), 6),
+        "shuffled": round(float(np.mean(shuffled)), 6),
+        "megatron_bridge_order": round(straggler_ratio(costs[ffd_order], dp, micro), 6),
+        "row_cost_cv": round(float(costs.std() / costs.mean()), 6) if rows else 0.0,
+    }
 
 
 def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] | None) -> tuple[SplitReport, dict]:
@@ -284,8 +340,10 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         if report.problems:
             return report, fp
     else:
-        report.notes.append("unsealed: no mbridge_seqpack fingerprint (written by Megatron-Bridge or another tool); "
-                            "structure and values checked, content cannot be verified against a seal")
+        report.notes.append(
+            "unsealed: no mbridge_seqpack fingerprint (written by Megatron-Bridge or another tool); "
+            "structure and values checked, content cannot be verified against a seal"
+        )
     try:
         table = pq.read_table(str(path))
     except (OSError, ValueError, MemoryError) as exc:
@@ -356,8 +414,10 @@ def _draw_histogram(report: ArtifactReport, png: Path) -> None:
         ax.hist(values, bins=min(40, top), range=(0, top), color="#4C72B0", edgecolor="white")
         ax.set_xlim(0, top * 1.05)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{split.name}: {split.rows} rows of {split.pack_size} tokens, efficiency {split.efficiency:.1%}, "
-                     f"{keys[0]}..{keys[-1]} sequences per row")
+        ax.set_title(
+            f"{split.name}: {split.rows} rows of {split.pack_size} tokens, efficiency {split.efficiency:.1%}, "
+            f"{keys[0]}..{keys[-1]} sequences per row"
+        )
         ax.set_xlabel("sequences per packed row")
         ax.set_ylabel("rows")
     fig.tight_layout()

@@ -23,8 +23,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["pack_lengths", "PackingStats", "packing_stats", "ALGORITHMS", "OVERFLOW_POLICIES", "native_kernel",
-           "NATIVE_ENV"]
+__all__ = [
+    "pack_lengths",
+    "PackingStats",
+    "packing_stats",
+    "ALGORITHMS",
+    "OVERFLOW_POLICIES",
+    "native_kernel",
+    "NATIVE_ENV",
+]
 
 ALGORITHMS = ("best_fit_decreasing",)
 OVERFLOW_POLICIES = ("error", "drop")
@@ -69,8 +76,9 @@ def _as_lengths(lengths: object) -> np.ndarray:
     return arr
 
 
-def _best_fit_decreasing(counts: list[int], capacity: int, open_space: list[int] = []
-                         ) -> tuple[list[list[tuple[list[int], int]]], int]:
+def _best_fit_decreasing(
+    counts: list[int], capacity: int, open_space: list[int] = []
+) -> tuple[list[list[tuple[list[int], int]]], int]:
     """Place ``counts[L]`` items of each length L (largest first) into the open bins (``open_space[b]`` free
     tokens) and new ones. Returns per-length placements ``[(bin_ids, items_per_bin), ...]`` in placement
     order, and the number of bins."""
@@ -104,8 +112,8 @@ def _best_fit_decreasing(counts: list[int], capacity: int, open_space: list[int]
             whole = min(len(bucket), left // per_bin)
             if whole:
                 # as one at a time: the top bin of the stack is filled first and pushed first
-                moved = bucket[len(bucket) - whole:][::-1]
-                del bucket[len(bucket) - whole:]
+                moved = bucket[len(bucket) - whole :][::-1]
+                del bucket[len(bucket) - whole :]
                 put(moved, space - per_bin * length)
                 placed.append((moved, per_bin))
                 left -= whole * per_bin
@@ -184,25 +192,35 @@ def pack_lengths(
     return assignment
 
 
-def place(arr: np.ndarray, seeded: np.ndarray, capacity: int, assignment: np.ndarray,
-          open_space: np.ndarray | None = None) -> int:
+def place(
+    arr: np.ndarray, seeded: np.ndarray, capacity: int, assignment: np.ndarray, open_space: np.ndarray | None = None
+) -> int:
     """Best-fit decreasing of ``arr[seeded]`` (ties in ``seeded``'s order) into the bins ``open_space`` describes
     (free tokens of bins 0..k-1) and new ones; writes ``assignment[seeded]`` and returns the number of bins.
     The C kernel when built, else the pure-Python path: identical placements."""
     spaces = np.zeros(0, dtype=np.int64) if open_space is None else np.ascontiguousarray(open_space, dtype=np.int64)
     kernel = native_kernel()
     if kernel is not None:
-        num_bins = int(kernel.bfd_pack_into(np.ascontiguousarray(arr, dtype=np.int64),
-                                            np.ascontiguousarray(seeded, dtype=np.int32), seeded.size, capacity,
-                                            assignment, spaces.size, spaces))
+        num_bins = int(
+            kernel.bfd_pack_into(
+                np.ascontiguousarray(arr, dtype=np.int64),
+                np.ascontiguousarray(seeded, dtype=np.int32),
+                seeded.size,
+                capacity,
+                assignment,
+                spaces.size,
+                spaces,
+            )
+        )
         if num_bins < 0:
             raise MemoryError(f"the packing kernel could not allocate its work arrays for {seeded.size} sequences")
         return num_bins
     return _place_in_python(arr, seeded, capacity, assignment, spaces.tolist())
 
 
-def _place_in_python(arr: np.ndarray, shuffled: np.ndarray, capacity: int, assignment: np.ndarray,
-                     open_space: list[int]) -> int:
+def _place_in_python(
+    arr: np.ndarray, shuffled: np.ndarray, capacity: int, assignment: np.ndarray, open_space: list[int]
+) -> int:
     """The pure-Python path: bins for ``arr[shuffled]`` written into ``assignment``; returns the bin count."""
     counts = np.bincount(arr[shuffled], minlength=capacity + 1).tolist()
     gc_was_enabled = gc.isenabled()
@@ -252,10 +270,16 @@ class PackingStats:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "num_sequences": self.num_sequences, "num_dropped": self.num_dropped, "num_bins": self.num_bins,
-            "capacity": self.capacity, "total_tokens": self.total_tokens, "lower_bound": self.lower_bound,
-            "gap_to_lower_bound": self.gap_to_lower_bound, "efficiency": round(self.efficiency, 6),
-            "max_sequences_per_bin": self.max_sequences_per_bin, "min_bin_tokens": self.min_bin_tokens,
+            "num_sequences": self.num_sequences,
+            "num_dropped": self.num_dropped,
+            "num_bins": self.num_bins,
+            "capacity": self.capacity,
+            "total_tokens": self.total_tokens,
+            "lower_bound": self.lower_bound,
+            "gap_to_lower_bound": self.gap_to_lower_bound,
+            "efficiency": round(self.efficiency, 6),
+            "max_sequences_per_bin": self.max_sequences_per_bin,
+            "min_bin_tokens": self.min_bin_tokens,
             "sequences_per_bin_histogram": {str(k): v for k, v in self.sequences_per_bin_histogram.items()},
         }
 
@@ -273,8 +297,12 @@ def packing_stats(lengths: object, bins: np.ndarray, capacity: int) -> PackingSt
     total = int(arr[placed].sum())
     hist_keys, hist_counts = np.unique(per_bin, return_counts=True) if num_bins else ([], [])
     return PackingStats(
-        num_sequences=int(arr.size), num_dropped=int((~placed).sum()), num_bins=num_bins, capacity=int(capacity),
-        total_tokens=total, lower_bound=-(-total // int(capacity)),
+        num_sequences=int(arr.size),
+        num_dropped=int((~placed).sum()),
+        num_bins=num_bins,
+        capacity=int(capacity),
+        total_tokens=total,
+        lower_bound=-(-total // int(capacity)),
         max_sequences_per_bin=int(per_bin.max()) if num_bins else 0,
         min_bin_tokens=int(tokens.min()) if num_bins else 0,
         sequences_per_bin_histogram={int(k): int(v) for k, v in zip(hist_keys, hist_counts)},

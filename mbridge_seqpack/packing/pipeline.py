@@ -12,8 +12,8 @@ import numpy as np
 from mbridge_seqpack.packing.artifact import (
     ArtifactError,
     Fingerprint,
-    check_output,
     build_rows,
+    check_output,
     metadata_path,
     split_paths,
     staged_directory,
@@ -62,15 +62,17 @@ class PackOptions:
 
     def validate(self) -> None:
         if self.max_sequences_per_row is not None and (
-                not isinstance(self.max_sequences_per_row, int) or self.max_sequences_per_row < 1):
+            not isinstance(self.max_sequences_per_row, int) or self.max_sequences_per_row < 1
+        ):
             raise InputError(f"--max-sequences-per-row must be a positive integer, got {self.max_sequences_per_row!r}")
         for name in ("pack_size", "pad_seq_to_mult", "data_parallel", "micro_batches"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.pack_size % self.pad_seq_to_mult:
-            raise InputError(f"--pack-size {self.pack_size} must be a multiple of --pad-seq-to-mult "
-                             f"{self.pad_seq_to_mult}")
+            raise InputError(
+                f"--pack-size {self.pack_size} must be a multiple of --pad-seq-to-mult {self.pad_seq_to_mult}"
+            )
         if self.max_seq_length is not None and not 0 < self.max_seq_length <= self.pack_size:
             raise InputError(f"--max-seq-length {self.max_seq_length} must be in 1..--pack-size ({self.pack_size})")
 
@@ -107,8 +109,9 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
     """Equal-cost rows written in the order that balances each step's DP ranks; bins renumbered to that order."""
     dp, micro = options.data_parallel, options.micro_batches
     before = row_costs(lengths, bins, int(bins.max()) + 1, options.cost)
-    result = balance_bins(lengths, bins, options.pack_size, options.cost, seed=options.seed,
-                          max_per_bin=options.max_sequences_per_row)
+    result = balance_bins(
+        lengths, bins, options.pack_size, options.cost, seed=options.seed, max_per_bin=options.max_sequences_per_row
+    )
     costs = row_costs(lengths, result.bins, result.num_bins, options.cost)
     order = slot_order(costs, dp, micro, seed=options.seed)
     position = np.empty_like(order)
@@ -116,9 +119,13 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
     placed = result.bins >= 0
     out = np.where(placed, position[np.where(placed, result.bins, 0)], -1)
     info = {
-        "data_parallel": dp, "micro_batches": micro, "cost_linear": options.cost.linear,
-        "cost_attention": options.cost.attention, "rows_rebalanced": result.balanced,
-        "max_sequences_per_row": options.max_sequences_per_row, "extra_rows_for_cap": result.extra_bins,
+        "data_parallel": dp,
+        "micro_batches": micro,
+        "cost_linear": options.cost.linear,
+        "cost_attention": options.cost.attention,
+        "rows_rebalanced": result.balanced,
+        "max_sequences_per_row": options.max_sequences_per_row,
+        "extra_rows_for_cap": result.extra_bins,
         "row_cost_cv_before": round(float(before.std() / before.mean()), 6),
         "row_cost_cv": round(float(costs.std() / costs.mean()), 6),
         "straggler_ratio": round(straggler_ratio(costs[order], dp, micro), 6),
@@ -135,8 +142,16 @@ def _megatron_bridge_version() -> str:
         return "unknown"
 
 
-def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_dir: str | Path, options: PackOptions,
-               overwrite: bool = False, workers: int | None = None) -> PackResult:
+def pack_jsonl(
+    inputs: dict[str, str | Path],
+    *,
+    tokenizer: str | Path,
+    output_dir: str | Path,
+    options: PackOptions,
+    overwrite: bool = False,
+    workers: int | None = None,
+    lines_per_chunk: int = 50_000,
+) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
     Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own.
@@ -161,15 +176,30 @@ def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_d
     with staged_directory(out, overwrite=overwrite) as staging:
         for split, source in inputs.items():
             fingerprint = Fingerprint(
-                input_sha256=file_sha256(source), tokenizer=str(tokenizer), tokenizer_sha256=tok_sha,
-                eos_id=int(mb_tokenizer.eos_id), vocab_size=int(mb_tokenizer.vocab_size),
-                dataset_kwargs=json.dumps(kwargs, sort_keys=True, default=str), max_seq_length=max_seq_length,
-                pack_size=options.pack_size, pad_seq_to_mult=options.pad_seq_to_mult,
+                input_sha256=file_sha256(source),
+                tokenizer=str(tokenizer),
+                tokenizer_sha256=tok_sha,
+                eos_id=int(mb_tokenizer.eos_id),
+                vocab_size=int(mb_tokenizer.vocab_size),
+                dataset_kwargs=json.dumps(kwargs, sort_keys=True, default=str),
+                max_seq_length=max_seq_length,
+                pack_size=options.pack_size,
+                pad_seq_to_mult=options.pad_seq_to_mult,
                 algorithm=ALGORITHM + ("+balanced" if options.balance else ""),
-                seed=options.seed, plugin_version=__version__, megatron_bridge_version=_megatron_bridge_version())
-            seqs = tokenize_split(source, mb_tokenizer, max_seq_length=max_seq_length,
-                                  pad_seq_to_mult=options.pad_seq_to_mult, dataset_kwargs=kwargs, seed=options.seed,
-                                  workers=-1 if workers is None else workers)
+                seed=options.seed,
+                plugin_version=__version__,
+                megatron_bridge_version=_megatron_bridge_version(),
+            )
+            seqs = tokenize_split(
+                source,
+                mb_tokenizer,
+                max_seq_length=max_seq_length,
+                pad_seq_to_mult=options.pad_seq_to_mult,
+                dataset_kwargs=kwargs,
+                seed=options.seed,
+                workers=-1 if workers is None else workers,
+                lines_per_chunk=lines_per_chunk,
+            )
             bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
             balance = None
             if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
@@ -177,8 +207,11 @@ def pack_jsonl(inputs: dict[str, str | Path], *, tokenizer: str | Path, output_d
             entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
             if balance is not None:
                 entry["balance"] = balance
-            entry["checksums"] = write_split(split_paths(staging, options.pack_size)[split], build_rows(seqs, bins),
-                                             {k: v for k, v in entry.items() if k != "checksums"})
+            entry["checksums"] = write_split(
+                split_paths(staging, options.pack_size)[split],
+                build_rows(seqs, bins),
+                {k: v for k, v in entry.items() if k != "checksums"},
+            )
             entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries)
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})

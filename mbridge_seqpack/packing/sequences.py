@@ -19,8 +19,16 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["TokenizedSequences", "InputError", "file_sha256", "tokenizer_files_sha256", "check_jsonl",
-           "template_fields", "load_megatron_tokenizer", "tokenize_split"]
+__all__ = [
+    "TokenizedSequences",
+    "InputError",
+    "file_sha256",
+    "tokenizer_files_sha256",
+    "check_jsonl",
+    "template_fields",
+    "load_megatron_tokenizer",
+    "tokenize_split",
+]
 
 
 class InputError(ValueError):
@@ -36,21 +44,33 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "tokenizer.model", "added_tokens.json", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 
 
 def tokenizer_files_sha256(directory: str | Path) -> str:
     """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents)."""
     root = Path(directory)
     if not root.is_dir():
-        raise InputError(f"tokenizer {directory}: not a directory; pass a Hugging Face tokenizer directory "
-                         f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json)")
+        raise InputError(
+            f"tokenizer {directory}: not a directory; pass a Hugging Face tokenizer directory "
+            f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json)"
+        )
     digest = hashlib.sha256()
     found = [name for name in TOKENIZER_FILES if (root / name).is_file()]
     if not found:
-        raise InputError(f"tokenizer {directory}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
-                         f"pass a Hugging Face tokenizer directory with --tokenizer")
+        raise InputError(
+            f"tokenizer {directory}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+            f"pass a Hugging Face tokenizer directory with --tokenizer"
+        )
     for name in found:
         digest.update(name.encode() + b"\0" + file_sha256(root / name).encode() + b"\0")
     return digest.hexdigest()
@@ -74,7 +94,9 @@ def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise InputError(f"{path}:{number}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
+                raise InputError(
+                    f"{path}:{number}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -86,13 +108,16 @@ def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> None:
     if not isinstance(value, str):
-        raise InputError(f"{path}:{number}: field {name!r} must be a string, got {type(value).__name__} "
-                         f"{json.dumps(value)[:60]}; fix the data, or point {flag} at the right field")
+        raise InputError(
+            f"{path}:{number}: field {name!r} must be a string, got {type(value).__name__} "
+            f"{json.dumps(value)[:60]}; fix the data, or point {flag} at the right field"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"{path}:{number}: field {name!r} holds a lone surrogate (invalid Unicode); "
-                         f"fix the data") from None
+        raise InputError(
+            f"{path}:{number}: field {name!r} holds a lone surrogate (invalid Unicode); fix the data"
+        ) from None
 
 
 def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
@@ -108,8 +133,10 @@ def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
         if chat:
             messages = record.get("messages")
             if not isinstance(messages, list) or not messages:
-                raise InputError(f"{path}:{number}: field 'messages' must be a non-empty list of "
-                                 f"{{role, content}} objects (chat format)")
+                raise InputError(
+                    f"{path}:{number}: field 'messages' must be a non-empty list of "
+                    f"{{role, content}} objects (chat format)"
+                )
             for i, message in enumerate(messages):
                 if not isinstance(message, dict) or "role" not in message or "content" not in message:
                     raise InputError(f"{path}:{number}: messages[{i}] must be an object with 'role' and 'content'")
@@ -118,9 +145,11 @@ def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
         else:
             for name in fields:
                 if name not in record:
-                    raise InputError(f"{path}:{number}: missing field {name!r} (the prompt template "
-                                     f"{dataset_kwargs.get('prompt_template', '{input} {output}')!r} reads it); "
-                                     f"pass --prompt-key/--answer-key to name your fields")
+                    raise InputError(
+                        f"{path}:{number}: missing field {name!r} (the prompt template "
+                        f"{dataset_kwargs.get('prompt_template', '{input} {output}')!r} reads it); "
+                        f"pass --prompt-key/--answer-key to name your fields"
+                    )
                 _check_text(path, number, name, record[name], "--prompt-key/--answer-key")
         count += 1
     if count == 0:
@@ -139,11 +168,14 @@ def load_megatron_tokenizer(directory: str | Path) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return build_tokenizer(TokenizerConfig(tokenizer_type="HuggingFaceTokenizer",
-                                                   tokenizer_model=str(directory)))
+            return build_tokenizer(
+                TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory))
+            )
     except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
-        raise InputError(f"tokenizer {directory}: Megatron-Bridge cannot load it ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); pass a working Hugging Face tokenizer directory with --tokenizer") from None
+        raise InputError(
+            f"tokenizer {directory}: Megatron-Bridge cannot load it ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); pass a working Hugging Face tokenizer directory with --tokenizer"
+        ) from None
 
 
 @dataclass
@@ -182,28 +214,100 @@ def _stored_mask(item: dict[str, Any]) -> list[int]:
     return [int(i >= start) for i in range(len(item["input_ids"]))]
 
 
-def tokenize_split(path: str | Path, tokenizer: Any, *, max_seq_length: int, pad_seq_to_mult: int,
-                   dataset_kwargs: dict[str, Any], seed: int, workers: int = -1) -> TokenizedSequences:
+def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
+    """The non-empty lines of ``path`` as JSONL files of at most ``lines_per_chunk`` lines, one at a time."""
+    chunk: list[bytes] = []
+    index = 0
+
+    def flush() -> tuple[Path, int]:
+        target = directory / f"chunk_{index:06d}.jsonl"
+        target.write_bytes(b"".join(line if line.endswith(b"\n") else line + b"\n" for line in chunk))
+        return target, len(chunk)
+
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                chunk.append(raw)
+            if len(chunk) == lines_per_chunk:
+                yield flush()
+                chunk, index = [], index + 1
+    if chunk:
+        yield flush()
+
+
+def tokenize_split(
+    path: str | Path,
+    tokenizer: Any,
+    *,
+    max_seq_length: int,
+    pad_seq_to_mult: int,
+    dataset_kwargs: dict[str, Any],
+    seed: int,
+    workers: int = -1,
+    lines_per_chunk: int = 50_000,
+    progress: bool | None = None,
+) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes;
-    ``workers=-1``: a process per core, as its ``num_tokenizer_workers`` default)."""
+    ``workers=-1``: a process per core, as its ``num_tokenizer_workers`` default).
+
+    The file is streamed in chunks of ``lines_per_chunk`` records: Megatron-Bridge's Python objects exist for one
+    chunk at a time, the result is kept as flat arrays (9 bytes per token), so memory grows with the tokens, not
+    with Megatron-Bridge's per-record dicts. A progress bar (records, tokens/s) shows on a terminal
+    (``progress=None``), always (True) or never (False).
+    """
     import contextlib
     import io
     import logging
     import tempfile
+    import time
 
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
+    from tqdm import tqdm
 
-    with tempfile.TemporaryDirectory(prefix="mbridge_seqpack_index_") as index_dir:
-        kwargs = {**dataset_kwargs, "index_mapping_dir": index_dir}  # never write index files next to the input
+    path = Path(path)
+    total = sum(1 for raw in open(path, "rb") if raw.strip())
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    start, tokens = time.perf_counter(), 0
+    bar = tqdm(
+        total=total, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
+    )
+    with bar, tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_") as work:
+        index_dir = Path(work) / "index"
+        index_dir.mkdir()
+        kwargs = {**dataset_kwargs, "index_mapping_dir": str(index_dir)}  # never write index files by the input
         logging.getLogger("megatron.bridge").setLevel(logging.WARNING)
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            items = tokenize_dataset(Path(path), tokenizer, max_seq_length, seed, kwargs,
-                                     pad_seq_to_mult=pad_seq_to_mult, num_tokenizer_workers=workers,
-                                     dataset_builder=build_gpt_sft_split)
-    ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
-    masks = [np.asarray(_stored_mask(item), dtype=np.int8) for item in items]
-    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum([len(x) for x in ids], out=offsets[1:])
-    return TokenizedSequences(np.concatenate(ids) if ids else np.zeros(0, np.int64),
-                              np.concatenate(masks) if masks else np.zeros(0, np.int8), offsets)
+        for chunk, count in _chunks(path, lines_per_chunk, Path(work)):
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                items = tokenize_dataset(
+                    chunk,
+                    tokenizer,
+                    max_seq_length,
+                    seed,
+                    kwargs,
+                    pad_seq_to_mult=pad_seq_to_mult,
+                    num_tokenizer_workers=workers,
+                    dataset_builder=build_gpt_sft_split,
+                )
+            chunk.unlink()
+            bar.update(count)
+            if len(items) == 0:
+                continue
+            chunk_ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
+            masks.append(np.concatenate([np.asarray(_stored_mask(item), dtype=np.int8) for item in items]))
+            sizes.append(np.fromiter((len(x) for x in chunk_ids), dtype=np.int64, count=len(chunk_ids)))
+            ids.append(np.concatenate(chunk_ids))
+            del chunk_ids
+            del items
+            tokens += int(sizes[-1].sum())
+            bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s")
+    offsets = np.zeros(sum(s.size for s in sizes) + 1, dtype=np.int64)
+    if sizes:
+        np.cumsum(np.concatenate(sizes), out=offsets[1:])
+    return TokenizedSequences(
+        np.concatenate(ids) if ids else np.zeros(0, np.int64),
+        np.concatenate(masks) if masks else np.zeros(0, np.int8),
+        offsets,
+    )

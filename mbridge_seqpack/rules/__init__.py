@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from mbridge_seqpack.errors import Violation
+from mbridge_seqpack.rules.catalog import all_rules, evaluate
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.registry import Rule, RuleResult, all_rules, evaluate
+from mbridge_seqpack.rules.registry import Rule, RuleResult
 
 __all__ = ["check", "all_rules", "evaluate", "Rule", "RuleResult", "RuleContext"]
 

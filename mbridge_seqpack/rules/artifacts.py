@@ -46,9 +46,11 @@ def _violation(field: str, spec: str, why: str, fix: str, **extra: Any) -> Viola
 
 def _repack_fix(ctx: RuleContext, field: str) -> str:
     specs = ctx.specs
-    return (f"re-run `mbridge-seqpack pack --pack-size {specs.packed_sequence_size} --pad-seq-to-mult "
-            f"{specs.pad_seq_to_mult or 1} --tokenizer TOKENIZER --output DIR` (or `pack --recipe ...`) and set "
-            f"{field}=DIR/<split>_{specs.packed_sequence_size}.idx.parquet")
+    return (
+        f"re-run `mbridge-seqpack pack --pack-size {specs.packed_sequence_size} --pad-seq-to-mult "
+        f"{specs.pad_seq_to_mult or 1} --tokenizer TOKENIZER --output DIR` (or `pack --recipe ...`) and set "
+        f"{field}=DIR/<split>_{specs.packed_sequence_size}.idx.parquet"
+    )
 
 
 def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: list[Path]) -> list[Violation]:
@@ -67,45 +69,82 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
             continue  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare
         meta, entries, problem = find_metadata(path.parent)
         # every rank validates the config at start-up: only rank 0 reads whole files, the others check sizes
-        problems = [problem] if problem else seal_problems(
-            path, info, entry_for(entries, info), meta,
-            hash_contents=is_rank_zero())
+        problems = (
+            [problem]
+            if problem
+            else seal_problems(path, info, entry_for(entries, info), meta, hash_contents=is_rank_zero())
+        )
         if problems:
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
             continue
         infos.append((path, info))
     splits = {str(i.get("split")) for _, i in infos}
     if splits - {split}:
-        found.append(_violation(field, spec, f"resolves to {len(files)} file(s) holding split(s) {sorted(splits)}; "
-                                f"Megatron-Bridge would read all of them as {split} data", fix))
+        found.append(
+            _violation(
+                field,
+                spec,
+                f"resolves to {len(files)} file(s) holding split(s) {sorted(splits)}; "
+                f"Megatron-Bridge would read all of them as {split} data",
+                fix,
+            )
+        )
     prints = {repr(sorted((k, v) for k, v in i["fingerprint"].items() if k != "input_sha256")) for _, i in infos}
     if len(prints) > 1:
-        found.append(_violation(field, spec, f"resolves to files of {len(prints)} different pack runs (mixed pack "
-                                f"sizes or settings)", fix))
+        found.append(
+            _violation(
+                field,
+                spec,
+                f"resolves to files of {len(prints)} different pack runs (mixed pack sizes or settings)",
+                fix,
+            )
+        )
     if found or not infos:
         return found
     fp = infos[0][1]["fingerprint"]
     specs = ctx.specs
     for key, cfg_path, configured in (
-            ("pack_size", f"{SPECS}.packed_sequence_size", specs.packed_sequence_size),
-            ("pad_seq_to_mult", f"{SPECS}.pad_seq_to_mult", specs.pad_seq_to_mult or 1)):
+        ("pack_size", f"{SPECS}.packed_sequence_size", specs.packed_sequence_size),
+        ("pad_seq_to_mult", f"{SPECS}.pad_seq_to_mult", specs.pad_seq_to_mult or 1),
+    ):
         if fp.get(key) != configured:
-            found.append(_violation(field, spec, f"the pack was built with {key}={fp.get(key)}, the config asks for "
-                                    f"{configured}; it would train on rows of the wrong shape or alignment", fix,
-                                    **{f"artifact {key}": fp.get(key), cfg_path: configured}))
+            found.append(
+                _violation(
+                    field,
+                    spec,
+                    f"the pack was built with {key}={fp.get(key)}, the config asks for "
+                    f"{configured}; it would train on rows of the wrong shape or alignment",
+                    fix,
+                    **{f"artifact {key}": fp.get(key), cfg_path: configured},
+                )
+            )
     tok_sha = _tokenizer_sha(ctx.cfg)
     if tok_sha is not None and fp.get("tokenizer_sha256") != tok_sha:
-        found.append(_violation(field, spec, f"the pack was tokenized with another tokenizer ({fp.get('tokenizer')}) "
-                                f"than tokenizer.tokenizer_model", f"re-pack with --tokenizer "
-                                f"{ctx.cfg.tokenizer.tokenizer_model}"))
+        found.append(
+            _violation(
+                field,
+                spec,
+                f"the pack was tokenized with another tokenizer ({fp.get('tokenizer')}) "
+                f"than tokenizer.tokenizer_model",
+                f"re-pack with --tokenizer {ctx.cfg.tokenizer.tokenizer_model}",
+            )
+        )
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
-        if Path(str(meta)).name.endswith("_metadata.jsonl") and fp not in [e.get("fingerprint") for e in entries or []]:
-            found.append(_violation(field, spec, "packed_metadata_path was written by a different pack run than the "
-                                    "packed data; static cu_seqlens would be sized for other rows",
-                                    f"set {SPECS}.packed_metadata_path={infos[0][0].parent / Path(str(meta)).name}",
-                                    **{f"{SPECS}.packed_metadata_path": str(meta)}))
+        if Path(str(meta)).name.endswith("_metadata.jsonl") and fp not in [
+            e.get("fingerprint") for e in entries or []
+        ]:
+            found.append(
+                _violation(
+                    field,
+                    spec,
+                    "packed_metadata_path was written by a different pack run than the "
+                    "packed data; static cu_seqlens would be sized for other rows",
+                    f"set {SPECS}.packed_metadata_path={infos[0][0].parent / Path(str(meta)).name}",
+                    **{f"{SPECS}.packed_metadata_path": str(meta)},
+                )
+            )
     return found
 
 
@@ -133,8 +172,11 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
         field, spec = f"{SPECS}.{name}", str(value)
         files, problem = _resolve(spec)
         if problem:
-            found.append(_violation(field, spec, f"Megatron-Bridge finds no packed data there ({problem})",
-                                    _repack_fix(ctx, field)))
+            found.append(
+                _violation(
+                    field, spec, f"Megatron-Bridge finds no packed data there ({problem})", _repack_fix(ctx, field)
+                )
+            )
             continue
         checked = checked or bool(files)
         found += _check_files(ctx, field, spec, split, files)

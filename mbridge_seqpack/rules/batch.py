@@ -5,7 +5,7 @@ from __future__ import annotations
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.topology import round_up
+from mbridge_seqpack.rules.topology import round_up
 
 
 def _layout_fields(ctx: RuleContext) -> dict[str, int]:
@@ -46,8 +46,11 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
         found.append(
             Violation(
                 "batch.world_size_divisible",
-                {**_layout_fields(ctx), "model.expert_model_parallel_size": topo.ep,
-                 "model.expert_tensor_parallel_size": topo.expert_tensor_parallel},
+                {
+                    **_layout_fields(ctx),
+                    "model.expert_model_parallel_size": topo.ep,
+                    "model.expert_tensor_parallel_size": topo.expert_tensor_parallel,
+                },
                 f"expert data-parallel size is world_size / (ETP*EP*PP) = {topo.world_size} / "
                 f"{topo.expert_model_parallel}, which must be a whole number",
                 fix=f"run on a multiple of {topo.expert_model_parallel} GPUs, or change EP/ETP/PP",
@@ -59,8 +62,11 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
 def _batch_sizes_apply(ctx: RuleContext) -> bool:
     """Constant batch sizes that Megatron-Core's calculator will check (no rampup, both sizes set)."""
     train = ctx.train
-    return (getattr(train, "rampup_batch_size", None) is None and train.micro_batch_size is not None
-            and train.global_batch_size is not None)
+    return (
+        getattr(train, "rampup_batch_size", None) is None
+        and train.micro_batch_size is not None
+        and train.global_batch_size is not None
+    )
 
 
 _CALCULATOR_EVIDENCE = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from mbridge_seqpack.topology import Topology
+from mbridge_seqpack.rules.topology import Topology
 
 __all__ = ["RuleContext", "resolve_world_size"]
 

@@ -108,8 +108,10 @@ def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             "cuda_graphs.pad_cu_seqlens_needs_metadata",
-            {f"{SPECS}.packed_metadata_path": None if meta is None else str(meta),
-             f"{SPECS}.packed_train_data_path": str(specs.packed_train_data_path)},
+            {
+                f"{SPECS}.packed_metadata_path": None if meta is None else str(meta),
+                f"{SPECS}.packed_train_data_path": str(specs.packed_train_data_path),
+            },
             "static cu_seqlens are sized from the pack metadata (max_samples_per_bin, dataset_max_seqlen); "
             + ("it is not set" if meta is None else "the file does not exist"),
             fix=f"cfg.{SPECS}.packed_metadata_path = '<metadata JSON written with the pack, e.g. {guess}>'",
@@ -140,8 +142,11 @@ def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             "fixed_width.gpt_sft_pipeline",
-            {ctx.pad_to_max_length_path: False, "model.pipeline_model_parallel_size": topo.pp,
-             "dataset.dataloader_type": getattr(ctx.dataset, "dataloader_type", None)},
+            {
+                ctx.pad_to_max_length_path: False,
+                "model.pipeline_model_parallel_size": topo.pp,
+                "dataset.dataloader_type": getattr(ctx.dataset, "dataloader_type", None),
+            },
             "pipeline stages exchange activations through buffers of seq_length tokens; variable-width rows "
             "do not fit them",
             assignments=ctx.pad_to_max_length_fix(),

@@ -31,9 +31,13 @@ def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     mbs = ctx.train.micro_batch_size
     if mbs is None or mbs == 1:
         return []
-    return _one(ctx, "energon.micro_batch_one", {"train.micro_batch_size": mbs},
-                "Energon packs samples into one physical row per micro batch",
-                {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1})
+    return _one(
+        ctx,
+        "energon.micro_batch_one",
+        {"train.micro_batch_size": mbs},
+        "Energon packs samples into one physical row per micro batch",
+        {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1},
+    )
 
 
 @rule(
@@ -49,13 +53,20 @@ def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
 def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
         return None
-    on = {f"dataset.{name}": True for name in ("enable_in_batch_packing", "defer_in_batch_packing_to_step")
-          if getattr(ctx.dataset, name, False)}
+    on = {
+        f"dataset.{name}": True
+        for name in ("enable_in_batch_packing", "defer_in_batch_packing_to_step")
+        if getattr(ctx.dataset, name, False)
+    }
     if not on:
         return []
-    return _one(ctx, "energon.exclusive_in_batch", on,
-                "samples are already packed by Energon; packing them again at collate or step time corrupts "
-                "boundaries", {k: False for k in on})
+    return _one(
+        ctx,
+        "energon.exclusive_in_batch",
+        on,
+        "samples are already packed by Energon; packing them again at collate or step time corrupts boundaries",
+        {k: False for k in on},
+    )
 
 
 @rule(
@@ -73,8 +84,13 @@ def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
         return None
     if ctx.mtp_layers == 0:
         return []
-    return _one(ctx, "energon.no_mtp", {"model.mtp_num_layers": ctx.mtp_layers},
-                "MTP label rolling crosses packed boundaries", {"model.mtp_num_layers": None})
+    return _one(
+        ctx,
+        "energon.no_mtp",
+        {"model.mtp_num_layers": ctx.mtp_layers},
+        "MTP label rolling crosses packed boundaries",
+        {"model.mtp_num_layers": None},
+    )
 
 
 @rule(
@@ -92,9 +108,13 @@ def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
         return None
     if ctx.cuda_graph_impl == "none":
         return []
-    return _one(ctx, "energon.no_cuda_graphs", {"model.cuda_graph_impl": ctx.cuda_graph_impl},
-                "online packs have a different number of sequences every step; graphs replay one shape",
-                {"model.cuda_graph_impl": "none"})
+    return _one(
+        ctx,
+        "energon.no_cuda_graphs",
+        {"model.cuda_graph_impl": ctx.cuda_graph_impl},
+        "online packs have a different number of sequences every step; graphs replay one shape",
+        {"model.cuda_graph_impl": "none"},
+    )
 
 
 @rule(
@@ -113,9 +133,13 @@ def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
     pp = ctx.topology.pp
     if pp == 1:
         return []
-    return _one(ctx, "energon.no_pipeline", {"model.pipeline_model_parallel_size": pp},
-                "packed metadata is not forwarded between pipeline stages on this path",
-                {"model.pipeline_model_parallel_size": 1})
+    return _one(
+        ctx,
+        "energon.no_pipeline",
+        {"model.pipeline_model_parallel_size": pp},
+        "packed metadata is not forwarded between pipeline stages on this path",
+        {"model.pipeline_model_parallel_size": 1},
+    )
 
 
 @rule(
@@ -141,6 +165,10 @@ def energon_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
         fix["ddp.average_in_collective"] = False
     if not fields:
         return []
-    return _one(ctx, "energon.per_token_loss", fields,
-                "rows hold a varying number of loss tokens; per-sample averaging would weight them unequally",
-                fix)
+    return _one(
+        ctx,
+        "energon.per_token_loss",
+        fields,
+        "rows hold a varying number of loss tokens; per-sample averaging would weight them unequally",
+        fix,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.topology import round_up
+from mbridge_seqpack.rules.topology import round_up
 
 
 @rule(
@@ -57,7 +57,7 @@ def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
         return None
     if not ctx.training_cuda_graphs:
         return []
-    from mbridge_seqpack.thd_config import static_in_batch_enabled
+    from mbridge_seqpack.thd.record import static_in_batch_enabled
 
     if static_in_batch_enabled(ctx.cfg):
         return []

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, Violation
-from mbridge_seqpack.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.registry import rule
 
 

@@ -7,7 +7,7 @@ import math
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.topology import round_up
+from mbridge_seqpack.rules.topology import round_up
 
 SPECS = "dataset.offline_packing_specs"
 ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
@@ -117,8 +117,7 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
         Violation(
             "offline.micro_batch_one",
             {"train.micro_batch_size": mbs, "train.global_batch_size": gbs},
-            "a packed row already holds several sequences; THD layout and CP slicing expect one row per micro "
-            "batch",
+            "a packed row already holds several sequences; THD layout and CP slicing expect one row per micro batch",
             fix=(
                 f"cfg.train.micro_batch_size = 1 (global_batch_size then counts {gbs} packed rows of {pack}); "
                 f"to keep the row count and tokens of one micro batch instead, also set "
@@ -316,8 +315,11 @@ def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
             fix[ROW_MULT] = math.lcm(mult, need)
     if not fix:
         return []
-    width = "packed_sequence_size" if ctx.pad_to_max_length else (
-        "min(packed_sequence_size, longest row rounded up to pad_seq_length_to_mult)")
+    width = (
+        "packed_sequence_size"
+        if ctx.pad_to_max_length
+        else ("min(packed_sequence_size, longest row rounded up to pad_seq_length_to_mult)")
+    )
     return [
         Violation(
             "offline.row_width_alignment",

@@ -7,7 +7,7 @@ import math
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.topology import round_up
+from mbridge_seqpack.rules.topology import round_up
 
 
 def _seq_length_fix(ctx: RuleContext, new_length: int) -> dict[str, int]:
@@ -171,8 +171,10 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             "cp.hierarchical_sizes_required",
-            {"model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
-             "model.hierarchical_context_parallel_sizes": None},
+            {
+                "model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
+                "model.hierarchical_context_parallel_sizes": None,
+            },
             "without hierarchical sizes the a2a+p2p CP communication is silently disabled: each rank attends "
             "only to its local chunk (fast, and wrong)",
             assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(cp, ctx.topology.tp)},

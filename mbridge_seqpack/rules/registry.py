@@ -1,4 +1,5 @@
-"""The rule catalog: registration, ordering and the runner.
+"""Rule registration: the ``@rule`` decorator, ``Rule`` and ``RuleResult`` (the catalog and runner are in
+``catalog.py``, which imports every rule module).
 
 A rule is a small function ``(ctx) -> list[Violation] | None``: ``None`` means the rule does not
 apply to this config (reported as "n/a"), an empty list means it holds.
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from mbridge_seqpack.errors import SEVERITIES, Violation
 from mbridge_seqpack.rules.context import RuleContext
 
-__all__ = ["Rule", "RuleResult", "rule", "all_rules", "evaluate"]
+__all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule"]
 
 RuleFn = Callable[[RuleContext], "list[Violation] | None"]
 
@@ -64,35 +65,16 @@ def rule(rule_id: str, summary: str, *, severity: str, evidence: str) -> Callabl
     return register
 
 
-def all_rules() -> list[Rule]:
-    """Every registered rule, in catalog order."""
-    from mbridge_seqpack.rules import catalog  # noqa: F401  (registers on import)
-
+def registered() -> list[Rule]:
+    """The rules registered so far, in registration order."""
     return list(_CATALOG)
 
 
-def _run(entry: Rule, ctx: RuleContext) -> RuleResult:
+def run_rule(entry: Rule, ctx: RuleContext) -> RuleResult:
+    """One rule on one config: "n/a" (None), "fail" (violations, stamped with the rule's severity) or "ok"."""
     found = entry.fn(ctx)
     if found is None:
         return RuleResult(entry, "n/a")
     if found:
         return RuleResult(entry, "fail", tuple(dataclasses.replace(v, severity=entry.severity) for v in found))
     return RuleResult(entry, "ok")
-
-
-def evaluate(ctx: RuleContext, rules: Iterable[Rule] | None = None) -> list[RuleResult]:
-    """Run the rules on ``ctx``, ``config.types`` first; a rule's own crash is a bug, so it propagates."""
-    from mbridge_seqpack.rules.types import TYPES_RULE_ID
-
-    chosen = list(rules if rules is not None else all_rules())
-    types_entry = next((r for r in all_rules() if r.rule_id == TYPES_RULE_ID), None)
-    typed = _run(types_entry, ctx) if types_entry is not None else None
-    results = []
-    for entry in chosen:
-        if entry.rule_id == TYPES_RULE_ID:
-            results.append(typed)
-        elif typed is not None and typed.status == "fail":
-            results.append(RuleResult(entry, "skipped"))
-        else:
-            results.append(_run(entry, ctx))
-    return results

@@ -46,18 +46,23 @@ class FieldType:
 
 POSITIVE_INT = FieldType("a positive integer", lambda v: _is_int(v) and v > 0, 1)
 OPTIONAL_POSITIVE_INT = FieldType("a positive integer or null", lambda v: v is None or (_is_int(v) and v > 0), None)
-OPTIONAL_NON_NEGATIVE_INT = FieldType("a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0),
-                                      None)
+OPTIONAL_NON_NEGATIVE_INT = FieldType(
+    "a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0), None
+)
 ANY_INT = FieldType("an integer", _is_int, -1)
 BOOL = FieldType("true or false", _is_bool, False)
 OPTIONAL_STR = FieldType("a string or null", lambda v: v is None or isinstance(v, str), None)
-OPTIONAL_PATH = FieldType("a path string or null", lambda v: v is None or isinstance(v, (str,)) or hasattr(v, "__fspath__"),
-                          None)
+OPTIONAL_PATH = FieldType(
+    "a path string or null", lambda v: v is None or isinstance(v, (str,)) or hasattr(v, "__fspath__"), None
+)
 OPTIONAL_MAPPING = FieldType("a mapping (dict) or null", lambda v: v is None or isinstance(v, Mapping), None)
 CP_COMM_TYPE = FieldType(
     "null, a string (p2p, a2a, allgather, a2a+p2p) or a list of those per layer",
-    lambda v: v is None or isinstance(v, str) or (isinstance(v, (list, tuple)) and all(
-        x is None or isinstance(x, str) for x in v)),
+    lambda v: (
+        v is None
+        or isinstance(v, str)
+        or (isinstance(v, (list, tuple)) and all(x is None or isinstance(x, str) for x in v))
+    ),
     None,
 )
 OPTIONAL_INT_LIST = FieldType(
@@ -65,8 +70,10 @@ OPTIONAL_INT_LIST = FieldType(
     lambda v: v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)),
     None,
 )
+
+
 def _is_static_thd_record(value: Any) -> bool:
-    from mbridge_seqpack.thd_config import parse_static_thd
+    from mbridge_seqpack.thd.record import parse_static_thd
 
     try:
         parse_static_thd(value)
@@ -76,10 +83,12 @@ def _is_static_thd_record(value: Any) -> bool:
 
 
 MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
-STATIC_THD_RECORD = FieldType("a string 'capacity=N' or 'capacity=N,max_seqlen=M' (N >= 2)", _is_static_thd_record,
-                              "capacity=2")
-OPTIONAL_MICRO_BATCH = FieldType("a positive integer (null lets Megatron-Bridge report it)",
-                                 lambda v: v is None or (_is_int(v) and v > 0), 1)
+STATIC_THD_RECORD = FieldType(
+    "a string 'capacity=N' or 'capacity=N,max_seqlen=M' (N >= 2)", _is_static_thd_record, "capacity=2"
+)
+OPTIONAL_MICRO_BATCH = FieldType(
+    "a positive integer (null lets Megatron-Bridge report it)", lambda v: v is None or (_is_int(v) and v > 0), 1
+)
 
 # dotted path -> type; a path whose parent is missing or None is not checked (the rules do not read it).
 FIELD_TYPES: dict[str, FieldType] = {
@@ -167,7 +176,8 @@ def _specs_problem(ctx: RuleContext) -> Violation | None:
         "dataset.offline_packing_specs must be a PackedSequenceSpecs (Megatron-Bridge reads its attributes, "
         f"a {type(specs).__name__} has none)",
         fix="cfg.dataset.offline_packing_specs = PackedSequenceSpecs(**"
-        + (repr(shown) if isinstance(specs, Mapping) else "{...}") + ")  "
+        + (repr(shown) if isinstance(specs, Mapping) else "{...}")
+        + ")  "
         "(from megatron.bridge.data.packing.config import PackedSequenceSpecs)",
         severity=ERROR,
     )
@@ -185,12 +195,14 @@ def type_problems(ctx: RuleContext) -> list[Violation]:
         value = _read(ctx.cfg, path)
         if value is _MISSING or kind.accepts(value):
             continue
-        found.append(Violation(
-            TYPES_RULE_ID,
-            {path: value, "type": type(value).__name__},
-            f"{path} must be {kind.expects}; got {value!r} of type {type(value).__name__}",
-            assignments={path: _suggest(value, kind)},
-        ))
+        found.append(
+            Violation(
+                TYPES_RULE_ID,
+                {path: value, "type": type(value).__name__},
+                f"{path} must be {kind.expects}; got {value!r} of type {type(value).__name__}",
+                assignments={path: _suggest(value, kind)},
+            )
+        )
     return found
 
 

@@ -1,4 +1,5 @@
 """A training script shaped like Megatron-Bridge's recipe runner; it never imports mbridge_seqpack."""
+
 import sys
 
 from megatron.bridge.models.gpt_provider import GPTModelProvider
@@ -9,8 +10,9 @@ from megatron.bridge.training.utils.omegaconf_utils import process_config_with_o
 
 def recipe():
     cfg = _sft_common()
-    cfg.model = GPTModelProvider(num_layers=2, hidden_size=128, num_attention_heads=4, seq_length=2048,
-                                 vocab_size=1024)
+    cfg.model = GPTModelProvider(
+        num_layers=2, hidden_size=128, num_attention_heads=4, seq_length=2048, vocab_size=1024
+    )
     cfg.dataset.seq_length = 2048
     cfg.train.global_batch_size = 8
     cfg.train.micro_batch_size = 1

@@ -24,7 +24,17 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-__all__ = ["restored_environ", "discover", "world_size_of", "offline", "judge", "Verdict", "cp2_variant", "packed_variant", "run_zoo"]
+__all__ = [
+    "restored_environ",
+    "discover",
+    "world_size_of",
+    "offline",
+    "judge",
+    "Verdict",
+    "cp2_variant",
+    "packed_variant",
+    "run_zoo",
+]
 
 _GPUS = re.compile(r"_(\d+)gpu")
 
@@ -63,8 +73,10 @@ def world_size_of(fn: Callable[..., Any], cfg: Any = None) -> int:
     if cfg is None:
         return 1
     m = cfg.model
-    tp, pp, cp = (getattr(m, k, 1) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                                   "context_parallel_size"))
+    tp, pp, cp = (
+        getattr(m, k, 1) or 1
+        for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+    )
     ep = getattr(m, "expert_model_parallel_size", 1) or 1
     etp = getattr(m, "expert_tensor_parallel_size", None) or (1 if ep > 1 else tp)
     return math.lcm(tp * pp * cp, etp * ep * pp)
@@ -91,8 +103,13 @@ def offline() -> Iterator[None]:
         raise OfflineError(f"hub access: {args[:1]}")
 
     saved = [(AutoBridge, "from_hf_pretrained", AutoBridge.__dict__["from_hf_pretrained"])]
-    saved += [(c, "from_pretrained", c.__dict__["from_pretrained"]) for c in (AutoConfig, AutoTokenizer, AutoProcessor)]
-    saved += [(socket.socket, "connect", socket.socket.connect), (socket, "create_connection", socket.create_connection)]
+    saved += [
+        (c, "from_pretrained", c.__dict__["from_pretrained"]) for c in (AutoConfig, AutoTokenizer, AutoProcessor)
+    ]
+    saved += [
+        (socket.socket, "connect", socket.socket.connect),
+        (socket, "create_connection", socket.create_connection),
+    ]
     AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
     for c in (AutoConfig, AutoTokenizer, AutoProcessor):
         c.from_pretrained = staticmethod(refuse)
@@ -186,9 +203,13 @@ def _mb_verdict(recipe: str, cfg: Any, world_size: int) -> str:
             return f"RuntimeError: world_size ({world_size}) is not divisible by {etp * ep * pp}"
         train = work.train
         if getattr(train, "rampup_batch_size", None) is None:
-            ConstantNumMicroBatchesCalculator(train.global_batch_size, train.micro_batch_size,
-                                              world_size // (tp * pp * cp),
-                                              getattr(train, "decrease_batch_size_if_needed", False), 0)
+            ConstantNumMicroBatchesCalculator(
+                train.global_batch_size,
+                train.micro_batch_size,
+                world_size // (tp * pp * cp),
+                getattr(train, "decrease_batch_size_if_needed", False),
+                0,
+            )
     except Exception as exc:  # noqa: BLE001  (Megatron's own verdict, whatever it raises)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     return ""
@@ -259,8 +280,9 @@ def packed_variant(build: Callable[[], Any]) -> Callable[[], Any] | None:
         cfg = build()
         mbs = cfg.train.micro_batch_size or 1
         cfg.dataset.enable_offline_packing = True
-        cfg.dataset.offline_packing_specs = PackedSequenceSpecs(packed_sequence_size=cfg.dataset.seq_length,
-                                                                pad_seq_to_mult=1)
+        cfg.dataset.offline_packing_specs = PackedSequenceSpecs(
+            packed_sequence_size=cfg.dataset.seq_length, pad_seq_to_mult=1
+        )
         cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), "pad_to_max_length": True}
         cfg.train.global_batch_size = max(1, cfg.train.global_batch_size // mbs)
         cfg.train.micro_batch_size = 1

@@ -14,20 +14,51 @@ __all__ = ["HF_CONFIGS", "config_for"]
 
 
 def _llama(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int = 128256, **extra: Any) -> tuple:
-    return ("llama", dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                          num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab, **extra))
+    return (
+        "llama",
+        dict(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            intermediate_size=ffn,
+            vocab_size=vocab,
+            **extra,
+        ),
+    )
 
 
 def _qwen(kind: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, **extra: Any) -> tuple:
-    return (kind, dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                       num_key_value_heads=kv, intermediate_size=ffn, vocab_size=151936, **extra))
+    return (
+        kind,
+        dict(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            intermediate_size=ffn,
+            vocab_size=151936,
+            **extra,
+        ),
+    )
 
 
-def _moe(kind: str, layers: int, hidden: int, heads: int, kv: int, experts: int, topk: int, moe_ffn: int,
-         **extra: Any) -> tuple:
-    return (kind, dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                       num_key_value_heads=kv, num_experts=experts, num_experts_per_tok=topk,
-                       moe_intermediate_size=moe_ffn, **extra))
+def _moe(
+    kind: str, layers: int, hidden: int, heads: int, kv: int, experts: int, topk: int, moe_ffn: int, **extra: Any
+) -> tuple:
+    return (
+        kind,
+        dict(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            num_experts=experts,
+            num_experts_per_tok=topk,
+            moe_intermediate_size=moe_ffn,
+            **extra,
+        ),
+    )
 
 
 LLAMA3_8B = _llama(32, 4096, 32, 8, 14336, rope_theta=500000.0)
@@ -61,37 +92,119 @@ HF_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "Qwen/Qwen3-30B-A3B": _moe("qwen3_moe", 48, 2048, 32, 4, 128, 8, 768, head_dim=128),
     "Qwen/Qwen3-235B-A22B": _moe("qwen3_moe", 94, 4096, 64, 4, 128, 8, 1536, head_dim=128),
     "Qwen/Qwen3-Next-80B-A3B-Instruct": ("qwen3_next", {}),
-    "google/gemma-2-2b": ("gemma2", dict(num_hidden_layers=26, hidden_size=2304, num_attention_heads=8,
-                                          num_key_value_heads=4, intermediate_size=9216, head_dim=256)),
-    "google/gemma-2-9b": ("gemma2", dict(num_hidden_layers=42, hidden_size=3584, num_attention_heads=16,
-                                          num_key_value_heads=8, intermediate_size=14336, head_dim=256)),
-    "google/gemma-2-27b": ("gemma2", dict(num_hidden_layers=46, hidden_size=4608, num_attention_heads=32,
-                                           num_key_value_heads=16, intermediate_size=36864, head_dim=128)),
-    "google/gemma-3-1b-pt": ("gemma3_text", dict(num_hidden_layers=26, hidden_size=1152, num_attention_heads=4,
-                                                  num_key_value_heads=1, intermediate_size=6912, head_dim=256)),
-    "zai-org/GLM-4.5": ("glm4_moe", dict(num_hidden_layers=92, hidden_size=5120, num_attention_heads=96,
-                                          num_key_value_heads=8, n_routed_experts=160, num_experts_per_tok=8,
-                                          moe_intermediate_size=1536, intermediate_size=12288,
-                                          first_k_dense_replace=3, partial_rotary_factor=0.5,
-                                          attention_bias=True, num_nextn_predict_layers=1, head_dim=128)),
-    "zai-org/GLM-4.5-Air": ("glm4_moe", dict(num_hidden_layers=46, hidden_size=4096, num_attention_heads=96,
-                                              num_key_value_heads=8, n_routed_experts=128, num_experts_per_tok=8,
-                                              moe_intermediate_size=1408, intermediate_size=10944,
-                                              first_k_dense_replace=1, partial_rotary_factor=0.5,
-                                              attention_bias=True, num_nextn_predict_layers=1, head_dim=128)),
+    "google/gemma-2-2b": (
+        "gemma2",
+        dict(
+            num_hidden_layers=26,
+            hidden_size=2304,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            intermediate_size=9216,
+            head_dim=256,
+        ),
+    ),
+    "google/gemma-2-9b": (
+        "gemma2",
+        dict(
+            num_hidden_layers=42,
+            hidden_size=3584,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            intermediate_size=14336,
+            head_dim=256,
+        ),
+    ),
+    "google/gemma-2-27b": (
+        "gemma2",
+        dict(
+            num_hidden_layers=46,
+            hidden_size=4608,
+            num_attention_heads=32,
+            num_key_value_heads=16,
+            intermediate_size=36864,
+            head_dim=128,
+        ),
+    ),
+    "google/gemma-3-1b-pt": (
+        "gemma3_text",
+        dict(
+            num_hidden_layers=26,
+            hidden_size=1152,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            intermediate_size=6912,
+            head_dim=256,
+        ),
+    ),
+    "zai-org/GLM-4.5": (
+        "glm4_moe",
+        dict(
+            num_hidden_layers=92,
+            hidden_size=5120,
+            num_attention_heads=96,
+            num_key_value_heads=8,
+            n_routed_experts=160,
+            num_experts_per_tok=8,
+            moe_intermediate_size=1536,
+            intermediate_size=12288,
+            first_k_dense_replace=3,
+            partial_rotary_factor=0.5,
+            attention_bias=True,
+            num_nextn_predict_layers=1,
+            head_dim=128,
+        ),
+    ),
+    "zai-org/GLM-4.5-Air": (
+        "glm4_moe",
+        dict(
+            num_hidden_layers=46,
+            hidden_size=4096,
+            num_attention_heads=96,
+            num_key_value_heads=8,
+            n_routed_experts=128,
+            num_experts_per_tok=8,
+            moe_intermediate_size=1408,
+            intermediate_size=10944,
+            first_k_dense_replace=1,
+            partial_rotary_factor=0.5,
+            attention_bias=True,
+            num_nextn_predict_layers=1,
+            head_dim=128,
+        ),
+    ),
     "openai/gpt-oss-20b": ("gpt_oss", dict(num_hidden_layers=24, num_local_experts=32)),
     "openai/gpt-oss-120b": ("gpt_oss", dict(num_hidden_layers=36, num_local_experts=128)),
     "deepseek-ai/DeepSeek-V3": ("deepseek_v3", {}),
     "deepseek-ai/DeepSeek-V2": ("deepseek_v2", dict(num_hidden_layers=60, n_routed_experts=160)),
-    "deepseek-ai/DeepSeek-V2-Lite": ("deepseek_v2", dict(num_hidden_layers=27, n_routed_experts=64,
-                                                          q_lora_rank=None, hidden_size=2048,
-                                                          num_attention_heads=16, num_key_value_heads=16)),
-    "moonshotai/Moonlight-16B-A3B": ("deepseek_v3", dict(num_hidden_layers=27, n_routed_experts=64,
-                                                          hidden_size=2048, num_attention_heads=16,
-                                                          num_key_value_heads=16, q_lora_rank=None,
-                                                          first_k_dense_replace=1, n_group=1, topk_group=1)),
-    "moonshotai/Kimi-K2-Instruct": ("deepseek_v3", dict(n_routed_experts=384, num_attention_heads=64,
-                                                         num_key_value_heads=64, n_group=1, topk_group=1)),
+    "deepseek-ai/DeepSeek-V2-Lite": (
+        "deepseek_v2",
+        dict(
+            num_hidden_layers=27,
+            n_routed_experts=64,
+            q_lora_rank=None,
+            hidden_size=2048,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+        ),
+    ),
+    "moonshotai/Moonlight-16B-A3B": (
+        "deepseek_v3",
+        dict(
+            num_hidden_layers=27,
+            n_routed_experts=64,
+            hidden_size=2048,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=None,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+        ),
+    ),
+    "moonshotai/Kimi-K2-Instruct": (
+        "deepseek_v3",
+        dict(n_routed_experts=384, num_attention_heads=64, num_key_value_heads=64, n_group=1, topk_group=1),
+    ),
     "allenai/OLMoE-1B-7B-0924": ("olmoe", {}),
 }
 
@@ -144,8 +257,15 @@ _DEFAULTS: dict[str, tuple[str, str]] = {
     "mistralai/Ministral-3-14B-Instruct-2512": ("mistral3", "Mistral3ForConditionalGeneration"),
 }
 HF_CONFIGS.update({hub: (kind, {}) for hub, (kind, _) in _DEFAULTS.items()})
-_YARN = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32.0,
-         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+_YARN = {
+    "rope_type": "yarn",
+    "factor": 16.0,
+    "original_max_position_embeddings": 65536,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 for _hub in ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"):
     HF_CONFIGS[_hub] = ("deepseek_v4", {"rope_scaling": dict(_YARN)})
 
@@ -156,8 +276,11 @@ def config_for(hub_id: str) -> Any:
 
     model_type, overrides = HF_CONFIGS[hub_id]
     config = AutoConfig.for_model(model_type, **overrides)
-    arch = _DEFAULTS[hub_id][1] if hub_id in _DEFAULTS else _ARCHITECTURES.get(
-        model_type, type(config).__name__.replace("Config", "ForCausalLM"))
+    arch = (
+        _DEFAULTS[hub_id][1]
+        if hub_id in _DEFAULTS
+        else _ARCHITECTURES.get(model_type, type(config).__name__.replace("Config", "ForCausalLM"))
+    )
     config.architectures = [arch]
     config.name_or_path = hub_id
     return config

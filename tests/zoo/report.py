@@ -1,6 +1,6 @@
 """Summarise the zoo and (with ``--write``) refresh the committed expectations.
 
-    .venv/bin/python -m tests.zoo.report [--write]
+.venv/bin/python -m tests.zoo.report [--write]
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def snapshot(zoo: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
         out[variant] = {
             v.recipe: {
                 "world_size": v.world_size,
-                "megatron": ("not built: " + v.build_error[:80]) if not v.built
+                "megatron": ("not built: " + v.build_error[:80])
+                if not v.built
                 else ("accepted" if v.mb_accepts else "rejected: " + v.mb_error[:80]),
                 "flags": sorted({f"{f['rule_id']}:{f['severity']}" for f in v.flags}),
             }
@@ -38,9 +39,11 @@ def summary(snap: dict[str, dict[str, Any]]) -> list[str]:
         errors = [r for r in accepted if any(f.endswith(":error") for f in r["flags"])]
         advisory = [r for r in accepted if r["flags"] and r not in errors]
         counts = Counter(f for r in accepted for f in r["flags"])
-        lines.append(f"{variant}: {len(recipes)} configs, {len(built)} built, {len(accepted)} accepted by "
-                     f"Megatron-Bridge, {len(errors)} with an error flag, {len(advisory)} with advisories only; "
-                     + ", ".join(f"{k} x{n}" for k, n in sorted(counts.items())))
+        lines.append(
+            f"{variant}: {len(recipes)} configs, {len(built)} built, {len(accepted)} accepted by "
+            f"Megatron-Bridge, {len(errors)} with an error flag, {len(advisory)} with advisories only; "
+            + ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
+        )
     return lines
 
 

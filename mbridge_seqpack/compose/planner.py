@@ -42,9 +42,15 @@ class PlanRow:
         return "; ".join(parts) if parts else "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pack_length": self.pack_length, "global_batch_size": self.global_batch_size, "dp": self.dp,
-                "ok": self.ok, "context_window": self.context_window, "within_context": self.within_context,
-                "violations": [{"rule_id": r, "rule": w} for r, w in zip(self.broken, self.reasons)]}
+        return {
+            "pack_length": self.pack_length,
+            "global_batch_size": self.global_batch_size,
+            "dp": self.dp,
+            "ok": self.ok,
+            "context_window": self.context_window,
+            "within_context": self.within_context,
+            "violations": [{"rule_id": r, "rule": w} for r, w in zip(self.broken, self.reasons)],
+        }
 
 
 def default_lengths(slots: int) -> list[int]:
@@ -56,12 +62,19 @@ def default_lengths(slots: int) -> list[int]:
     return out
 
 
-def plan(target: str, *, slots: int, world_size: int | None = None, lengths: Sequence[int] | None = None,
-         overrides: Sequence[str] = (), context_window: int | None = None) -> list[PlanRow]:
+def plan(
+    target: str,
+    *,
+    slots: int,
+    world_size: int | None = None,
+    lengths: Sequence[int] | None = None,
+    overrides: Sequence[str] = (),
+    context_window: int | None = None,
+) -> list[PlanRow]:
     """Evaluate each pack length at ``slots`` token slots per step (``context_window`` defaults to the
     packaged recipe's)."""
-    from mbridge_seqpack.cli import build_target, resolve_world
-    from mbridge_seqpack.mixins import derive
+    from mbridge_seqpack.compose.derive import derive
+    from mbridge_seqpack.recipes.targets import build_target, resolve_world
     from mbridge_seqpack.rules import check
     from mbridge_seqpack.rules.context import RuleContext
 
@@ -74,11 +87,20 @@ def plan(target: str, *, slots: int, world_size: int | None = None, lengths: Seq
         derive(cfg)
         dp = RuleContext(cfg=cfg, world_size=world).topology.data_parallel
         if slots % length:
-            rows.append(PlanRow(length, None, dp, ("plan.slots_divisible",),
-                                (f"{slots} token slots are not a whole number of {length}-token rows",), window))
+            rows.append(
+                PlanRow(
+                    length,
+                    None,
+                    dp,
+                    ("plan.slots_divisible",),
+                    (f"{slots} token slots are not a whole number of {length}-token rows",),
+                    window,
+                )
+            )
             continue
         cfg.train.global_batch_size = slots // length
         found = check(cfg, world_size=world)
-        rows.append(PlanRow(length, slots // length, dp, tuple(v.rule_id for v in found),
-                            tuple(v.rule for v in found), window))
+        rows.append(
+            PlanRow(length, slots // length, dp, tuple(v.rule_id for v in found), tuple(v.rule for v in found), window)
+        )
     return rows

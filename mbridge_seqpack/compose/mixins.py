@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
+from mbridge_seqpack.compose.derive import derive, ensure_specs
 from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
 from mbridge_seqpack.paths import set_path
-from mbridge_seqpack.thd_config import STATIC_THD_ENV, STATIC_THD_PATH, StaticTHDSpec
+from mbridge_seqpack.thd.record import STATIC_THD_ENV, STATIC_THD_PATH, StaticTHDSpec
 
 #: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
 #: ``model.seq_length`` from it; mixins state the length there too
@@ -67,8 +67,12 @@ class OfflinePacking:
         out: dict[str, Any] = {"dataset.enable_offline_packing": True, "train.micro_batch_size": 1}
         if self.pack_size is not None:
             out[SEQ_LENGTH] = self.pack_size
-        for name in ("max_single_sequence_length", "packed_train_data_path", "packed_val_data_path",
-                     "packed_metadata_path"):
+        for name in (
+            "max_single_sequence_length",
+            "packed_train_data_path",
+            "packed_val_data_path",
+            "packed_metadata_path",
+        ):
             if getattr(self, name) is not None:
                 out[f"dataset.offline_packing_specs.{name}"] = getattr(self, name)
         return out
@@ -229,7 +233,7 @@ def _write(cfg: Any, facts: dict[str, Any]) -> None:
         elif path == "model.cuda_graph_modules":
             _set_cuda_graph_modules(cfg.model, value)
         elif path.startswith("dataset.offline_packing_specs."):
-            _ensure_specs(cfg)
+            ensure_specs(cfg)
             set_path(cfg, path, value)
         elif path == STATIC_THD_PATH:
             if cfg.env_vars is None:
@@ -237,74 +241,6 @@ def _write(cfg: Any, facts: dict[str, Any]) -> None:
             cfg.env_vars[STATIC_THD_ENV] = value
         else:
             set_path(cfg, path, value)
-
-
-def _ensure_specs(cfg: Any) -> Any:
-    if getattr(cfg.dataset, "offline_packing_specs", None) is None:
-        from megatron.bridge.data.packing.config import PackedSequenceSpecs
-
-        cfg.dataset.offline_packing_specs = PackedSequenceSpecs(packed_sequence_size=cfg.model.seq_length)
-    return cfg.dataset.offline_packing_specs
-
-
-def _set_fixed_width(ctx: Any) -> None:
-    """Turn fixed-width rows on exactly as the rules' fix says (attribute or ``dataset_kwargs`` key)."""
-    for path, value in ctx.pad_to_max_length_fix().items():
-        set_path(ctx.cfg, path, value)
-
-
-def _align_variable_rows(ctx: Any) -> None:
-    """Variable-width GPT SFT rows are rounded up to ``dataset_kwargs['pad_seq_length_to_mult']``: keep it
-    a multiple of the row alignment (CP shards, SP splits) so every row splits evenly."""
-    need = ctx.topology.row_alignment
-    if ctx.pad_to_max_length or need == 1 or not ctx.dataset_is("gpt_sft"):
-        return
-    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
-
-    if ctx.cfg.dataset.dataset_kwargs is None:
-        ctx.cfg.dataset.dataset_kwargs = {}
-    kwargs = ctx.cfg.dataset.dataset_kwargs
-    kwargs["pad_seq_length_to_mult"] = math.lcm(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE), need)
-
-
-def derive(cfg: Any) -> Any:
-    """Recompute every field that follows from topology, sequence length and packing mode. Idempotent."""
-    from mbridge_seqpack.rules.context import RuleContext
-
-    ctx = RuleContext(cfg=cfg, world_size=1)  # world size plays no part in derived fields
-    topo = ctx.topology
-    if hasattr(cfg.dataset, "seq_length"):  # the owner, as in Megatron-Bridge's recipe runner
-        cfg.model.seq_length = cfg.dataset.seq_length
-    seq = cfg.model.seq_length
-
-    if ctx.offline_packing:
-        specs = _ensure_specs(cfg)
-        specs.packed_sequence_size = seq
-        # keep a user's stricter multiple: lcm(existing, needed), as Megatron-Bridge does for collate padding
-        specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, topo.sequence_alignment)
-        cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
-        if ctx.training_cuda_graphs:
-            _set_fixed_width(ctx)
-        if ctx.graphs_capture_attention:
-            specs.pad_cu_seqlens = True
-        if specs.pad_cu_seqlens:
-            _set_fixed_width(ctx)
-        _align_variable_rows(ctx)
-
-    if ctx.in_batch_packing and ctx.training_cuda_graphs and STATIC_THD_ENV not in (cfg.env_vars or {}):
-        # graphs over in-batch packing need the static path: a row holds exactly micro_batch_size sequences
-        # (boundaries: the leading 0 and one end each); the tail padding joins the last physical segment
-        cfg.env_vars = {**(cfg.env_vars or {}), STATIC_THD_ENV: StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1).encode()}
-        _set_fixed_width(ctx)
-
-    if topo.cp > 1 and ctx.is_finetuning:
-        cfg.model.calculate_per_token_loss = True
-        if hasattr(cfg.ddp, "average_in_collective"):
-            cfg.ddp.average_in_collective = False
-
-    if ctx.dataset_is("gpt_sft") and (topo.pp > 1 or topo.ep > 1):
-        _set_fixed_width(ctx)
-    return cfg
 
 
 #: rules whose outcome depends on the world size; apply() runs them only when it is given

@@ -26,7 +26,7 @@ __all__ = [
     "embedded_tokenizer_dir",
 ]
 
-_DATA = Path(__file__).resolve().parent / "data"
+_DATA = Path(__file__).resolve().parents[1] / "data"  # mbridge_seqpack/data
 
 
 def embedded_data_dir() -> Path:
@@ -56,8 +56,9 @@ class RecipeInfo:
     context_window: int | None = None
 
 
-def recipe(name: str, *, model: str, mode: str, world_size: int, description: str,
-           context_window: int | None = None) -> Callable:
+def recipe(
+    name: str, *, model: str, mode: str, world_size: int, description: str, context_window: int | None = None
+) -> Callable:
     """Mark a function returning a ConfigContainer as a packaged recipe."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -212,23 +213,54 @@ def qwen25_vl_3b_provider() -> Any:
     """Qwen2.5-VL-3B sizes (36-layer 2048-hidden LM with mRoPE, 32-block ViT) via the registered bridge."""
     from transformers import Qwen2_5_VLConfig
 
-    text = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                num_attention_heads=16, num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=QWEN25_VL_CONTEXT,
-                rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}, tie_word_embeddings=True)
-    vision = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
-                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-                  fullatt_block_indexes=[7, 15, 23, 31])
+    text = dict(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        rope_theta=1000000.0,
+        max_position_embeddings=QWEN25_VL_CONTEXT,
+        rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+        tie_word_embeddings=True,
+    )
+    vision = dict(
+        depth=32,
+        hidden_size=1280,
+        intermediate_size=3420,
+        num_heads=16,
+        out_hidden_size=2048,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=112,
+        fullatt_block_indexes=[7, 15, 23, 31],
+    )
     return provider_from_hf_config(
-        Qwen2_5_VLConfig(architectures=["Qwen2_5_VLForConditionalGeneration"], text_config=text,
-                         vision_config=vision, **{k: text[k] for k in ("vocab_size", "hidden_size",
-                                                                       "num_hidden_layers", "num_attention_heads",
-                                                                       "num_key_value_heads", "intermediate_size",
-                                                                       "tie_word_embeddings")})
+        Qwen2_5_VLConfig(
+            architectures=["Qwen2_5_VLForConditionalGeneration"],
+            text_config=text,
+            vision_config=vision,
+            **{
+                k: text[k]
+                for k in (
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "intermediate_size",
+                    "tie_word_embeddings",
+                )
+            },
+        )
     )
 
 
-def vlm_sft_base(model: Any, *, seq_length: int, global_batch_size: int, micro_batch_size: int,
-                 hf_processor_path: str) -> Any:
+def vlm_sft_base(
+    model: Any, *, seq_length: int, global_batch_size: int, micro_batch_size: int, hf_processor_path: str
+) -> Any:
     """Megatron-Bridge's VLM SFT defaults with its synthetic (offline) conversation dataset."""
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
     from megatron.bridge.recipes.common import _sft_common_vlm

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -25,10 +25,6 @@ __all__ = [
     "static_cu_seqlens",
     "static_packed_seq_params",
     "static_thd_batch",
-    "StaticTHDBatches",
-    "static_thd_forward_step",
-    "layout_from_config",
-    "static_forward_step",
 ]
 
 CU_KEYS = ("cu_seqlens_q", "cu_seqlens_kv")
@@ -56,7 +52,7 @@ class StaticTHDLayout:
     merge_tail: bool = False
 
     def __post_init__(self) -> None:
-        from mbridge_seqpack.thd_config import check_static_shape
+        from mbridge_seqpack.thd.record import check_static_shape
 
         check_static_shape("StaticTHDLayout", self.capacity, self.max_seqlen, max_seqlen_optional=False)
         if self.width is not None and (not isinstance(self.width, int) or self.width < 1):
@@ -73,11 +69,14 @@ class StaticTHDLayout:
             max_seq = max(int(e["dataset_max_seqlen"]) for e in entries)
             min_packed = min(int(e["min_packed_seqlen"]) for e in entries)
         except FileNotFoundError:
-            raise ValueError(f"pack metadata {path} does not exist; pass the <N>_metadata.jsonl written with "
-                             f"the pack") from None
+            raise ValueError(
+                f"pack metadata {path} does not exist; pass the <N>_metadata.jsonl written with the pack"
+            ) from None
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"pack metadata {path} must be a JSON list of objects with max_samples_per_bin, "
-                             f"dataset_max_seqlen and min_packed_seqlen ({exc})") from None
+            raise ValueError(
+                f"pack metadata {path} must be a JSON list of objects with max_samples_per_bin, "
+                f"dataset_max_seqlen and min_packed_seqlen ({exc})"
+            ) from None
         return cls(capacity=max_samples + 2, max_seqlen=max(max_seq, row_width - min_packed), width=row_width)
 
     @classmethod
@@ -108,8 +107,9 @@ def validate_cu_seqlens(cu: torch.Tensor, *, name: str = "cu_seqlens", row_width
     steps = values[1:] - values[:-1]
     if (steps < 0).any():
         i = int(torch.nonzero(steps < 0)[0]) + 1
-        raise ValueError(f"{name} must be non-decreasing; {name}[{i}] = {int(values[i])} < {name}[{i - 1}] = "
-                         f"{int(values[i - 1])}")
+        raise ValueError(
+            f"{name} must be non-decreasing; {name}[{i}] = {int(values[i])} < {name}[{i - 1}] = {int(values[i - 1])}"
+        )
     if row_width is not None and values[-1] > row_width:
         raise ValueError(f"{name}[-1] = {int(values[-1])} is beyond the row width {row_width}")
 
@@ -137,8 +137,13 @@ def _with_tail(cu: torch.Tensor, end: int) -> torch.Tensor:
     return torch.cat([cu, torch.tensor([end], dtype=cu.dtype, device=cu.device)])
 
 
-def static_cu_seqlens(cu_seqlens: torch.Tensor, *, capacity: int, cu_seqlens_padded: torch.Tensor | None = None,
-                      row_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def static_cu_seqlens(
+    cu_seqlens: torch.Tensor,
+    *,
+    capacity: int,
+    cu_seqlens_padded: torch.Tensor | None = None,
+    row_width: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Validated, tail-closed and capacity-padded (logical, physical) boundaries of one row.
 
     With ``row_width``, a row whose last physical boundary stops short of the width gets a final
@@ -151,8 +156,10 @@ def static_cu_seqlens(cu_seqlens: torch.Tensor, *, capacity: int, cu_seqlens_pad
         padded = cu_seqlens_padded.reshape(-1) if cu_seqlens_padded.dim() == 2 else cu_seqlens_padded
         validate_cu_seqlens(padded, name="cu_seqlens_padded", row_width=row_width)
         if padded.shape != cu.shape:
-            raise ValueError(f"cu_seqlens_padded has {padded.numel()} entries and cu_seqlens {cu.numel()}; they "
-                             f"describe the same segments and must match")
+            raise ValueError(
+                f"cu_seqlens_padded has {padded.numel()} entries and cu_seqlens {cu.numel()}; they "
+                f"describe the same segments and must match"
+            )
     if row_width is not None and cu.device.type == "cpu":
         physical = padded if padded is not None else cu
         if int(physical[-1]) < row_width:
@@ -167,21 +174,34 @@ def static_cu_seqlens(cu_seqlens: torch.Tensor, *, capacity: int, cu_seqlens_pad
     return cu, padded
 
 
-def static_packed_seq_params(cu_seqlens: torch.Tensor, *, capacity: int, max_seqlen: int,
-                             cu_seqlens_padded: torch.Tensor | None = None,
-                             row_width: int | None = None) -> Any:
+def static_packed_seq_params(
+    cu_seqlens: torch.Tensor,
+    *,
+    capacity: int,
+    max_seqlen: int,
+    cu_seqlens_padded: torch.Tensor | None = None,
+    row_width: int | None = None,
+) -> Any:
     """Megatron-Core ``PackedSeqParams(qkv_format="thd")`` with ``capacity``-entry boundaries and a fixed
     ``max_seqlen`` (q and kv identical), whatever the number of sequences in the row."""
     from megatron.core.packed_seq_params import PackedSeqParams
 
     if not isinstance(max_seqlen, int) or max_seqlen < 1:
         raise ValueError(f"max_seqlen must be a positive int (a fixed bound for the run), got {max_seqlen!r}")
-    cu, padded = static_cu_seqlens(cu_seqlens, capacity=capacity, cu_seqlens_padded=cu_seqlens_padded,
-                                   row_width=row_width)
+    cu, padded = static_cu_seqlens(
+        cu_seqlens, capacity=capacity, cu_seqlens_padded=cu_seqlens_padded, row_width=row_width
+    )
     cu = cu.to(torch.int32)
     padded = padded.to(torch.int32) if padded is not None else None
-    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=padded,
-                           cu_seqlens_kv_padded=padded, max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        cu_seqlens_q_padded=padded,
+        cu_seqlens_kv_padded=padded,
+        max_seqlen_q=max_seqlen,
+        max_seqlen_kv=max_seqlen,
+    )
 
 
 # ---- training-step injection ----------------------------------------------------------------------
@@ -195,8 +215,9 @@ def _pad_row_width(batch: dict[str, Any], width: int) -> None:
             continue
         short = width - tensor.shape[-1]
         if short < 0:
-            raise StaticShapeOverflowError(f"batch['{key}'] has {tensor.shape[-1]} tokens per row, more than the "
-                                           f"static width {width}")
+            raise StaticShapeOverflowError(
+                f"batch['{key}'] has {tensor.shape[-1]} tokens per row, more than the static width {width}"
+            )
         if short:
             fill = tensor.new_full((*tensor.shape[:-1], short), value)
             batch[key] = torch.cat([tensor, fill], dim=-1)
@@ -204,8 +225,9 @@ def _pad_row_width(batch: dict[str, Any], width: int) -> None:
         batch["total_tokens"] = width
 
 
-def _merged_tail_boundaries(cu: torch.Tensor, padded: torch.Tensor | None, layout: StaticTHDLayout
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+def _merged_tail_boundaries(
+    cu: torch.Tensor, padded: torch.Tensor | None, layout: StaticTHDLayout
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(logical, physical) boundaries of one in-batch row with the row-tail padding inside the last physical
     segment: logical ends stay where the sequences end, the last physical end moves to the width."""
     cu = cu.reshape(-1) if cu.dim() == 2 else cu
@@ -213,13 +235,16 @@ def _merged_tail_boundaries(cu: torch.Tensor, padded: torch.Tensor | None, layou
     physical = cu if padded is None else (padded.reshape(-1) if padded.dim() == 2 else padded)
     validate_cu_seqlens(physical, name="cu_seqlens_padded", row_width=layout.width)
     if physical.shape != cu.shape:
-        raise ValueError(f"cu_seqlens_padded has {physical.numel()} entries and cu_seqlens {cu.numel()}; they "
-                         f"describe the same segments and must match")
+        raise ValueError(
+            f"cu_seqlens_padded has {physical.numel()} entries and cu_seqlens {cu.numel()}; they "
+            f"describe the same segments and must match"
+        )
     if cu.shape[-1] != layout.capacity:
         raise StaticShapeOverflowError(
             f"an in-batch row has {cu.shape[-1] - 1} sequences, the static layout expects exactly "
             f"{layout.capacity - 1} (the micro batch size); a partial micro batch cannot be replayed by the graph "
-            f"(drop it: the dataloader's drop_last)")
+            f"(drop it: the dataloader's drop_last)"
+        )
     end = torch.full_like(physical[-1:], layout.width)
     return cu.to(torch.int32), torch.cat([physical[:-1], end]).to(torch.int32)
 
@@ -247,8 +272,9 @@ def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str
     padded_rows = (list(padded) if rows_2d else [padded]) if padded is not None else [None] * len(cu_rows)
     new_cu, new_padded = [], []
     for row_cu, row_padded in zip(cu_rows, padded_rows):
-        c, p = static_cu_seqlens(row_cu, capacity=layout.capacity, cu_seqlens_padded=row_padded,
-                                 row_width=layout.width)
+        c, p = static_cu_seqlens(
+            row_cu, capacity=layout.capacity, cu_seqlens_padded=row_padded, row_width=layout.width
+        )
         new_cu.append(c.to(torch.int32))
         new_padded.append(p.to(torch.int32) if p is not None else None)
     stack = (lambda rows: torch.stack(rows)) if rows_2d else (lambda rows: rows[0])
@@ -262,94 +288,8 @@ def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str
 def _set_max_seqlen(out: dict[str, Any], max_seqlen: int) -> None:
     for key in ("max_seqlen_q", "max_seqlen_kv"):
         old = out.get(key)
-        out[key] = (torch.full_like(old, max_seqlen) if isinstance(old, torch.Tensor)
-                    else torch.tensor(max_seqlen, dtype=torch.int32))
-
-
-class StaticTHDBatches:
-    """Wraps a data iterator so every THD batch it yields has static shapes."""
-
-    def __init__(self, iterator: Iterator[dict[str, Any]], layout: StaticTHDLayout):
-        self._iterator = iterator
-        self.layout = layout
-
-    def __iter__(self) -> "StaticTHDBatches":
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        return static_thd_batch(next(self._iterator), self.layout)
-
-
-def _wrap(data_iterator: Any, layout: StaticTHDLayout) -> Any:
-    if data_iterator is None or isinstance(data_iterator, StaticTHDBatches):
-        return data_iterator
-    if isinstance(data_iterator, list):  # virtual pipeline: one iterator per model chunk
-        return [_wrap(it, layout) for it in data_iterator]
-    return StaticTHDBatches(data_iterator, layout)
-
-
-def _takes_state(forward_step: Callable[..., Any]) -> bool:
-    """Whether Megatron-Bridge will inject its GlobalState as the first argument (its own signature test)."""
-    from megatron.bridge.training.utils.train_utils import needs_global_state_injection
-
-    return bool(needs_global_state_injection(forward_step))
-
-
-def static_thd_forward_step(forward_step: Callable[..., Any], layout: StaticTHDLayout) -> Callable[..., Any]:
-    """A forward step (e.g. Megatron-Bridge's ``gpt_step.forward_step`` or ``vlm_step.forward_step``) whose
-    batches carry static THD shapes. Pass the result to ``finetune()``/``pretrain()`` instead.
-
-    The wrapper keeps the wrapped step's calling convention: Megatron-Bridge's ``prepare_forward_step_func``
-    inspects the signature (``__wrapped__``) and injects its state only into steps that take one.
-    """
-    import functools
-
-    if _takes_state(forward_step):
-        def forward_step_with_static_thd(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-            return forward_step(state, _wrap(data_iterator, layout), model, *args, **kwargs)
-    else:
-        def forward_step_with_static_thd(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-            return forward_step(_wrap(data_iterator, layout), model, *args, **kwargs)
-
-    functools.update_wrapper(forward_step_with_static_thd, forward_step)
-    forward_step_with_static_thd.static_thd_layout = layout  # type: ignore[attr-defined]
-    return forward_step_with_static_thd
-
-
-def layout_from_config(cfg: Any) -> StaticTHDLayout:
-    """The static layout a ConfigContainer asks for.
-
-    Offline packing with ``pad_cu_seqlens``: from the pack metadata (``packed_metadata_path``) and the
-    pack size; Megatron-Bridge's own collate already pads to it, the wrapper only checks. In-batch packing
-    with the static path (``StaticTHD`` mixin): ``micro_batch_size + 1`` entries, width and ``max_seqlen``
-    ``micro_batch_size * seq_length``, the tail inside the last physical segment.
-    """
-    from mbridge_seqpack.thd_config import static_thd_spec
-
-    dataset = cfg.dataset
-    specs = getattr(dataset, "offline_packing_specs", None)
-    if specs is not None and getattr(specs, "pad_cu_seqlens", False):
-        if specs.packed_metadata_path is None:
-            raise ValueError("cfg.dataset.offline_packing_specs.packed_metadata_path is None; static cu_seqlens are "
-                             "sized from the pack metadata - set it to the <N>_metadata.jsonl written with the pack")
-        return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
-    spec = static_thd_spec(cfg)
-    if getattr(dataset, "enable_in_batch_packing", False) and spec is not None:
-        return StaticTHDLayout.for_in_batch(cfg.train.micro_batch_size, dataset.seq_length)
-    raise ValueError("the config asks for no static THD shapes: enable offline_packing_specs.pad_cu_seqlens, or "
-                     "in-batch packing with mbridge_seqpack.apply(cfg, StaticTHD(...)) / PackedCudaGraphs()")
-
-
-def static_forward_step(cfg: Any, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
-    """The forward step to pass to ``finetune()``/``pretrain()`` for ``cfg`` with static THD shapes.
-
-    ``forward_step`` defaults to Megatron-Bridge's VLM step for in-batch packing and its GPT step
-    otherwise; the layout comes from :func:`layout_from_config`.
-    """
-    layout = layout_from_config(cfg)
-    if forward_step is None:
-        if getattr(cfg.dataset, "enable_in_batch_packing", False):
-            from megatron.bridge.training.vlm_step import forward_step
-        else:
-            from megatron.bridge.training.gpt_step import forward_step
-    return static_thd_forward_step(forward_step, layout)
+        out[key] = (
+            torch.full_like(old, max_seqlen)
+            if isinstance(old, torch.Tensor)
+            else torch.tensor(max_seqlen, dtype=torch.int32)
+        )

@@ -1,9 +1,9 @@
-"""Registry of packaged recipes and loader for user recipe files.
+"""Recipes: the registry of packaged recipes and the loader for user recipe files (this module), the kit the
+recipes are written with (``kit``: providers built offline, SFT bases, the ``@recipe`` marker), building a
+target as Megatron-Bridge's runner does (``targets``), and the packaged recipe files (``packaged/``).
 
-Packaged recipes are plain Python files (the repository's ``recipes/`` folder, shipped inside the
-wheel as ``mbridge_seqpack/_packaged_recipes``) whose functions are marked with
-:func:`mbridge_seqpack.recipe_kit.recipe`. Recipe files import Megatron-Bridge inside their function
-bodies, so listing recipes stays fast.
+Packaged recipes are plain Python files whose functions are marked with :func:`mbridge_seqpack.recipes.kit.recipe`.
+They import Megatron-Bridge inside their function bodies, so listing recipes stays fast.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from mbridge_seqpack.recipe_kit import RecipeInfo
+from mbridge_seqpack.recipes.kit import RecipeInfo
 
 __all__ = ["recipes_dir", "list_recipes", "recipe_info", "build_recipe", "load_recipe_target"]
 
 
 def recipes_dir() -> Path:
-    """Installed wheel: ``mbridge_seqpack/_packaged_recipes``; source checkout: ``<repo>/recipes``."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "_packaged_recipes"
-    return packaged if packaged.is_dir() else here.parent / "recipes"
+    """The packaged recipe files (``mbridge_seqpack/recipes/packaged``, in a checkout and in the wheel)."""
+    return Path(__file__).resolve().parent / "packaged"
 
 
 def _load_module(path: Path) -> ModuleType:
@@ -105,6 +103,5 @@ def load_recipe_target(target: str) -> tuple[Callable[..., Any], RecipeInfo | No
         if callable(getattr(module, default, None)):
             return getattr(module, default), None
     raise ValueError(
-        f"{path} defines {len(marked)} marked recipes and no recipe()/config() function; name one as "
-        f"{path}:FUNCTION"
+        f"{path} defines {len(marked)} marked recipes and no recipe()/config() function; name one as {path}:FUNCTION"
     )

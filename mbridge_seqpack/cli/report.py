@@ -74,13 +74,13 @@ class CheckReport:
                 "ok": self.ok,
                 "derived": self.derived,
                 "rules": [
-                    {"rule_id": r.rule.rule_id, "status": r.status,
-                     "violations": [v.to_dict() for v in r.violations]}
+                    {"rule_id": r.rule.rule_id, "status": r.status, "violations": [v.to_dict() for v in r.violations]}
                     for r in self.results
                 ],
                 "violations": [v.to_dict() for v in self.violations],
-                "megatron_bridge_validate": None if not self.megatron_ran else (
-                    {"ok": self.megatron_error is None, "error": self.megatron_error}),
+                "megatron_bridge_validate": None
+                if not self.megatron_ran
+                else ({"ok": self.megatron_error is None, "error": self.megatron_error}),
             },
             indent=2,
         )
@@ -92,17 +92,31 @@ class CheckReport:
         d = self.derived
         dp = d["dp"] if d["dp"] is not None else "n/a (world size does not divide)"
         lines = [f"mbridge-seqpack check: {self.target}"]
-        lines += wrap(f"world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
-                      f"SP={'on' if d['sequence_parallel'] else 'off'}", "  layout   ", hang=" " * 11)
-        lines += wrap(f"{d['mode']}, row {d['row_length']} tokens, THD alignment multiple "
-                      f"{d['alignment_multiple']}", "  packing  ", hang=" " * 11)
-        lines += wrap(f"micro {d['micro_batch_size']}, global {d['global_batch_size']}, token slots per step "
-                      f"{d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
-                      "  batch    ", hang=" " * 11)
+        lines += wrap(
+            f"world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
+            f"SP={'on' if d['sequence_parallel'] else 'off'}",
+            "  layout   ",
+            hang=" " * 11,
+        )
+        lines += wrap(
+            f"{d['mode']}, row {d['row_length']} tokens, THD alignment multiple {d['alignment_multiple']}",
+            "  packing  ",
+            hang=" " * 11,
+        )
+        lines += wrap(
+            f"micro {d['micro_batch_size']}, global {d['global_batch_size']}, token slots per step "
+            f"{d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
+            "  batch    ",
+            hang=" " * 11,
+        )
         lines.append("rules:")
         for r in self.results:
-            mark = {"ok": "ok  ", "fail": "FAIL" if r.rule.severity == "error" else "ADV ", "n/a": "n/a ",
-                    "skipped": "skip"}[r.status]
+            mark = {
+                "ok": "ok  ",
+                "fail": "FAIL" if r.rule.severity == "error" else "ADV ",
+                "n/a": "n/a ",
+                "skipped": "skip",
+            }[r.status]
             lines.append(f"  {mark} {r.rule.rule_id}")
             if r.violations:
                 lines += wrap(r.rule.summary, " " * 7)
@@ -119,6 +133,10 @@ class CheckReport:
             lines += wrap(note, "note: ", hang="  ")
         n, advisories = len(self.errors), len(self.violations) - len(self.errors)
         note = f" ({advisories} advisory)" if advisories else ""
-        lines.append(f"result: OK{note}" if self.ok else f"result: {n} violation(s){note}"
-                     + ("" if self.megatron_error is None else ", Megatron-Bridge validation failed"))
+        lines.append(
+            f"result: OK{note}"
+            if self.ok
+            else f"result: {n} violation(s){note}"
+            + ("" if self.megatron_error is None else ", Megatron-Bridge validation failed")
+        )
         return "\n".join(lines)

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["segment_ids", "varlen_causal_attention", "packed_token_loss", "thd_cp_partition_indices",
-           "thd_cp_reassemble"]
+__all__ = [
+    "segment_ids",
+    "varlen_causal_attention",
+    "packed_token_loss",
+    "thd_cp_partition_indices",
+    "thd_cp_reassemble",
+]
 
 
 def segment_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
@@ -20,20 +25,23 @@ def segment_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     return torch.searchsorted(cu_seqlens.to(torch.int64).contiguous(), positions, right=True) - 1
 
 
-def varlen_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            cu_seqlens: torch.Tensor) -> torch.Tensor:
+def varlen_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor
+) -> torch.Tensor:
     """Causal attention of ``[T, heads, dim]`` tensors where token i sees token j only inside its own segment."""
     total = q.shape[0]
     seg = segment_ids(cu_seqlens, total)
     idx = torch.arange(total, device=q.device)
     allowed = (seg[:, None] == seg[None, :]) & (idx[None, :] <= idx[:, None])
     out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed)
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed
+    )
     return out.transpose(0, 1)
 
 
-def packed_token_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def packed_token_loss(
+    logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of masked token cross-entropies, number of loss tokens): Megatron's per-token loss pair."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # at least fp32, keep fp64
     losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
@@ -53,8 +61,10 @@ def thd_cp_partition_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_r
         if length == 0:
             continue
         if length % chunks:
-            raise ValueError(f"segment [{start}, {end}) has length {length}, not a multiple of 2*CP = {chunks}; "
-                             f"pad sequences to pad_seq_to_mult (THD would silently drop tokens)")
+            raise ValueError(
+                f"segment [{start}, {end}) has length {length}, not a multiple of 2*CP = {chunks}; "
+                f"pad sequences to pad_seq_to_mult (THD would silently drop tokens)"
+            )
         size = length // chunks
         for chunk in (cp_rank, chunks - 1 - cp_rank):
             parts.append(torch.arange(start + chunk * size, start + (chunk + 1) * size))

@@ -37,8 +37,10 @@ class VerifyReport:
         return not self.failures and self.rows_checked > 0
 
     def to_text(self) -> str:
-        lines = [f"verify {self.artifact}: {self.rows_checked} row(s), static cu_seqlens capacity {self.capacity}, "
-                 f"CP sizes {', '.join(map(str, self.cp_sizes)) or 'none'}"]
+        lines = [
+            f"verify {self.artifact}: {self.rows_checked} row(s), static cu_seqlens capacity {self.capacity}, "
+            f"CP sizes {', '.join(map(str, self.cp_sizes)) or 'none'}"
+        ]
         lines += [f"  {name:<28} {count}/{self.rows_checked} rows" for name, count in self.passed.items()]
         lines += [f"  FAIL {f}" for f in self.failures[:20]]
         if len(self.failures) > 20:
@@ -51,8 +53,9 @@ def _rows(path: Path, limit: int) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     seen = 0
-    for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=64, columns=["input_ids", "loss_mask",
-                                                                               "seq_start_id"]):
+    for batch in pq.ParquetFile(str(path)).iter_batches(
+        batch_size=64, columns=["input_ids", "loss_mask", "seq_start_id"]
+    ):
         for row in batch.to_pylist():
             if seen >= limit:
                 return
@@ -76,7 +79,7 @@ def sampled_attention_parity(q: Any, k: Any, v: Any, cu_seqlens: Any, queries: A
     own sequence alone, at ``queries``. Memory O(len(queries) * T), never T x T."""
     import torch
 
-    from mbridge_seqpack.reference import segment_ids
+    from mbridge_seqpack.thd.reference import segment_ids
 
     total = q.shape[0]
     seg = segment_ids(cu_seqlens, total)
@@ -89,8 +92,11 @@ def sampled_attention_parity(q: Any, k: Any, v: Any, cu_seqlens: Any, queries: A
         packed = torch.einsum("hqk,khd->qhd", scores.masked_fill(~allowed, float("-inf")).softmax(-1), v)
         for row, i in enumerate(block.tolist()):
             start = int(bounds[torch.searchsorted(bounds, torch.tensor(i), right=True) - 1])
-            alone = torch.einsum("hk,khd->hd", (torch.einsum("hd,khd->hk", q[i], k[start:i + 1]) * scale)
-                                 .softmax(-1), v[start:i + 1])
+            alone = torch.einsum(
+                "hk,khd->hd",
+                (torch.einsum("hd,khd->hk", q[i], k[start : i + 1]) * scale).softmax(-1),
+                v[start : i + 1],
+            )
             worst = max(worst, float((packed[row] - alone).abs().max()))
     return worst
 
@@ -100,7 +106,7 @@ def _logical_lengths(ids: list[int], starts: list[int], eos: int | None) -> list
     the last non-EOS token); the full segment when the EOS id is unknown."""
     out = []
     for s, e in zip(starts[:-1], starts[1:]):
-        seg = np.asarray(ids[s:e - 1])
+        seg = np.asarray(ids[s : e - 1])
         if eos is None:
             out.append(len(seg))
             continue
@@ -114,8 +120,8 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
     import torch
 
     from mbridge_seqpack.packing.inspect_artifact import find_metadata, inspect_artifact
-    from mbridge_seqpack.reference import packed_token_loss, thd_cp_partition_indices, thd_cp_reassemble
-    from mbridge_seqpack.thd import StaticTHDLayout, static_cu_seqlens
+    from mbridge_seqpack.thd.layout import StaticTHDLayout, static_cu_seqlens
+    from mbridge_seqpack.thd.reference import packed_token_loss, thd_cp_partition_indices, thd_cp_reassemble
 
     inspected = inspect_artifact(target)
     report = VerifyReport(Path(target))
@@ -128,8 +134,9 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
     mult = int(fp.get("pad_seq_to_mult", 1)) if fp else 1
     cp_sizes = tuple(cp for cp in (2, 4, 8, 16) if mult % (2 * cp) == 0)
     report.cp_sizes = cp_sizes
-    names = ["static cu_seqlens", "attention parity", "loss parity"] + [f"CP{cp} partition round trip"
-                                                                      for cp in cp_sizes]
+    names = ["static cu_seqlens", "attention parity", "loss parity"] + [
+        f"CP{cp} partition round trip" for cp in cp_sizes
+    ]
     report.passed = {name: 0 for name in names}
     gen = torch.Generator().manual_seed(seed)
     for split in inspected.splits:
@@ -137,14 +144,37 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
         layout = StaticTHDLayout.from_pack_metadata(meta, width) if (meta is not None and width) else None
         report.capacity = layout.capacity if layout else 0
         for number, row in enumerate(_rows(split.path, max_rows)):
-            _verify_row(report, f"{split.name} row {number}", row, eos, layout, width, cp_sizes, gen,
-                        packed_token_loss, thd_cp_partition_indices, thd_cp_reassemble, static_cu_seqlens)
+            _verify_row(
+                report,
+                f"{split.name} row {number}",
+                row,
+                eos,
+                layout,
+                width,
+                cp_sizes,
+                gen,
+                packed_token_loss,
+                thd_cp_partition_indices,
+                thd_cp_reassemble,
+                static_cu_seqlens,
+            )
     return report
 
 
-def _verify_row(report: VerifyReport, where: str, row: dict[str, Any], eos: int | None, layout: Any,
-                width: int | None, cp_sizes: tuple[int, ...], gen: Any, packed_token_loss: Any,
-                partition: Any, reassemble: Any, static_cu_seqlens: Any) -> None:
+def _verify_row(
+    report: VerifyReport,
+    where: str,
+    row: dict[str, Any],
+    eos: int | None,
+    layout: Any,
+    width: int | None,
+    cp_sizes: tuple[int, ...],
+    gen: Any,
+    packed_token_loss: Any,
+    partition: Any,
+    reassemble: Any,
+    static_cu_seqlens: Any,
+) -> None:
     import torch
 
     ids = row["input_ids"]
@@ -153,16 +183,16 @@ def _verify_row(report: VerifyReport, where: str, row: dict[str, Any], eos: int 
     physical = torch.tensor(np.cumsum([0, *seg]), dtype=torch.int32)
     logical = torch.tensor(np.cumsum([0, *_logical_lengths(ids, starts, eos)]), dtype=torch.int32)
     ids_t = torch.tensor(ids, dtype=torch.int64)
-    tokens = torch.cat([ids_t[s:e - 1] for s, e in zip(starts[:-1], starts[1:])])
-    labels = torch.cat([ids_t[s + 1:e] for s, e in zip(starts[:-1], starts[1:])])
+    tokens = torch.cat([ids_t[s : e - 1] for s, e in zip(starts[:-1], starts[1:])])
+    labels = torch.cat([ids_t[s + 1 : e] for s, e in zip(starts[:-1], starts[1:])])
     stored = torch.tensor(row["loss_mask"], dtype=torch.float64)
-    mask = torch.cat([stored[s:e - 1] for s, e in zip(starts[:-1], starts[1:])])
+    mask = torch.cat([stored[s : e - 1] for s, e in zip(starts[:-1], starts[1:])])
     report.rows_checked += 1
     if layout is not None:
         try:
             c, p = static_cu_seqlens(logical, cu_seqlens_padded=physical, capacity=layout.capacity, row_width=width)
             assert c.shape == p.shape == (layout.capacity,), "shape"
-            assert p[:len(physical)].tolist() == physical.tolist(), "prefix"
+            assert p[: len(physical)].tolist() == physical.tolist(), "prefix"
             report.passed["static cu_seqlens"] += 1
         except (AssertionError, ValueError) as exc:
             report.failures.append(f"{where}: static cu_seqlens: {exc}")
@@ -178,12 +208,16 @@ def _verify_row(report: VerifyReport, where: str, row: dict[str, Any], eos: int 
     logits = torch.randn(total, 64, generator=gen, dtype=torch.float64)
     lab = labels % 64
     packed_loss, _ = packed_token_loss(logits, lab, mask)
-    separate = sum(packed_token_loss(logits[a:b], lab[a:b], mask[a:b])[0]
-                   for a, b in zip(physical[:-1].tolist(), physical[1:].tolist()))
+    separate = sum(
+        packed_token_loss(logits[a:b], lab[a:b], mask[a:b])[0]
+        for a, b in zip(physical[:-1].tolist(), physical[1:].tolist())
+    )
     if torch.allclose(packed_loss, torch.as_tensor(separate, dtype=torch.float64), rtol=1e-12, atol=1e-12):
         report.passed["loss parity"] += 1
     else:
-        report.failures.append(f"{where}: packed loss {float(packed_loss):.6g} != per-sequence sum {float(separate):.6g}")
+        report.failures.append(
+            f"{where}: packed loss {float(packed_loss):.6g} != per-sequence sum {float(separate):.6g}"
+        )
     for cp in cp_sizes:
         try:
             shards = [tokens[partition(physical, cp, r)] for r in range(cp)]

@@ -6,16 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+from mbridge_seqpack.cli.args import positive_int
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -25,8 +16,10 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
         try:
             kwargs = json.loads(args.dataset_kwargs)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--dataset-kwargs must be a JSON object ({exc.msg}), e.g. "
-                             f"'{{\"prompt_template\": \"{{input}} {{output}}\"}}'") from None
+            raise ValueError(
+                f"--dataset-kwargs must be a JSON object ({exc.msg}), e.g. "
+                f'\'{{"prompt_template": "{{input}} {{output}}"}}\''
+            ) from None
         if not isinstance(kwargs, dict):
             raise ValueError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
     if (args.prompt_key, args.answer_key) != ("input", "output"):
@@ -40,36 +33,44 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
 
 def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep)."""
-    from mbridge_seqpack.cli import build_target
     from mbridge_seqpack.packing.pipeline import PackOptions
+    from mbridge_seqpack.recipes.targets import build_target
 
     cfg, info = build_target(args.recipe, args.overrides)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
-        raise ValueError(f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
-                         f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size")
+        raise ValueError(
+            f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
+            f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size"
+        )
     root = Path(str(getattr(cfg.dataset, "dataset_root", "") or "."))
     inputs = {"training": Path(args.input) if args.input else root / "training.jsonl"}
     validation = Path(args.validation) if args.validation else root / "validation.jsonl"
     if args.validation or (not args.input and validation.is_file()):
         inputs["validation"] = validation
-    from mbridge_seqpack.cli import resolve_world
     from mbridge_seqpack.packing.balance import CostModel
+    from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
     dp = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, info)).topology.data_parallel or 1
-    options = PackOptions(pack_size=int(specs.packed_sequence_size), pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
-                          max_seq_length=specs.max_single_sequence_length or None,
-                          dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}), seed=int(cfg.dataset.seed),
-                          balance=not args.no_balance, data_parallel=dp,
-                          micro_batches=max(1, int(cfg.train.global_batch_size) // dp),
-                          cost=CostModel.from_provider(cfg.model), max_sequences_per_row=args.max_sequences_per_row)
+    options = PackOptions(
+        pack_size=int(specs.packed_sequence_size),
+        pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
+        max_seq_length=specs.max_single_sequence_length or None,
+        dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}),
+        seed=int(cfg.dataset.seed),
+        balance=not args.no_balance,
+        data_parallel=dp,
+        micro_batches=max(1, int(cfg.train.global_batch_size) // dp),
+        cost=CostModel.from_provider(cfg.model),
+        max_sequences_per_row=args.max_sequences_per_row,
+    )
     return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipe_kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
     if args.input and "=" in args.input and not Path(args.input).exists():  # `pack --recipe X key=value`
         args.overrides, args.input = [args.input, *args.overrides], None
@@ -81,39 +82,59 @@ def cmd_pack(args: argparse.Namespace) -> int:
         if args.pack_size is None:
             raise ValueError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
         if args.input is None:  # the embedded corpus, both splits
-            inputs = {"training": embedded_data_dir() / "training.jsonl",
-                      "validation": embedded_data_dir() / "validation.jsonl"}
+            inputs = {
+                "training": embedded_data_dir() / "training.jsonl",
+                "validation": embedded_data_dir() / "validation.jsonl",
+            }
         else:
             inputs = {"training": Path(args.input)}
             if args.validation:
                 inputs["validation"] = Path(args.validation)
         tokenizer = args.tokenizer or embedded_tokenizer_dir()
-        options = PackOptions(pack_size=args.pack_size, pad_seq_to_mult=args.pad_seq_to_mult,
-                              max_seq_length=args.max_seq_length, dataset_kwargs=_dataset_kwargs(args),
-                              seed=args.seed, balance=not args.no_balance, data_parallel=args.data_parallel,
-                              micro_batches=args.micro_batches, max_sequences_per_row=args.max_sequences_per_row)
+        options = PackOptions(
+            pack_size=args.pack_size,
+            pad_seq_to_mult=args.pad_seq_to_mult,
+            max_seq_length=args.max_seq_length,
+            dataset_kwargs=_dataset_kwargs(args),
+            seed=args.seed,
+            balance=not args.no_balance,
+            data_parallel=args.data_parallel,
+            micro_batches=args.micro_batches,
+            max_sequences_per_row=args.max_sequences_per_row,
+        )
     output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
-    result = pack_jsonl(inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite,
-                        workers=args.workers)
+    result = pack_jsonl(
+        inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite, workers=args.workers
+    )
     if args.json:
-        print(json.dumps({"directory": str(result.directory), "metadata": str(result.metadata),
-                          "splits": result.splits}, indent=2))
+        print(
+            json.dumps(
+                {"directory": str(result.directory), "metadata": str(result.metadata), "splits": result.splits},
+                indent=2,
+            )
+        )
         return 0
     print(f"packed into {result.directory}")
     for name, entry in result.splits.items():
         stats = entry["stats"]
-        print(f"  {name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
-              f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-              f"max {entry['max_samples_per_bin']} per row")
+        print(
+            f"  {name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
+            f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
+            f"max {entry['max_samples_per_bin']} per row"
+        )
         if "balance" in entry:
             b = entry["balance"]
-            print(f"    work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
-                  f"modeled straggler ratio {b['straggler_ratio']:.4f}, row cost spread {b['row_cost_cv']:.1%} "
-                  f"(was {b['row_cost_cv_before']:.1%})"
-                  + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else ""))
+            print(
+                f"    work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
+                f"modeled straggler ratio {b['straggler_ratio']:.4f}, row cost spread {b['row_cost_cv']:.1%} "
+                f"(was {b['row_cost_cv_before']:.1%})"
+                + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else "")
+            )
     print(f"  metadata: {result.metadata}")
-    print("  use: dataset.offline_packing_specs.packed_train_data_path="
-          f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}")
+    print(
+        "  use: dataset.offline_packing_specs.packed_train_data_path="
+        f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}"
+    )
     return 0
 
 
@@ -128,7 +149,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from mbridge_seqpack.verify import verify_artifact
+    from mbridge_seqpack.thd.verify import verify_artifact
 
     report = verify_artifact(args.artifact, max_rows=args.rows, seed=args.seed)
     print(report.to_text())
@@ -140,35 +161,66 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p = sub.add_parser("pack", help="tokenize SFT JSONL with Megatron-Bridge's own dataset code and pack it, sealed")
     p.add_argument("input", nargs="?", default=None, help="training JSONL (default: the embedded corpus)")
     p.add_argument("overrides", nargs="*", default=[], help="with --recipe: Hydra-style key=value overrides")
-    p.add_argument("--recipe", default=None, help="take pack size, alignment, tokenizer and dataset_kwargs from "
-                   "this recipe (packaged name or file.py:function), as Megatron-Bridge's own prep does")
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="take pack size, alignment, tokenizer and dataset_kwargs from "
+        "this recipe (packaged name or file.py:function), as Megatron-Bridge's own prep does",
+    )
     p.add_argument("--validation", default=None, help="validation JSONL")
     p.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer directory (default: embedded)")
     p.add_argument("--pack-size", type=positive_int, default=None, help="tokens per packed row")
-    p.add_argument("--pad-seq-to-mult", type=positive_int, default=1,
-                   help="pad every sequence to this multiple (2*CP with context parallelism; see `check`)")
-    p.add_argument("--max-seq-length", type=positive_int, default=None,
-                   help="longest single sequence (Megatron-Bridge truncates longer prompts; default: pack size)")
+    p.add_argument(
+        "--pad-seq-to-mult",
+        type=positive_int,
+        default=1,
+        help="pad every sequence to this multiple (2*CP with context parallelism; see `check`)",
+    )
+    p.add_argument(
+        "--max-seq-length",
+        type=positive_int,
+        default=None,
+        help="longest single sequence (Megatron-Bridge truncates longer prompts; default: pack size)",
+    )
     p.add_argument("--output", default=None, help="artifact directory (default: ./packed_<N>_mult<M>)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt-key", default="input", help="JSONL field of the prompt (default: input)")
     p.add_argument("--answer-key", default="output", help="JSONL field of the answer (default: output)")
-    p.add_argument("--chat", action="store_true",
-                   help="records hold a 'messages' list; use the tokenizer's chat template")
+    p.add_argument(
+        "--chat", action="store_true", help="records hold a 'messages' list; use the tokenizer's chat template"
+    )
     p.add_argument("--dataset-kwargs", default=None, help="JSON object of Megatron-Bridge dataset_kwargs")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="tokenizer processes (default: every core)")
-    p.add_argument("--no-balance", action="store_true",
-                   help="keep best-fit rows as packed (default: equal-cost rows, ordered so DP ranks are equally busy)")
-    p.add_argument("--data-parallel", type=positive_int, default=8,
-                   help="DP ranks the row order is balanced for (default 8; with --recipe: the recipe's)")
-    p.add_argument("--micro-batches", type=positive_int, default=1,
-                   help="rows per DP rank per step, global batch / DP (default 1; with --recipe: the recipe's)")
-    p.add_argument("--world-size", type=positive_int, default=None,
-                   help="with --recipe: GPUs (default: the recipe's declared world size)")
-    p.add_argument("--max-sequences-per-row", type=positive_int, default=None,
-                   help="cap on sequences per row (static cu_seqlens capacity); extra rows it costs are reported")
+    p.add_argument("--workers", type=positive_int, default=None, help="tokenizer processes (default: every core)")
+    p.add_argument(
+        "--no-balance",
+        action="store_true",
+        help="keep best-fit rows as packed (default: equal-cost rows, ordered so DP ranks are equally busy)",
+    )
+    p.add_argument(
+        "--data-parallel",
+        type=positive_int,
+        default=8,
+        help="DP ranks the row order is balanced for (default 8; with --recipe: the recipe's)",
+    )
+    p.add_argument(
+        "--micro-batches",
+        type=positive_int,
+        default=1,
+        help="rows per DP rank per step, global batch / DP (default 1; with --recipe: the recipe's)",
+    )
+    p.add_argument(
+        "--world-size",
+        type=positive_int,
+        default=None,
+        help="with --recipe: GPUs (default: the recipe's declared world size)",
+    )
+    p.add_argument(
+        "--max-sequences-per-row",
+        type=positive_int,
+        default=None,
+        help="cap on sequences per row (static cu_seqlens capacity); extra rows it costs are reported",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_pack)
 

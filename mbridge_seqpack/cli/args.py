@@ -1,0 +1,25 @@
+"""Argument types and defaults shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["DEFAULT_RECIPE", "positive_int", "int_list"]
+
+DEFAULT_RECIPE = "llama3_8b_sft_packed_8k"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers."""
+    return [positive_int(part) for part in text.split(",") if part.strip()]

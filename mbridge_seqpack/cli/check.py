@@ -1,0 +1,117 @@
+"""``check``: the rule catalog and Megatron-Bridge's own validation on a recipe, and ``check --fix``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from typing import Any, Sequence
+
+from mbridge_seqpack.cli.args import DEFAULT_RECIPE, positive_int
+from mbridge_seqpack.recipes.targets import build_target, resolve_world
+
+__all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_command"]
+
+
+def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
+    """Megatron-Bridge's own ``runtime_config_update`` (as ``pretrain()`` runs it); the error text or None."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    from mbridge_seqpack import hook
+
+    saved_env = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(world_size)
+    try:
+        with hook.suspended(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Could not determine rank")  # no process group here
+            runtime_config_update(cfg)
+    except (AssertionError, ValueError, TypeError, RuntimeError, KeyError) as exc:
+        text = str(exc).strip() or repr(exc)
+        return f"{type(exc).__name__}: {text}"
+    finally:
+        if saved_env is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved_env
+    return None
+
+
+def check_target(
+    target: str,
+    overrides: Sequence[str],
+    world_size: int | None,
+    *,
+    megatron: bool = True,
+    config_file: str | None = None,
+) -> Any:
+    """Build ``target``, run the rule catalog and (optionally) Megatron-Bridge's validation."""
+    from mbridge_seqpack.cli.report import CheckReport, derived_values
+    from mbridge_seqpack.rules import RuleContext, evaluate
+
+    cfg, info = build_target(target, overrides, config_file)
+    world = resolve_world(world_size, info)
+    ctx = RuleContext.build(cfg, world)
+    results = evaluate(ctx)
+    report = CheckReport(
+        target=f"{target} (world size {world})", derived=derived_values(ctx), results=results, megatron_ran=megatron
+    )
+    if megatron:
+        report.megatron_error = run_megatron_validation(cfg, world)
+    return report
+
+
+def split_target(args: argparse.Namespace) -> None:
+    """``check key=value`` (no target) means the default recipe with that override."""
+    if "=" in args.target and not args.target.split(":", 1)[0].endswith(".py"):
+        args.overrides = [args.target, *args.overrides]
+        args.target = DEFAULT_RECIPE
+
+
+def cmd_fix(args: argparse.Namespace) -> int:
+    """``check --fix``: one converged override set that clears every violation, to paste after the others."""
+    from mbridge_seqpack.overrides import converged_fix
+    from mbridge_seqpack.rules import check
+
+    cfg, info = build_target(args.target, args.overrides, args.config_file)
+    world = resolve_world(args.world_size, info)
+    fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
+    print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
+    for v in remaining:
+        print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
+    return 1 if remaining else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    split_target(args)
+    if args.fix:
+        return cmd_fix(args)
+    report = check_target(
+        args.target, args.overrides, args.world_size, megatron=not args.rules_only, config_file=args.config_file
+    )
+    print(report.to_json() if args.json else report.to_text())
+    return 0 if report.ok else 1
+
+
+def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("check", help="run the packing/CP rules and Megatron-Bridge's validation on a recipe")
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=DEFAULT_RECIPE,
+        help=f"packaged recipe name or path/to/file.py[:function] (default: {DEFAULT_RECIPE})",
+    )
+    p.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. model.context_parallel_size=2")
+    p.add_argument(
+        "--world-size",
+        type=positive_int,
+        default=None,
+        help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
+    p.add_argument("--config-file", default=None, help="YAML merged before the overrides (as the recipe runner does)")
+    p.add_argument(
+        "--fix", action="store_true", help="print one override set (yours plus the fixes) that clears every violation"
+    )
+    p.set_defaults(func=cmd_check)

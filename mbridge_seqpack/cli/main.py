@@ -1,0 +1,66 @@
+"""``mbridge-seqpack``: check configs, list recipes, plan pack length vs batch, pack and inspect data.
+
+Commands that do not need Megatron-Bridge (``pack`` checks its inputs first, ``inspect``, ``verify``, ``--help``)
+do not import it before they must: that import takes ~40 s on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from mbridge_seqpack.cli.check import add_check_command
+from mbridge_seqpack.cli.data import add_data_commands
+from mbridge_seqpack.cli.plan import add_plan_command
+from mbridge_seqpack.cli.recipes import add_recipes_command
+
+__all__ = ["build_parser", "main", "UsageError"]
+
+
+class UsageError(ValueError):
+    """Bad command-line input; exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mbridge_seqpack import __version__
+
+    parser = argparse.ArgumentParser(prog="mbridge-seqpack", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mbridge-seqpack {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_check_command(sub)
+    add_recipes_command(sub)
+    add_plan_command(sub)
+    add_data_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # `check NAME --world-size 8 key=value`: overrides may follow the options too
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `mbridge-seqpack inspect --json | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except UsageError as exc:
+        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        from mbridge_seqpack.errors import PackingConfigError
+
+        if isinstance(exc, PackingConfigError):
+            print(str(exc), file=sys.stderr)
+            return 1
+        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""``recipes``: the packaged recipes as a table (100 columns) or JSON."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["recipe_rows", "cmd_recipes", "add_recipes_command"]
+
+
+def recipe_rows() -> list[dict[str, Any]]:
+    """One row per packaged recipe, built at its declared world size."""
+    from mbridge_seqpack.cli.report import derived_values
+    from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+    from mbridge_seqpack.recipes.targets import quiet_megatron_import
+    from mbridge_seqpack.rules import RuleContext
+
+    quiet_megatron_import()
+    rows = []
+    for name in list_recipes():
+        info = recipe_info(name)
+        derived = derived_values(RuleContext.build(build_recipe(name), info.world_size))
+        rows.append({"name": name, "model": info.model, "description": info.description, **derived, "mode": info.mode})
+    return rows
+
+
+def _layout(derived: dict[str, Any]) -> str:
+    """``TP2 CP8 DP2`` (PP and EP only where > 1)."""
+    parts = [
+        ("TP", derived["tp"]),
+        ("PP", derived["pp"]),
+        ("CP", derived["cp"]),
+        ("EP", derived["ep"]),
+        ("DP", derived["dp"]),
+    ]
+    return " ".join(f"{name}{size}" for name, size in parts if name in ("TP", "DP") or (size or 1) > 1)
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    import json
+
+    rows = recipe_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from mbridge_seqpack.textout import table
+
+    columns = [
+        ("recipe / model, mode", "left"),
+        ("seq", "right"),
+        ("layout", "left"),
+        ("GPUs", "right"),
+        ("MBS", "right"),
+        ("GBS", "right"),
+        ("tokens/step", "right"),
+    ]
+    print(
+        table(
+            columns,
+            [
+                (
+                    f"{r['name']}\n  {r['model']}, {r['mode']}",
+                    r["row_length"],
+                    _layout(r),
+                    r["world_size"],
+                    r["micro_batch_size"],
+                    r["global_batch_size"],
+                    f"{r['token_slots_per_step']:,}",
+                )
+                for r in rows
+            ],
+            keep_whole=(0, 2),
+        )
+    )
+    return 0
+
+
+def add_recipes_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("recipes", help="list the packaged recipes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_recipes)

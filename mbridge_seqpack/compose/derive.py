@@ -1,0 +1,87 @@
+"""``derive(cfg)``: recompute every field that follows from topology, sequence length and packing mode.
+
+Idempotent, and run by ``apply()`` after the mixins' facts are written, so the result does not depend on mixin
+order. ``dataset.seq_length`` owns the length (as Megatron-Bridge's recipe runner syncs ``model.seq_length``
+from it); multiples are combined by lcm, so a user's stricter value is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.thd.record import STATIC_THD_ENV, StaticTHDSpec
+
+__all__ = ["derive", "ensure_specs"]
+
+
+def ensure_specs(cfg: Any) -> Any:
+    if getattr(cfg.dataset, "offline_packing_specs", None) is None:
+        from megatron.bridge.data.packing.config import PackedSequenceSpecs
+
+        cfg.dataset.offline_packing_specs = PackedSequenceSpecs(packed_sequence_size=cfg.model.seq_length)
+    return cfg.dataset.offline_packing_specs
+
+
+def _set_fixed_width(ctx: Any) -> None:
+    """Turn fixed-width rows on exactly as the rules' fix says (attribute or ``dataset_kwargs`` key)."""
+    for path, value in ctx.pad_to_max_length_fix().items():
+        set_path(ctx.cfg, path, value)
+
+
+def _align_variable_rows(ctx: Any) -> None:
+    """Variable-width GPT SFT rows are rounded up to ``dataset_kwargs['pad_seq_length_to_mult']``: keep it
+    a multiple of the row alignment (CP shards, SP splits) so every row splits evenly."""
+    need = ctx.topology.row_alignment
+    if ctx.pad_to_max_length or need == 1 or not ctx.dataset_is("gpt_sft"):
+        return
+    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
+
+    if ctx.cfg.dataset.dataset_kwargs is None:
+        ctx.cfg.dataset.dataset_kwargs = {}
+    kwargs = ctx.cfg.dataset.dataset_kwargs
+    kwargs["pad_seq_length_to_mult"] = math.lcm(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE), need)
+
+
+def derive(cfg: Any) -> Any:
+    """Recompute every field that follows from topology, sequence length and packing mode. Idempotent."""
+    from mbridge_seqpack.rules.context import RuleContext
+
+    ctx = RuleContext(cfg=cfg, world_size=1)  # world size plays no part in derived fields
+    topo = ctx.topology
+    if hasattr(cfg.dataset, "seq_length"):  # the owner, as in Megatron-Bridge's recipe runner
+        cfg.model.seq_length = cfg.dataset.seq_length
+    seq = cfg.model.seq_length
+
+    if ctx.offline_packing:
+        specs = ensure_specs(cfg)
+        specs.packed_sequence_size = seq
+        # keep a user's stricter multiple: lcm(existing, needed), as Megatron-Bridge does for collate padding
+        specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, topo.sequence_alignment)
+        cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
+        if ctx.training_cuda_graphs:
+            _set_fixed_width(ctx)
+        if ctx.graphs_capture_attention:
+            specs.pad_cu_seqlens = True
+        if specs.pad_cu_seqlens:
+            _set_fixed_width(ctx)
+        _align_variable_rows(ctx)
+
+    if ctx.in_batch_packing and ctx.training_cuda_graphs and STATIC_THD_ENV not in (cfg.env_vars or {}):
+        # graphs over in-batch packing need the static path: a row holds exactly micro_batch_size sequences
+        # (boundaries: the leading 0 and one end each); the tail padding joins the last physical segment
+        cfg.env_vars = {
+            **(cfg.env_vars or {}),
+            STATIC_THD_ENV: StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1).encode(),
+        }
+        _set_fixed_width(ctx)
+
+    if topo.cp > 1 and ctx.is_finetuning:
+        cfg.model.calculate_per_token_loss = True
+        if hasattr(cfg.ddp, "average_in_collective"):
+            cfg.ddp.average_in_collective = False
+
+    if ctx.dataset_is("gpt_sft") and (topo.pp > 1 or topo.ep > 1):
+        _set_fixed_width(ctx)
+    return cfg

@@ -1,0 +1,106 @@
+"""The training side of static THD: a data-iterator wrapper and a forward-step wrapper that give every batch
+static shapes, and the layout a ``ConfigContainer`` asks for (offline ``pad_cu_seqlens`` or the in-batch
+``StaticTHD`` record)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterator
+
+from mbridge_seqpack.thd.layout import StaticTHDLayout, static_thd_batch
+
+__all__ = ["StaticTHDBatches", "static_thd_forward_step", "layout_from_config", "static_forward_step"]
+
+
+class StaticTHDBatches:
+    """Wraps a data iterator so every THD batch it yields has static shapes."""
+
+    def __init__(self, iterator: Iterator[dict[str, Any]], layout: StaticTHDLayout):
+        self._iterator = iterator
+        self.layout = layout
+
+    def __iter__(self) -> "StaticTHDBatches":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        return static_thd_batch(next(self._iterator), self.layout)
+
+
+def _wrap(data_iterator: Any, layout: StaticTHDLayout) -> Any:
+    if data_iterator is None or isinstance(data_iterator, StaticTHDBatches):
+        return data_iterator
+    if isinstance(data_iterator, list):  # virtual pipeline: one iterator per model chunk
+        return [_wrap(it, layout) for it in data_iterator]
+    return StaticTHDBatches(data_iterator, layout)
+
+
+def _takes_state(forward_step: Callable[..., Any]) -> bool:
+    """Whether Megatron-Bridge will inject its GlobalState as the first argument (its own signature test)."""
+    from megatron.bridge.training.utils.train_utils import needs_global_state_injection
+
+    return bool(needs_global_state_injection(forward_step))
+
+
+def static_thd_forward_step(forward_step: Callable[..., Any], layout: StaticTHDLayout) -> Callable[..., Any]:
+    """A forward step (e.g. Megatron-Bridge's ``gpt_step.forward_step`` or ``vlm_step.forward_step``) whose
+    batches carry static THD shapes. Pass the result to ``finetune()``/``pretrain()`` instead.
+
+    The wrapper keeps the wrapped step's calling convention: Megatron-Bridge's ``prepare_forward_step_func``
+    inspects the signature (``__wrapped__``) and injects its state only into steps that take one.
+    """
+
+    if _takes_state(forward_step):
+
+        def forward_step_with_static_thd(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return forward_step(state, _wrap(data_iterator, layout), model, *args, **kwargs)
+    else:
+
+        def forward_step_with_static_thd(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return forward_step(_wrap(data_iterator, layout), model, *args, **kwargs)
+
+    functools.update_wrapper(forward_step_with_static_thd, forward_step)
+    forward_step_with_static_thd.static_thd_layout = layout  # type: ignore[attr-defined]
+    return forward_step_with_static_thd
+
+
+def layout_from_config(cfg: Any) -> StaticTHDLayout:
+    """The static layout a ConfigContainer asks for.
+
+    Offline packing with ``pad_cu_seqlens``: from the pack metadata (``packed_metadata_path``) and the
+    pack size; Megatron-Bridge's own collate already pads to it, the wrapper only checks. In-batch packing
+    with the static path (``StaticTHD`` mixin): ``micro_batch_size + 1`` entries, width and ``max_seqlen``
+    ``micro_batch_size * seq_length``, the tail inside the last physical segment.
+    """
+    from mbridge_seqpack.thd.record import static_thd_spec
+
+    dataset = cfg.dataset
+    specs = getattr(dataset, "offline_packing_specs", None)
+    if specs is not None and getattr(specs, "pad_cu_seqlens", False):
+        if specs.packed_metadata_path is None:
+            raise ValueError(
+                "cfg.dataset.offline_packing_specs.packed_metadata_path is None; static cu_seqlens are "
+                "sized from the pack metadata - set it to the <N>_metadata.jsonl written with the pack"
+            )
+        return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
+    spec = static_thd_spec(cfg)
+    if getattr(dataset, "enable_in_batch_packing", False) and spec is not None:
+        return StaticTHDLayout.for_in_batch(cfg.train.micro_batch_size, dataset.seq_length)
+    raise ValueError(
+        "the config asks for no static THD shapes: enable offline_packing_specs.pad_cu_seqlens, or "
+        "in-batch packing with mbridge_seqpack.apply(cfg, StaticTHD(...)) / PackedCudaGraphs()"
+    )
+
+
+def static_forward_step(cfg: Any, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The forward step to pass to ``finetune()``/``pretrain()`` for ``cfg`` with static THD shapes.
+
+    ``forward_step`` defaults to Megatron-Bridge's VLM step for in-batch packing and its GPT step
+    otherwise; the layout comes from :func:`layout_from_config`.
+    """
+    layout = layout_from_config(cfg)
+    if forward_step is None:
+        if getattr(cfg.dataset, "enable_in_batch_packing", False):
+            from megatron.bridge.training.vlm_step import forward_step
+        else:
+            from megatron.bridge.training.gpt_step import forward_step
+    return static_thd_forward_step(forward_step, layout)
