@@ -286,7 +286,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000,10000000")
     parser.add_argument("--mb-max-n", type=int, default=1_000_000, help="largest n given to Megatron-Bridge's FFD")
     parser.add_argument("--fill-size", type=int, default=100_000)
-    parser.add_argument("--out", default=str(ROOT / "out" / "bench_packer.json"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_packer.json"))
     parser.add_argument("--table", default=None, help="print the README table from this JSON and exit")
     args = parser.parse_args()
     if args.table:

@@ -34,6 +34,7 @@ __all__ = [
     "PackedCudaGraphs",
     "StaticTHD",
     "apply",
+    "collect_facts",
     "derive",
 ]
 
@@ -196,7 +197,8 @@ class StaticTHD:
 # ---- apply / derive -------------------------------------------------------------------------------
 
 
-def _collect_facts(mixins: Iterable[Any]) -> dict[str, Any]:
+def collect_facts(mixins: Iterable[Any]) -> dict[str, Any]:
+    """Every mixin's facts merged; two mixins giving one path different values raise ``mixins.conflict``."""
     merged: dict[str, tuple[Any, Any]] = {}
     conflicts: list[Violation] = []
     for mixin in mixins:
@@ -251,7 +253,7 @@ def apply(cfg: Any, *mixins: Any, world_size: int | None = None) -> Any:
     """Apply ``mixins`` to ``cfg`` in place (order-independent), derive dependent fields, check, return cfg."""
     from mbridge_seqpack.rules import RuleContext, all_rules, evaluate
 
-    facts = _collect_facts(mixins)
+    facts = collect_facts(mixins)
     _write(cfg, facts)
     derive(cfg)
     rules = [r for r in all_rules() if world_size is not None or r.rule_id not in _WORLD_SIZE_RULES]

@@ -64,20 +64,21 @@ def _hydra_converter(args: SequencePackingScriptArgs) -> list[str]:
     return [render_override(path, value) for path, value in args.assignments.items()]
 
 
-def _read(cfg: Any, path: str) -> Any:
-    node = cfg
-    for part in path.split("."):
-        if node is None:
-            return None
-        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
-    return node
+def _value(cfg: Any, path: str) -> Any:
+    """The value at ``path``, or None where a parent is missing (e.g. no ``dataset_kwargs``)."""
+    from mbridge_seqpack.paths import get_path
+
+    try:
+        return get_path(cfg, path)
+    except ValueError:
+        return None
 
 
 def _fact_assignments(mixins: Sequence[Any]) -> dict[str, Any]:
-    from mbridge_seqpack.compose.mixins import SEQ_LENGTH, _collect_facts
+    from mbridge_seqpack.compose.mixins import SEQ_LENGTH, collect_facts
 
     out: dict[str, Any] = {}
-    for path, value in sorted(_collect_facts(mixins).items()):
+    for path, value in sorted(collect_facts(mixins).items()):
         if path == "model.cuda_graph_modules":
             value = list(value)
         out[path] = value
@@ -96,7 +97,7 @@ def script_overrides(mixins: Sequence[Any], base: Any = None) -> dict[str, Any]:
 
     derived = apply(copy.deepcopy(base), *mixins)
     for path in DERIVED_PATHS:
-        before, after = _read(base, path), _read(derived, path)
+        before, after = _value(base, path), _value(derived, path)
         if after is not None and before != after:
             out.setdefault(path, after)
     return out

@@ -133,6 +133,14 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
     return out, info
 
 
+def _all_cores() -> int:
+    """Cores this process may use. (Megatron-Bridge's ``num_tokenizer_workers=-1`` means one process: its
+    ``_materialize_dataset_items`` runs serially for any value <= 1.)"""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _megatron_bridge_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -197,7 +205,7 @@ def pack_jsonl(
                 pad_seq_to_mult=options.pad_seq_to_mult,
                 dataset_kwargs=kwargs,
                 seed=options.seed,
-                workers=-1 if workers is None else workers,
+                workers=_all_cores() if workers is None else workers,
                 lines_per_chunk=lines_per_chunk,
             )
             bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")

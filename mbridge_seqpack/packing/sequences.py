@@ -204,14 +204,16 @@ def _as_list(values: Any) -> list[Any]:
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
-def _stored_mask(item: dict[str, Any]) -> list[int]:
+def _stored_mask(item: dict[str, Any], length: int) -> np.ndarray:
     """Megatron-Bridge's ``fill_packing_strategy``: a ``loss_mask`` rolled left by one, else every position
-    from ``answer_start_idx - 1`` on."""
+    from ``answer_start_idx - 1`` on (int8, ``length`` entries)."""
+    mask = np.zeros(length, dtype=np.int8)
     if "loss_mask" in item:
-        mask = [int(bool(x)) for x in _as_list(item["loss_mask"])]
-        return mask[1:] + [0]
-    start = int(item["answer_start_idx"]) - 1
-    return [int(i >= start) for i in range(len(item["input_ids"]))]
+        given = np.asarray(_as_list(item["loss_mask"]), dtype=bool)
+        mask[: given.size - 1] = given[1:]
+        return mask
+    mask[max(int(item["answer_start_idx"]) - 1, 0) :] = 1
+    return mask
 
 
 def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
@@ -243,12 +245,12 @@ def tokenize_split(
     pad_seq_to_mult: int,
     dataset_kwargs: dict[str, Any],
     seed: int,
-    workers: int = -1,
+    workers: int = 1,
     lines_per_chunk: int = 50_000,
     progress: bool | None = None,
 ) -> TokenizedSequences:
-    """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes;
-    ``workers=-1``: a process per core, as its ``num_tokenizer_workers`` default).
+    """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
+    ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially).
 
     The file is streamed in chunks of ``lines_per_chunk`` records: Megatron-Bridge's Python objects exist for one
     chunk at a time, the result is kept as flat arrays (9 bytes per token), so memory grows with the tokens, not
@@ -296,7 +298,7 @@ def tokenize_split(
             if len(items) == 0:
                 continue
             chunk_ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
-            masks.append(np.concatenate([np.asarray(_stored_mask(item), dtype=np.int8) for item in items]))
+            masks.append(np.concatenate([_stored_mask(item, x.size) for item, x in zip(items, chunk_ids)]))
             sizes.append(np.fromiter((len(x) for x in chunk_ids), dtype=np.int64, count=len(chunk_ids)))
             ids.append(np.concatenate(chunk_ids))
             del chunk_ids
