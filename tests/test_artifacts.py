@@ -143,6 +143,7 @@ def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) ->
     balance = entries[0]["balance"]  # the training rows are work-balanced (packing/balance.py), for DP 8
     assert (balance["data_parallel"], balance["micro_batches"], balance["rows_rebalanced"]) == (8, 1, True)
     assert balance["row_cost_cv"] < balance["row_cost_cv_before"] and "balance" not in entries[1]
+    assert 1.0 <= balance["straggler_ratio"] < 1.01  # 40 rows: five steps of 8 ranks x 1 row
     assert [e["split"] for e in entries] == ["training", "validation"]
     for e in entries:
         assert {"max_samples_per_bin", "dataset_max_seqlen", "min_packed_seqlen", "pack_size"} <= set(e)

@@ -117,3 +117,20 @@ def test_slot_order_is_a_permutation_and_splits_steps_evenly() -> None:
     order = slot_order(costs, dp=4, micro_batches=3, seed=1)
     assert sorted(order.tolist()) == list(range(100))
     assert straggler_ratio(costs[order], 4, 3) < straggler_ratio(costs, 4, 3)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_sequences_per_row": 0}, "--max-sequences-per-row must be a positive integer, got 0"),
+        ({"data_parallel": 0}, "--data-parallel must be a positive integer, got 0"),
+        ({"micro_batches": True}, "--micro-batches must be a positive integer, got True"),
+    ],
+)
+def test_pack_balance_options_are_checked_before_any_work(options: dict[str, Any], message: str) -> None:
+    from mbridge_seqpack.packing.pipeline import PackOptions
+    from mbridge_seqpack.packing.sequences import InputError
+
+    with pytest.raises(InputError) as info:
+        PackOptions(pack_size=4096, **options).validate()
+    assert str(info.value) == message

@@ -114,27 +114,37 @@ def cmd_pack(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    print(f"packed into {result.directory}")
+    from mbridge_seqpack.textout import wrap
+
+    lines = wrap(str(result.directory), "packed into ", hang="  ")
     for name, entry in result.splits.items():
         stats = entry["stats"]
-        print(
-            f"  {name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
+        lines += wrap(
+            f"{name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
             f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-            f"max {entry['max_samples_per_bin']} per row"
+            f"max {entry['max_samples_per_bin']} per row",
+            "  ",
+            hang="    ",
         )
         if "balance" in entry:
             b = entry["balance"]
-            print(
-                f"    work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
-                f"modeled straggler ratio {b['straggler_ratio']:.4f}, row cost spread {b['row_cost_cv']:.1%} "
+            ratio = b["straggler_ratio"]
+            shown = f"{ratio:.4f}" if ratio is not None else "n/a (fewer rows than one step)"
+            lines += wrap(
+                f"work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
+                f"modeled straggler ratio {shown}, row cost spread {b['row_cost_cv']:.1%} "
                 f"(was {b['row_cost_cv_before']:.1%})"
-                + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else "")
+                + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else ""),
+                "    ",
+                hang="      ",
             )
-    print(f"  metadata: {result.metadata}")
-    print(
-        "  use: dataset.offline_packing_specs.packed_train_data_path="
+    lines += wrap(str(result.metadata), "  metadata: ", hang="    ")
+    lines.append("  use:")
+    lines.append(
+        "    dataset.offline_packing_specs.packed_train_data_path="
         f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}"
     )
+    print("\n".join(lines))
     return 0
 
 

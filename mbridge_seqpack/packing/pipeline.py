@@ -128,7 +128,8 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
         "extra_rows_for_cap": result.extra_bins,
         "row_cost_cv_before": round(float(before.std() / before.mean()), 6),
         "row_cost_cv": round(float(costs.std() / costs.mean()), 6),
-        "straggler_ratio": round(straggler_ratio(costs[order], dp, micro), 6),
+        # None: fewer rows than one step (dp * micro), so no step to balance
+        "straggler_ratio": round(straggler_ratio(costs[order], dp, micro), 6) if costs.size >= dp * micro else None,
     }
     return out, info
 
