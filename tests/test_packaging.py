@@ -27,6 +27,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _run_installed(wheel: Path, site: Path, code: str) -> str:
+    """Run ``code`` in a fresh interpreter that sees only the unpacked wheel; its stdout."""
+    zipfile.ZipFile(wheel).extractall(site)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
@@ -45,36 +60,19 @@ def test_wheel_contents(wheel: Path) -> None:
 
 
 def test_installed_wheel_packs_with_its_c_kernel(wheel: Path, tmp_path: Path) -> None:
-    zipfile.ZipFile(wheel).extractall(tmp_path)
-    code = (
+    out = _run_installed(
+        wheel,
+        tmp_path,
         "from mbridge_seqpack.packing.packer import native_kernel, pack_lengths; "
-        "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())"
+        "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(done.stdout.split("[")[1].split("]")[0].replace(" ", "").split(",")) == ["0", "0", "1", "1"]
+    assert sorted(out.split("[")[1].split("]")[0].replace(" ", "").split(",")) == ["0", "0", "1", "1"]
 
 
 def test_installed_wheel_lists_the_packaged_recipes(wheel: Path, tmp_path: Path) -> None:
-    zipfile.ZipFile(wheel).extractall(tmp_path)
     code = "import mbridge_seqpack.recipes as r; print(r.recipes_dir()); print(','.join(r.list_recipes()))"
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    where, names = done.stdout.splitlines()
+    out = _run_installed(wheel, tmp_path, code)
+    where, names = out.splitlines()
     assert where == str(tmp_path / "mbridge_seqpack" / "recipes" / "packaged")
     assert names.split(",") == EXPECTED_RECIPES
 
