@@ -174,8 +174,7 @@ def pack_jsonl(
     if unknown:
         raise InputError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
     kwargs = dict(options.dataset_kwargs or {})
-    for split, source in inputs.items():
-        check_jsonl(source, kwargs)
+    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()}
     tok_sha = tokenizer_files_sha256(tokenizer)
     check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
     mb_tokenizer = load_megatron_tokenizer(tokenizer)
@@ -208,6 +207,7 @@ def pack_jsonl(
                 seed=options.seed,
                 workers=_all_cores() if workers is None else workers,
                 lines_per_chunk=lines_per_chunk,
+                records=records[split],
             )
             bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
             balance = None

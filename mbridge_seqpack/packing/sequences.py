@@ -248,6 +248,7 @@ def tokenize_split(
     workers: int = 1,
     lines_per_chunk: int = 50_000,
     progress: bool | None = None,
+    records: int | None = None,
 ) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
     ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially).
@@ -255,7 +256,8 @@ def tokenize_split(
     The file is streamed in chunks of ``lines_per_chunk`` records: Megatron-Bridge's Python objects exist for one
     chunk at a time, the result is kept as flat arrays (9 bytes per token), so memory grows with the tokens, not
     with Megatron-Bridge's per-record dicts. A progress bar (records, tokens/s) shows on a terminal
-    (``progress=None``), always (True) or never (False).
+    (``progress=None``), always (True) or never (False); ``records`` (the count ``check_jsonl`` returned) sizes
+    it without reading the file once more.
     """
     import contextlib
     import io
@@ -268,13 +270,15 @@ def tokenize_split(
     from tqdm import tqdm
 
     path = Path(path)
-    total = sum(1 for raw in open(path, "rb") if raw.strip())
+    if records is None:
+        with open(path, "rb") as handle:
+            records = sum(1 for raw in handle if raw.strip())
     ids: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
     start, tokens = time.perf_counter(), 0
     bar = tqdm(
-        total=total, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
+        total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
     )
     with bar, tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_") as work:
         index_dir = Path(work) / "index"
