@@ -23,7 +23,6 @@ import numpy as np
 def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
     from mbridge_seqpack.packing.artifact import (
         Fingerprint,
-        build_rows,
         metadata_path,
         split_paths,
         staged_directory,
@@ -65,7 +64,7 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
     with staged_directory(directory, overwrite=True) as staging:
         entry = _split_entry("training", seqs, bins, width, fp)
         entry["checksums"] = write_split(
-            split_paths(staging, width)["training"], build_rows(seqs, bins), {k: v for k, v in entry.items()}
+            split_paths(staging, width)["training"], seqs, bins, {k: v for k, v in entry.items()}
         )
         write_metadata(metadata_path(staging, width), [entry])
     return directory

@@ -278,7 +278,7 @@ def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
 
     src = _small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
-    for stage in ("write_split", "write_metadata", "build_rows"):
+    for stage in ("tokenize_split", "write_split", "write_metadata"):
         real = getattr(pipeline, stage)
 
         def dying(*args: Any, _real: Any = real, **kwargs: Any) -> Any:

@@ -33,6 +33,7 @@ __all__ = [
     "Fingerprint",
     "FINGERPRINT_KEY",
     "ArtifactError",
+    "RowLayout",
     "build_rows",
     "write_split",
     "write_metadata",
@@ -190,52 +191,122 @@ def column_checksums(table_or_columns: Any) -> dict[str, str]:
     return digest_columns({name: list_column(column) for name, column in columns.items()})
 
 
-def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
-    """Arrow columns for the packed rows: sequences of one bin in input order, bins in id order.
+@dataclass(frozen=True)
+class RowLayout:
+    """Where every packed row's sequences come from: sequences of one bin in input order, bins in id order.
 
-    ``loss_mask`` is copied as stored (already label-aligned, as Megatron-Bridge writes it).
+    Per-sequence and per-row arrays only (a few bytes per sequence); the tokens are gathered a batch of rows
+    at a time, so writing a pack never holds all of its tokens at once.
     """
-    import pyarrow as pa
 
-    placed = np.flatnonzero(bins >= 0)
-    order = placed[np.lexsort((placed, bins[placed]))]  # by bin, then input index
-    row_of = bins[order]
-    num_rows = int(row_of.max()) + 1 if order.size else 0
-    sizes = np.diff(seqs.offsets)[order]
-    starts = seqs.offsets[:-1][order]
-    seg_offsets = np.zeros(order.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=seg_offsets[1:])
-    index = np.repeat(starts - seg_offsets[:-1], sizes) + np.arange(seg_offsets[-1], dtype=np.int64)
-    per_row_seqs = np.bincount(row_of, minlength=num_rows)
-    row_seq_offsets = np.zeros(num_rows + 1, dtype=np.int64)
-    np.cumsum(per_row_seqs, out=row_seq_offsets[1:])
-    row_token_offsets = seg_offsets[row_seq_offsets]
-    seq_start = seg_offsets[:-1] - np.repeat(row_token_offsets[:-1], per_row_seqs)
+    order: np.ndarray  # sequence ids, row by row
+    starts: np.ndarray  # every entry of ``order``: its first token in the tokenized arrays
+    sizes: np.ndarray  # every entry of ``order``: its token count
+    seq_offsets: np.ndarray  # row -> its first entry in ``order`` (rows + 1)
+    token_offsets: np.ndarray  # row -> its first token in the written column (rows + 1)
+    seq_start: np.ndarray  # every entry of ``order``: its start within its row
 
-    def lists(values: np.ndarray, offsets: np.ndarray, kind: Any) -> Any:
-        return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values, type=kind))
+    @classmethod
+    def of(cls, seqs: TokenizedSequences, bins: np.ndarray) -> "RowLayout":
+        placed = np.flatnonzero(bins >= 0)
+        order = placed[np.lexsort((placed, bins[placed]))]  # by bin, then input index
+        row_of = bins[order]
+        num_rows = int(row_of.max()) + 1 if order.size else 0
+        sizes = np.diff(seqs.offsets)[order]
+        seg_offsets = np.zeros(order.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=seg_offsets[1:])
+        per_row_seqs = np.bincount(row_of, minlength=num_rows)
+        seq_offsets = np.zeros(num_rows + 1, dtype=np.int64)
+        np.cumsum(per_row_seqs, out=seq_offsets[1:])
+        token_offsets = seg_offsets[seq_offsets]
+        seq_start = seg_offsets[:-1] - np.repeat(token_offsets[:-1], per_row_seqs)
+        return cls(order, seqs.offsets[:-1][order], sizes, seq_offsets, token_offsets, seq_start)
 
-    return {
-        "input_ids": lists(seqs.tokens[index].astype(np.int64), row_token_offsets, pa.int64()),
-        "loss_mask": lists(seqs.loss_mask[index].astype(np.int8), row_token_offsets, pa.int8()),
-        "seq_start_id": lists(seq_start.astype(np.int64), row_seq_offsets, pa.int64()),
-        "sequence_index": lists(order.astype(np.int64), row_seq_offsets, pa.int64()),
-    }
+    @property
+    def num_rows(self) -> int:
+        return int(self.seq_offsets.size - 1)
+
+    def batches(self, max_rows: int = 500, max_tokens: int = 1 << 20) -> Iterator[tuple[int, int]]:
+        """(first, end) rows of consecutive batches with at most ``max_rows`` rows and, beyond one row,
+        ``max_tokens`` tokens (about 40 MB of transient buffers while a batch is gathered and encoded)."""
+        first = 0
+        while first < self.num_rows:
+            end = int(np.searchsorted(self.token_offsets, self.token_offsets[first] + max_tokens, side="right")) - 1
+            end = min(max(end, first + 1), first + max_rows, self.num_rows)
+            yield first, end
+            first = end
+
+    def columns(self, seqs: TokenizedSequences, first: int = 0, end: int | None = None) -> dict[str, Any]:
+        """Arrow columns of rows ``first:end``; ``loss_mask`` copied as stored (label-aligned, as
+        Megatron-Bridge writes it)."""
+        import pyarrow as pa
+
+        end = self.num_rows if end is None else end
+        lo, hi = int(self.seq_offsets[first]), int(self.seq_offsets[end])
+        token_offsets = self.token_offsets[first : end + 1] - self.token_offsets[first]
+        ids, mask = seqs.gather(self.starts[lo:hi], self.sizes[lo:hi])
+        seq_offsets = self.seq_offsets[first : end + 1] - lo
+
+        def lists(values: np.ndarray, offsets: np.ndarray, kind: Any) -> Any:
+            return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values, type=kind))
+
+        return {
+            "input_ids": lists(ids, token_offsets, pa.int64()),
+            "loss_mask": lists(mask, token_offsets, pa.int8()),
+            "seq_start_id": lists(self.seq_start[lo:hi].astype(np.int64), seq_offsets, pa.int64()),
+            "sequence_index": lists(self.order[lo:hi].astype(np.int64), seq_offsets, pa.int64()),
+        }
+
+
+def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
+    """Arrow columns of all packed rows at once (small packs, tests, benchmarks); ``write_split`` streams."""
+    return RowLayout.of(seqs, bins).columns(seqs)
+
+
+class _ColumnDigests:
+    """:func:`digest_columns` of the columns a :class:`RowLayout` writes, fed one batch at a time."""
+
+    def __init__(self, layout: RowLayout) -> None:
+        self.digests = {}
+        for name in ("input_ids", "loss_mask", "seq_start_id", "sequence_index"):
+            offsets = layout.token_offsets if name in ("input_ids", "loss_mask") else layout.seq_offsets
+            self.digests[name] = hashlib.sha256(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+
+    def update(self, columns: dict[str, Any]) -> None:
+        for name, column in columns.items():
+            _, values = list_column(column)
+            self.digests[name].update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+    def hexdigests(self) -> dict[str, str]:
+        return {name: digest.hexdigest() for name, digest in sorted(self.digests.items())}
 
 
 def write_split(
-    path: Path, columns: dict[str, Any], info: dict[str, Any], row_group_size: int = 500
+    path: Path, seqs: TokenizedSequences, bins: np.ndarray, info: dict[str, Any], row_group_size: int = 500
 ) -> dict[str, Any]:
-    """Write one packed split (``info`` in the schema metadata); returns its checksums."""
+    """Write one packed split (``info`` in the schema metadata), one row group at a time (at most
+    ``row_group_size`` rows, as Megatron-Bridge's writer, and 1M tokens); returns its checksums."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(columns).replace_schema_metadata({FINGERPRINT_KEY: json.dumps(info, sort_keys=True).encode()})
+    layout = RowLayout.of(seqs, bins)
+    digests = _ColumnDigests(layout)
+    metadata = {FINGERPRINT_KEY: json.dumps(info, sort_keys=True).encode()}
     try:
-        pq.write_table(table, str(path), row_group_size=row_group_size)
+        with contextlib.ExitStack() as stack:
+            writer = None
+            for first, end in layout.batches(row_group_size) if layout.num_rows else [(0, 0)]:
+                columns = layout.columns(seqs, first, end)
+                digests.update(columns)
+                table = pa.table(columns).replace_schema_metadata(metadata)
+                if writer is None:
+                    writer = stack.enter_context(pq.ParquetWriter(str(path), table.schema))
+                writer.write_table(table, row_group_size=max(end - first, 1))
+                del table, columns
+                pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
-    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": column_checksums(columns)}
+    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": digests.hexdigests()}
 
 
 def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,6 @@ import numpy as np
 from mbridge_seqpack.packing.artifact import (
     ArtifactError,
     Fingerprint,
-    build_rows,
     check_output,
     metadata_path,
     split_paths,
@@ -164,6 +164,8 @@ def pack_jsonl(
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
     Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own.
+    Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
+    staging directory (on the output's disk) and written back one row group at a time.
     """
     from mbridge_seqpack import __version__
 
@@ -198,29 +200,37 @@ def pack_jsonl(
                 plugin_version=__version__,
                 megatron_bridge_version=_megatron_bridge_version(),
             )
-            seqs = tokenize_split(
-                source,
-                mb_tokenizer,
-                max_seq_length=max_seq_length,
-                pad_seq_to_mult=options.pad_seq_to_mult,
-                dataset_kwargs=kwargs,
-                seed=options.seed,
-                workers=_all_cores() if workers is None else workers,
-                lines_per_chunk=lines_per_chunk,
-                records=records[split],
-            )
-            bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
-            balance = None
-            if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
-                bins, balance = _balanced(seqs.lengths, bins, options)
-            entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
-            if balance is not None:
-                entry["balance"] = balance
-            entry["checksums"] = write_split(
-                split_paths(staging, options.pack_size)[split],
-                build_rows(seqs, bins),
-                {k: v for k, v in entry.items() if k != "checksums"},
-            )
+            spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
+            seqs = None
+            try:
+                seqs = tokenize_split(
+                    source,
+                    mb_tokenizer,
+                    max_seq_length=max_seq_length,
+                    pad_seq_to_mult=options.pad_seq_to_mult,
+                    dataset_kwargs=kwargs,
+                    seed=options.seed,
+                    workers=_all_cores() if workers is None else workers,
+                    lines_per_chunk=lines_per_chunk,
+                    records=records[split],
+                    spill_dir=spill,
+                )
+                bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
+                balance = None
+                if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
+                    bins, balance = _balanced(seqs.lengths, bins, options)
+                entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
+                if balance is not None:
+                    entry["balance"] = balance
+                entry["checksums"] = write_split(
+                    split_paths(staging, options.pack_size)[split],
+                    seqs,
+                    bins,
+                    {k: v for k, v in entry.items() if k != "checksums"},
+                )
+            finally:
+                seqs = None  # release the memory maps before their files go
+                shutil.rmtree(spill, ignore_errors=True)
             entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries)
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})

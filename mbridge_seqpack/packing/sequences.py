@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,8 +187,8 @@ class TokenizedSequences:
     Megatron-Bridge's ``fill_packing_strategy`` writes it; ``lengths`` are runtime lengths (tokens - 1).
     """
 
-    tokens: np.ndarray  # int64
-    loss_mask: np.ndarray  # int8
+    tokens: np.ndarray  # int64 (in memory or memory-mapped)
+    loss_mask: np.ndarray  # int8 (in memory or memory-mapped)
     offsets: np.ndarray  # int64, len n+1
 
     @property
@@ -197,6 +198,32 @@ class TokenizedSequences:
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets) - 1
+
+    def gather(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens (int64) and loss mask (int8) of the sequences at ``starts`` (token offsets) with ``sizes``
+        tokens, concatenated in that order. Spilled (memory-mapped) arrays are read with ``preadv`` straight
+        into the result: mapping their pages would put far more of the file in this process's resident set
+        than the few sequences read (the kernel maps around every fault)."""
+        starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+        total = int(sizes.sum())
+        out = []
+        for array in (self.tokens, self.loss_mask):
+            if not isinstance(array, np.memmap):
+                seg_starts = np.cumsum(sizes) - sizes
+                out.append(np.asarray(array[np.repeat(starts - seg_starts, sizes) + np.arange(total)]))
+                continue
+            buffer = np.empty(total, dtype=array.dtype)
+            view, item = memoryview(buffer).cast("B"), buffer.itemsize
+            with open(array.filename, "rb", buffering=0) as handle:
+                position = 0
+                for start, size in zip(starts.tolist(), sizes.tolist()):
+                    wanted = size * item
+                    got = os.preadv(handle.fileno(), [view[position : position + wanted]], array.offset + start * item)
+                    if got != wanted:
+                        raise InputError(f"{array.filename}: spilled tokens end early (truncated); re-run pack")
+                    position += wanted
+            out.append(buffer)
+        return out[0].astype(np.int64, copy=False), out[1].astype(np.int8, copy=False)
 
 
 def _as_list(values: Any) -> list[Any]:
@@ -249,15 +276,17 @@ def tokenize_split(
     lines_per_chunk: int = 50_000,
     progress: bool | None = None,
     records: int | None = None,
+    spill_dir: str | Path | None = None,
 ) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
     ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially).
 
     The file is streamed in chunks of ``lines_per_chunk`` records: Megatron-Bridge's Python objects exist for one
-    chunk at a time, the result is kept as flat arrays (9 bytes per token), so memory grows with the tokens, not
-    with Megatron-Bridge's per-record dicts. A progress bar (records, tokens/s) shows on a terminal
-    (``progress=None``), always (True) or never (False); ``records`` (the count ``check_jsonl`` returned) sizes
-    it without reading the file once more.
+    chunk at a time. Each chunk's tokens and loss mask are appended to flat files in ``spill_dir`` (9 bytes per
+    token on disk) and come back memory-mapped, so memory holds one chunk plus 8 bytes per sequence and an input
+    larger than memory still packs; without ``spill_dir`` they are kept in memory. A progress bar (records,
+    tokens/s) shows on a terminal (``progress=None``), always (True) or never (False); ``records`` (the count
+    ``check_jsonl`` returned) sizes it without reading the file once more.
     """
     import contextlib
     import io
@@ -273,8 +302,7 @@ def tokenize_split(
     if records is None:
         with open(path, "rb") as handle:
             records = sum(1 for raw in handle if raw.strip())
-    ids: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
+    sink = _TokenSink(Path(spill_dir) if spill_dir is not None else None)
     sizes: list[np.ndarray] = []
     start, tokens = time.perf_counter(), 0
     bar = tqdm(
@@ -302,9 +330,11 @@ def tokenize_split(
             if len(items) == 0:
                 continue
             chunk_ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
-            masks.append(np.concatenate([_stored_mask(item, x.size) for item, x in zip(items, chunk_ids)]))
+            sink.append(
+                np.concatenate(chunk_ids),
+                np.concatenate([_stored_mask(item, x.size) for item, x in zip(items, chunk_ids)]),
+            )
             sizes.append(np.fromiter((len(x) for x in chunk_ids), dtype=np.int64, count=len(chunk_ids)))
-            ids.append(np.concatenate(chunk_ids))
             del chunk_ids
             del items
             tokens += int(sizes[-1].sum())
@@ -312,8 +342,48 @@ def tokenize_split(
     offsets = np.zeros(sum(s.size for s in sizes) + 1, dtype=np.int64)
     if sizes:
         np.cumsum(np.concatenate(sizes), out=offsets[1:])
-    return TokenizedSequences(
-        np.concatenate(ids) if ids else np.zeros(0, np.int64),
-        np.concatenate(masks) if masks else np.zeros(0, np.int8),
-        offsets,
-    )
+    tokens, loss_mask = sink.finish()
+    return TokenizedSequences(tokens, loss_mask, offsets)
+
+
+class _TokenSink:
+    """Where tokenized chunks go: appended to two flat files (read back memory-mapped), or kept in memory."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.ids: list[np.ndarray] = []
+        self.masks: list[np.ndarray] = []
+        self.count = 0
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.paths = (directory / "tokens.int64", directory / "loss_mask.int8")
+            for path in self.paths:
+                path.write_bytes(b"")
+
+    def append(self, ids: np.ndarray, mask: np.ndarray) -> None:
+        self.count += ids.size
+        if self.directory is None:
+            self.ids.append(ids)
+            self.masks.append(mask)
+            return
+        for path, values in zip(self.paths, (ids, mask)):
+            try:
+                with open(path, "ab") as handle:
+                    values.tofile(handle)
+            except OSError as exc:
+                raise InputError(
+                    f"{path}: cannot spill tokenized data ({exc.strerror}); free space or choose another --output"
+                ) from None
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.directory is None:
+            return (
+                np.concatenate(self.ids) if self.ids else np.zeros(0, np.int64),
+                np.concatenate(self.masks) if self.masks else np.zeros(0, np.int8),
+            )
+        if self.count == 0:  # np.memmap refuses an empty file
+            return np.zeros(0, np.int64), np.zeros(0, np.int8)
+        return (
+            np.memmap(self.paths[0], dtype=np.int64, mode="r", shape=(self.count,)),
+            np.memmap(self.paths[1], dtype=np.int8, mode="r", shape=(self.count,)),
+        )
