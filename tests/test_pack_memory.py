@@ -112,3 +112,21 @@ def test_pack_peak_memory_does_not_grow_with_the_tokens(tmp_path: Path, megatron
     extra = (large["peak"] - small["peak"]) / (large["tokens"] - small["tokens"])
     assert extra <= 4.0, out
     assert not list(tmp_path.glob("large/.tokens-*"))  # the spill is gone from the artifact
+
+
+def test_spill_failures_name_the_file_and_the_fix(tmp_path: Path) -> None:
+    from mbridge_seqpack.packing.sequences import InputError, _TokenSink
+
+    (tmp_path / "blocked" / "tokens.int64").mkdir(parents=True)  # a directory where the spill file goes
+    with pytest.raises(InputError) as raised:
+        _TokenSink(tmp_path / "blocked")
+    assert str(raised.value) == (
+        f"{tmp_path / 'blocked' / 'tokens.int64'}: cannot spill tokenized data (Is a directory); "
+        "free space or choose another --output"
+    )
+    seqs = _sequences(tmp_path)
+    with open(tmp_path / "tokens.int64", "r+b") as handle:
+        handle.truncate(100 * 8)  # the spill lost its tail after it was mapped
+    with pytest.raises(InputError) as raised:
+        seqs.gather(seqs.offsets[[399]], np.diff(seqs.offsets)[[399]])
+    assert str(raised.value) == f"{tmp_path / 'tokens.int64'}: spilled tokens end early (truncated); re-run pack"

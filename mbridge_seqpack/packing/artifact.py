@@ -170,13 +170,21 @@ def list_column(column: Any) -> tuple[np.ndarray, np.ndarray]:
     return offsets - offsets[0], values
 
 
+def _digest_of_offsets(offsets: np.ndarray) -> Any:
+    """A column's seal digest: sha256 over its row offsets, then its values (fed with ``_feed_values``)."""
+    return hashlib.sha256(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+
+
+def _feed_values(digest: Any, values: np.ndarray) -> None:
+    digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+
 def digest_columns(columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, str]:
     """sha256 of every (offsets, values) column, as the seal records them."""
     out = {}
     for name, (offsets, values) in sorted(columns.items()):
-        digest = hashlib.sha256()
-        digest.update(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
-        digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        digest = _digest_of_offsets(offsets)
+        _feed_values(digest, values)
         out[name] = digest.hexdigest()
     return out
 
@@ -270,12 +278,11 @@ class _ColumnDigests:
         self.digests = {}
         for name in ("input_ids", "loss_mask", "seq_start_id", "sequence_index"):
             offsets = layout.token_offsets if name in ("input_ids", "loss_mask") else layout.seq_offsets
-            self.digests[name] = hashlib.sha256(np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+            self.digests[name] = _digest_of_offsets(offsets)
 
     def update(self, columns: dict[str, Any]) -> None:
         for name, column in columns.items():
-            _, values = list_column(column)
-            self.digests[name].update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+            _feed_values(self.digests[name], list_column(column)[1])
 
     def hexdigests(self) -> dict[str, str]:
         return {name: digest.hexdigest() for name, digest in sorted(self.digests.items())}

@@ -355,10 +355,9 @@ class _TokenSink:
         self.masks: list[np.ndarray] = []
         self.count = 0
         if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
             self.paths = (directory / "tokens.int64", directory / "loss_mask.int8")
             for path in self.paths:
-                path.write_bytes(b"")
+                self._write(path, "wb", None)
 
     def append(self, ids: np.ndarray, mask: np.ndarray) -> None:
         self.count += ids.size
@@ -367,13 +366,19 @@ class _TokenSink:
             self.masks.append(mask)
             return
         for path, values in zip(self.paths, (ids, mask)):
-            try:
-                with open(path, "ab") as handle:
+            self._write(path, "ab", values)
+
+    @staticmethod
+    def _write(path: Path, mode: str, values: np.ndarray | None) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, mode) as handle:
+                if values is not None:
                     values.tofile(handle)
-            except OSError as exc:
-                raise InputError(
-                    f"{path}: cannot spill tokenized data ({exc.strerror}); free space or choose another --output"
-                ) from None
+        except OSError as exc:
+            raise InputError(
+                f"{path}: cannot spill tokenized data ({exc.strerror}); free space or choose another --output"
+            ) from None
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         if self.directory is None:
