@@ -339,6 +339,12 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         report.problems += seal_problems(path, info, entry, meta)
         if report.problems:
             return report, fp
+    elif meta is not None and any(isinstance(e, dict) and e.get("checksums") for e in entries or []):
+        report.problems.append(
+            f"no mbridge_seqpack fingerprint, but {meta.name} seals this pack: the file was modified or "
+            f"corrupted - {REPACK}"
+        )
+        return report, fp
     else:
         report.notes.append(
             "unsealed: no mbridge_seqpack fingerprint (written by Megatron-Bridge or another tool); "
