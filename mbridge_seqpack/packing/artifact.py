@@ -244,26 +244,36 @@ class RowLayout:
             yield first, end
             first = end
 
-    def columns(self, seqs: TokenizedSequences, first: int = 0, end: int | None = None) -> dict[str, Any]:
-        """Arrow columns of rows ``first:end``; ``loss_mask`` copied as stored (label-aligned, as
-        Megatron-Bridge writes it)."""
-        import pyarrow as pa
-
+    def values(self, seqs: TokenizedSequences, first: int = 0, end: int | None = None) -> dict[str, tuple]:
+        """(row offsets from 0, values) of every column for rows ``first:end``; ``loss_mask`` copied as stored
+        (label-aligned, as Megatron-Bridge writes it)."""
         end = self.num_rows if end is None else end
         lo, hi = int(self.seq_offsets[first]), int(self.seq_offsets[end])
         token_offsets = self.token_offsets[first : end + 1] - self.token_offsets[first]
-        ids, mask = seqs.gather(self.starts[lo:hi], self.sizes[lo:hi])
         seq_offsets = self.seq_offsets[first : end + 1] - lo
-
-        def lists(values: np.ndarray, offsets: np.ndarray, kind: Any) -> Any:
-            return pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(values, type=kind))
-
+        ids, mask = seqs.gather(self.starts[lo:hi], self.sizes[lo:hi])
         return {
-            "input_ids": lists(ids, token_offsets, pa.int64()),
-            "loss_mask": lists(mask, token_offsets, pa.int8()),
-            "seq_start_id": lists(self.seq_start[lo:hi].astype(np.int64), seq_offsets, pa.int64()),
-            "sequence_index": lists(self.order[lo:hi].astype(np.int64), seq_offsets, pa.int64()),
+            "input_ids": (token_offsets, ids),
+            "loss_mask": (token_offsets, mask),
+            "seq_start_id": (seq_offsets, self.seq_start[lo:hi].astype(np.int64)),
+            "sequence_index": (seq_offsets, self.order[lo:hi].astype(np.int64)),
         }
+
+    def columns(self, seqs: TokenizedSequences, first: int = 0, end: int | None = None) -> dict[str, Any]:
+        """Arrow columns of rows ``first:end`` (:meth:`values` as large lists)."""
+        return _arrow_columns(self.values(seqs, first, end))
+
+
+def _arrow_columns(values: dict[str, tuple]) -> dict[str, Any]:
+    import pyarrow as pa
+
+    kinds = {"loss_mask": pa.int8()}
+    return {
+        name: pa.LargeListArray.from_arrays(
+            pa.array(offsets.astype(np.int64)), pa.array(v, type=kinds.get(name, pa.int64()))
+        )
+        for name, (offsets, v) in values.items()
+    }
 
 
 def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
@@ -280,9 +290,9 @@ class _ColumnDigests:
             offsets = layout.token_offsets if name in ("input_ids", "loss_mask") else layout.seq_offsets
             self.digests[name] = _digest_of_offsets(offsets)
 
-    def update(self, columns: dict[str, Any]) -> None:
-        for name, column in columns.items():
-            _feed_values(self.digests[name], list_column(column)[1])
+    def update(self, values: dict[str, tuple]) -> None:
+        for name, (_, column_values) in values.items():
+            _feed_values(self.digests[name], column_values)
 
     def hexdigests(self) -> dict[str, str]:
         return {name: digest.hexdigest() for name, digest in sorted(self.digests.items())}
@@ -303,13 +313,13 @@ def write_split(
         with contextlib.ExitStack() as stack:
             writer = None
             for first, end in layout.batches(row_group_size) if layout.num_rows else [(0, 0)]:
-                columns = layout.columns(seqs, first, end)
-                digests.update(columns)
-                table = pa.table(columns).replace_schema_metadata(metadata)
+                values = layout.values(seqs, first, end)
+                digests.update(values)
+                table = pa.table(_arrow_columns(values)).replace_schema_metadata(metadata)
                 if writer is None:
                     writer = stack.enter_context(pq.ParquetWriter(str(path), table.schema))
                 writer.write_table(table, row_group_size=max(end - first, 1))
-                del table, columns
+                del table, values
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
