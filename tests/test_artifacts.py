@@ -492,3 +492,33 @@ def test_only_rank_zero_hashes_whole_files(
     monkeypatch.setenv("RANK", "0")
     (v,) = check(packed_cfg, world_size=8)
     assert "sha256 differs from the seal" in v.rule
+
+
+def test_a_sealed_file_that_lost_its_fingerprint_is_corrupted_not_foreign(
+    artifact: Path, packed_cfg: Any, tmp_path: Path
+) -> None:
+    """A byte flip in the fingerprint's key leaves a readable file with no fingerprint; the metadata beside it
+    still seals that file name, so inspect and the config rule refuse it instead of passing it as unsealed."""
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    train = copy / "training_4096.idx.parquet"
+    pq.write_table(pq.read_table(str(train)).replace_schema_metadata(None), str(train))
+    expected = (
+        "no mbridge_seqpack fingerprint, but 4096_metadata.jsonl seals this file: it was modified or corrupted "
+        "- re-run mbridge-seqpack pack"
+    )
+    report = inspect_artifact(copy)
+    assert [s.problems for s in report.splits if s.path == train] == [[expected]]
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(train)
+    (v,) = check(packed_cfg, world_size=8)
+    assert v.rule_id == "artifact.fingerprint_mismatch"
+    assert v.rule == f"{train}: {expected}"
+    other = tmp_path / "foreign" / "training_4096.idx.parquet"  # the same unsealed file without a seal beside it
+    other.parent.mkdir()
+    shutil.copy(train, other)
+    specs.packed_train_data_path = str(other)
+    assert check(packed_cfg, world_size=8) == []

@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.artifact import ArtifactError, digest_columns, list_column, read_parquet_fingerprint
+from mbridge_seqpack.packing.artifact import (
+    ArtifactError,
+    digest_columns,
+    list_column,
+    read_parquet_fingerprint,
+    split_paths,
+)
 from mbridge_seqpack.packing.sequences import file_sha256
 
 __all__ = [
@@ -194,6 +200,24 @@ def entry_for(entries: list[dict[str, Any]] | None, info: dict[str, Any]) -> dic
     return next((e for e in reversed(entries or []) if e.get("split") == info.get("split")), None)  # last wins
 
 
+def lost_fingerprint_problem(path: Path, meta: Path | None, entries: list[dict[str, Any]] | None) -> str | None:
+    """A file without a fingerprint where the metadata beside it seals a file of that very name: its footer was
+    damaged (a byte flip in the fingerprint's key), not written by another tool, so it must not pass as unsealed."""
+    for entry in entries or []:
+        if not isinstance(entry, dict) or not entry.get("checksums"):
+            continue
+        try:
+            sealed = split_paths(path.parent, int(entry["pack_size"])).get(str(entry.get("split")))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if sealed is not None and sealed.name == path.name:
+            return (
+                f"no mbridge_seqpack fingerprint, but {meta.name if meta else 'the metadata'} seals this file: "
+                f"it was modified or corrupted - {REPACK}"
+            )
+    return None
+
+
 def seal_problems(
     path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None, *, hash_contents: bool = True
 ) -> list[str]:
@@ -339,11 +363,8 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         report.problems += seal_problems(path, info, entry, meta)
         if report.problems:
             return report, fp
-    elif meta is not None and any(isinstance(e, dict) and e.get("checksums") for e in entries or []):
-        report.problems.append(
-            f"no mbridge_seqpack fingerprint, but {meta.name} seals this pack: the file was modified or "
-            f"corrupted - {REPACK}"
-        )
+    elif lost := lost_fingerprint_problem(path, meta, entries):
+        report.problems.append(lost)
         return report, fp
     else:
         report.notes.append(

@@ -55,7 +55,12 @@ def _repack_fix(ctx: RuleContext, field: str) -> str:
 
 def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: list[Path]) -> list[Violation]:
     from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.packing.inspect_artifact import entry_for, find_metadata, seal_problems
+    from mbridge_seqpack.packing.inspect_artifact import (
+        entry_for,
+        find_metadata,
+        lost_fingerprint_problem,
+        seal_problems,
+    )
 
     fix = _repack_fix(ctx, field)
     found: list[Violation] = []
@@ -65,9 +70,12 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
             info = read_parquet_fingerprint(path)
         except ArtifactError as exc:
             return [_violation(field, spec, str(exc), fix)]
-        if info is None:
-            continue  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare
         meta, entries, problem = find_metadata(path.parent)
+        if info is None:  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare, unless it lost its seal
+            lost = lost_fingerprint_problem(path, meta, entries)
+            if lost:
+                found.append(_violation(field, spec, f"{path}: {lost}", fix))
+            continue
         # every rank validates the config at start-up: only rank 0 reads whole files, the others check sizes
         problems = (
             [problem]
