@@ -5,9 +5,10 @@
    ``first_fit_decreasing`` (up to --mb-max-n; it is pure Python), and LightBinPack's C++ ``obfd`` / ``bfd`` /
    ``ffd``. The ratio is the fastest peer's time over ours; bins must never exceed Megatron-Bridge's or BFD's.
 2. Peak memory of ``pack_lengths`` on the largest size, as a multiple of the input array (own process).
-3. Work balance: modeled straggler ratio at DP 8 of Megatron-Bridge's rows in its write order vs ours
-   (balanced rows, slot order), on the embedded corpus (tokenized with the embedded tokenizer) and a
-   lognormal set.
+3. Work balance: modeled straggler ratio at DP 8 of Megatron-Bridge's rows vs ours (balanced rows, leveled
+   for the layout, slot order), read in file order (``single`` sampler) and by Megatron-Bridge's ``batch``
+   sampler (its SFT default, seed 1234: epoch 0, and epochs 1-4), on the embedded corpus (tokenized with the
+   embedded tokenizer) and a lognormal set.
 4. Packing plus row building vs Megatron-Bridge's create_packing_strategy + fill_packing_strategy.
 
 Writes ``--out`` (JSON) and the PNG next to it (time vs n, log-log, one line per system, one panel per
@@ -15,6 +16,7 @@ capacity); the README's packer table is rendered from the JSON with ``--table``.
 
     uv run python scripts/bench_packer.py [--capacities 4096,32768,131072] [--sizes 10000,100000,1000000,10000000]
     uv run python scripts/bench_packer.py --table out/bench_packer.json
+    uv run python scripts/bench_packer.py --only-balance   # re-measure section 3 into the existing JSON
 """
 
 from __future__ import annotations
@@ -142,11 +144,23 @@ def embedded_lengths() -> np.ndarray:
     return np.asarray([len(e.ids) + 1 for e in tok.encode_batch(texts)], dtype=np.int64)  # + EOS, - 1 label shift
 
 
+#: Megatron-Bridge's GPTSFTDatasetConfig.seed default, the batch sampler's shuffle seed
+SAMPLER_SEED = 1234
+
+
 def bench_balance() -> list[dict]:
     from megatron.bridge.data.packing.algorithms import first_fit_decreasing
 
     from mbridge_seqpack.packing import pack_lengths
-    from mbridge_seqpack.packing.balance import DEFAULT_COST, balance_bins, row_costs, slot_order, straggler_ratio
+    from mbridge_seqpack.packing.balance import (
+        DEFAULT_COST,
+        balance_bins,
+        file_layout,
+        read_order,
+        row_costs,
+        straggler_ratio,
+    )
+    from mbridge_seqpack.packing.level import level_steps
 
     sets = {
         "embedded corpus": embedded_lengths(),
@@ -163,19 +177,18 @@ def bench_balance() -> list[dict]:
             )
             start = time.perf_counter()
             result = balance_bins(lengths, bins, cap, DEFAULT_COST)
-            costs = row_costs(lengths, result.bins, result.num_bins, DEFAULT_COST)
             seconds = time.perf_counter() - start
             for micro in (1, 4):
+                start = time.perf_counter()
+                leveled, order = level_steps(lengths, result.bins, result.num_bins, cap, DEFAULT_COST, 8, micro)
+                level_seconds = time.perf_counter() - start
+                costs = row_costs(lengths, leveled, result.num_bins, DEFAULT_COST)
+                in_file = costs[file_layout(order, "batch", SAMPLER_SEED)]  # as `pack` writes it for that sampler
 
-                def shuffled(c: np.ndarray) -> float:
-                    return float(
-                        np.mean(
-                            [
-                                straggler_ratio(c[np.random.default_rng(s).permutation(c.size)], 8, micro)
-                                for s in range(16)
-                            ]
-                        )
-                    )
+                def batch_epochs(file_costs: np.ndarray, epochs: range) -> float:
+                    """Mean ratio over epochs as Megatron-Bridge's batch sampler (seed 1234) reads the file."""
+                    reads = [read_order(file_costs.size, "batch", SAMPLER_SEED, e) for e in epochs]
+                    return float(np.mean([straggler_ratio(file_costs[r], 8, micro) for r in reads]))
 
                 row = {
                     "set": name,
@@ -185,17 +198,24 @@ def bench_balance() -> list[dict]:
                     "bins_mb": len(mb_rows),
                     "bins_ours": result.num_bins,
                     "balance_seconds": seconds,
+                    "level_seconds": level_seconds,
                     "mb_order": straggler_ratio(mb_costs, 8, micro),
-                    "ours": straggler_ratio(costs[slot_order(costs, 8, micro)], 8, micro),
-                    "mb_shuffled": shuffled(mb_costs),
-                    "ours_shuffled": shuffled(costs),
+                    "mb_batch_epoch0": batch_epochs(mb_costs, range(1)),
+                    "ours": straggler_ratio(costs[order], 8, micro),
+                    "ours_batch_epoch0": batch_epochs(in_file, range(1)),
+                    "mb_later_epochs": batch_epochs(mb_costs, range(1, 5)),
+                    "ours_later_epochs": batch_epochs(in_file, range(1, 5)),
                 }
                 row["closer"] = (row["mb_order"] - 1) / max(row["ours"] - 1, 1e-9)
+                row["closer_batch"] = (row["mb_batch_epoch0"] - 1) / max(row["ours_batch_epoch0"] - 1, 1e-9)
                 out.append(row)
                 print(
-                    f"{name:26} cap {cap:>5} DP8 x{micro}: MB order {row['mb_order']:.5f}  ours {row['ours']:.5f} "
-                    f"({row['closer']:.1f}x closer to 1)  shuffled: MB {row['mb_shuffled']:.4f} ours "
-                    f"{row['ours_shuffled']:.4f}  bins {row['bins_mb']} / {row['bins_ours']}",
+                    f"{name:26} cap {cap:>5} DP8 x{micro}: file order MB {row['mb_order']:.6f} ours "
+                    f"{row['ours']:.6f} ({row['closer']:.1f}x closer to 1); batch sampler epoch 0 MB "
+                    f"{row['mb_batch_epoch0']:.5f} ours {row['ours_batch_epoch0']:.6f} ({row['closer_batch']:.0f}x); "
+                    f"epochs 1-4 MB {row['mb_later_epochs']:.4f} ours {row['ours_later_epochs']:.4f}; "
+                    f"bins {row['bins_mb']} / {row['bins_ours']}; balance {seconds:.1f} s + leveling "
+                    f"{level_seconds:.1f} s",
                     flush=True,
                 )
     return out
@@ -280,6 +300,25 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def balance_table(rows: list[dict]) -> str:
+    """The README's work-balance table from the bench JSON's ``balance`` section."""
+    lines = [
+        "| set | capacity | rows/rank | MB, file order | ours | closer to 1 | MB, batch sampler epoch 0 | ours | "
+        "closer to 1 | epochs 1-4 MB / ours | rows MB / ours | balance + leveling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["bins_ours"] < r["dp"] * r["micro_batches"]:
+            continue  # not one full step: nothing to balance
+        lines.append(
+            f"| {r['set']} | {r['capacity']:,} | {r['micro_batches']} | {r['mb_order']:.6f} | {r['ours']:.6f} | "
+            f"**{r['closer']:.1f}x** | {r['mb_batch_epoch0']:.4f} | {r['ours_batch_epoch0']:.6f} | "
+            f"**{r['closer_batch']:,.0f}x** | {r['mb_later_epochs']:.4f} / {r['ours_later_epochs']:.4f} | "
+            f"{r['bins_mb']:,} / {r['bins_ours']:,} | {r['balance_seconds'] + r['level_seconds']:.1f} s |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacities", default="4096,32768,131072")
@@ -287,10 +326,22 @@ def main() -> None:
     parser.add_argument("--mb-max-n", type=int, default=1_000_000, help="largest n given to Megatron-Bridge's FFD")
     parser.add_argument("--fill-size", type=int, default=100_000)
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_packer.json"))
-    parser.add_argument("--table", default=None, help="print the README table from this JSON and exit")
+    parser.add_argument("--table", default=None, help="print the README tables from this JSON and exit")
+    parser.add_argument(
+        "--only-balance", action="store_true", help="re-measure only the work balance into the existing --out JSON"
+    )
     args = parser.parse_args()
     if args.table:
-        print(table(json.loads(Path(args.table).read_text())))
+        report = json.loads(Path(args.table).read_text())
+        print(table(report) + "\n\n" + balance_table(report["balance"]))
+        return
+    if args.only_balance:
+        out = Path(args.out)
+        report = json.loads(out.read_text())
+        report["balance"] = bench_balance()
+        report["balance_date"] = time.strftime("%Y-%m-%d")
+        out.write_text(json.dumps(report, indent=2))
+        print(f"updated the balance section of {out}\n\n" + balance_table(report["balance"]))
         return
     capacities = [int(x) for x in args.capacities.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -315,7 +366,7 @@ def main() -> None:
     out.write_text(json.dumps(report, indent=2))
     plot(report["grid"], out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
-    print(table(report))
+    print(table(report) + "\n\n" + balance_table(report["balance"]))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,6 +49,11 @@ def artifact(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> 
         {"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"}, out, pad_seq_to_mult=4, seed=7
     )
     return out
+
+
+def _pack_rule(cfg: Any) -> list[Any]:
+    """What ``artifact.fingerprint_mismatch`` finds (``check`` at world size 8, that rule only)."""
+    return [v for v in check(cfg, world_size=8) if v.rule_id == "artifact.fingerprint_mismatch"]
 
 
 def _small_jsonl(path: Path, n: int = 40) -> Path:
@@ -136,6 +142,80 @@ def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_br
     assert sum(mine.values()) == 300
     assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 2048, 4, kwargs))
     assert inspect_artifact(ours.directory).ok
+
+
+def _steps_as_megatron_bridge_reads_them(path: Path, balance: dict, epoch: int) -> float:
+    """Modeled straggler ratio of a written split as Megatron-Bridge's own batch sampler hands its rows to the DP
+    ranks (every rank's sampler, one epoch), with the cost model the pack recorded."""
+    import pyarrow.parquet as pq
+    from megatron.bridge.data.samplers import MegatronPretrainingBatchSampler
+
+    rows = pq.read_table(str(path), columns=["input_ids", "seq_start_id"]).to_pylist()
+    costs = []
+    for row in rows:
+        seqs = np.diff(row["seq_start_id"] + [len(row["input_ids"])]) - 1  # runtime lengths (labels shift by one)
+        costs.append(balance["cost_linear"] * seqs.sum() + balance["cost_attention"] * (seqs**2).sum())
+    dp, global_batch = balance["data_parallel"], balance["data_parallel"] * balance["micro_batches"]
+    steps = len(rows) // global_batch
+    loads = np.zeros((steps, dp))
+    for rank in range(dp):
+        sampler = MegatronPretrainingBatchSampler(
+            total_samples=len(rows),
+            consumed_samples=epoch * steps * global_batch,
+            micro_batch_size=1,
+            global_batch_size=global_batch,
+            data_parallel_rank=rank,
+            data_parallel_size=dp,
+            seed=balance["sampler_seed"],
+        )
+        for step, indices in enumerate(sampler):
+            loads[step, rank] = sum(costs[i] for i in indices)
+    return float(np.mean(loads.max(axis=1) / loads.mean(axis=1)))
+
+
+def test_megatron_bridges_batch_sampler_reads_the_balanced_steps(artifact: Path) -> None:
+    # the pack is laid out for the batch sampler (Megatron-Bridge's SFT default) with seed 1234: its first epoch
+    # reads exactly the balanced steps the metadata reports; later epochs reshuffle (reported separately)
+    balance = json.loads((artifact / "4096_metadata.jsonl").read_text())[0]["balance"]
+    assert (balance["sampler"], balance["sampler_seed"]) == ("batch", 1234)
+    path = artifact / "training_4096.idx.parquet"
+    assert _steps_as_megatron_bridge_reads_them(path, balance, 0) == pytest.approx(
+        balance["straggler_ratio"], abs=1e-6
+    )
+    later = [_steps_as_megatron_bridge_reads_them(path, balance, epoch) for epoch in range(1, 5)]
+    assert float(np.mean(later)) == pytest.approx(balance["straggler_ratio_later_epochs"], abs=1e-6)
+    assert balance["straggler_ratio"] < min(later)
+
+
+def test_a_config_that_reads_the_pack_otherwise_than_laid_out_gets_an_advisory(
+    artifact: Path, packed_cfg: Any
+) -> None:
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
+    packed_cfg.train.global_batch_size = 8  # DP 8 x 1 row, the batch sampler, seed 1234: as packed
+    packed_cfg.dataset.seed = 1234
+    assert packed_cfg.dataset.dataloader_type == "batch"
+    assert check(packed_cfg, world_size=8) == []
+    packed_cfg.dataset.seed = 5678  # only the seed differs: pasting the packed one back is the fix
+    (v,) = check(packed_cfg, world_size=8)
+    ratio = json.loads((artifact / "4096_metadata.jsonl").read_text())[0]["balance"]["straggler_ratio"]
+    assert (v.rule_id, v.severity) == ("artifact.balance_layout", "advisory")
+    assert v.fields == {"pack sampler_seed": 1234, "dataset.seed": 5678}
+    assert v.rule == (
+        f"the pack's rows are laid out so that each step keeps every DP rank equally busy (modeled straggler "
+        f"ratio {ratio:.4f}) for the sampler, seed, DP size and global batch it was packed for; read otherwise, "
+        f"training is correct but that balance does not hold"
+    )
+    assert v.overrides == ["dataset.seed=1234"]
+    packed_cfg.train.global_batch_size = 16  # 2 rows per rank per step: only a re-pack lays the rows out for it
+    (v,) = check(packed_cfg, world_size=8)
+    assert v.fields == {"pack sampler_seed": 1234, "pack micro_batches": 1, "dataset.seed": 5678, "micro_batches": 2}
+    assert v.fix == (
+        "re-run `mbridge-seqpack pack --recipe ...` with this config (or pass --data-parallel 8 --micro-batches 2 "
+        "--sampler batch --sampler-seed 5678)"
+    )
+    assert v.overrides == []
 
 
 def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) -> None:
@@ -377,7 +457,7 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
     train = str(artifact / "training_4096.idx.parquet")
     specs.packed_train_data_path = train
     specs.packed_metadata_path = str(artifact / "4096_metadata.jsonl")
-    found = check(packed_cfg, world_size=8)
+    found = _pack_rule(packed_cfg)
     assert [v.rule_id for v in found] == ["artifact.fingerprint_mismatch"]
     assert found[0].fields == {
         "dataset.offline_packing_specs.packed_train_data_path": train,
@@ -385,16 +465,16 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
         "dataset.offline_packing_specs.pad_seq_to_mult": 1,
     }
     specs.pad_seq_to_mult = 4
-    assert check(packed_cfg, world_size=8) == []
+    assert _pack_rule(packed_cfg) == []
     specs.packed_train_data_path = str(artifact / "training_*.idx.parquet")  # a glob of the same file
-    assert check(packed_cfg, world_size=8) == []
+    assert _pack_rule(packed_cfg) == []
 
 
 def test_directory_path_that_holds_validation_data_is_refused(artifact: Path, packed_cfg: Any) -> None:
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact)  # Megatron-Bridge reads every .parquet of the directory
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule == (
         "resolves to 2 file(s) holding split(s) ['training', 'validation']; Megatron-Bridge would "
         "read all of them as training data"
@@ -409,13 +489,13 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     train = copy / "training_4096.idx.parquet"
     specs.packed_train_data_path = str(train)
     _flip(train, 1000)
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule.endswith(
         "sha256 differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack pack"
     )
     shutil.copy(artifact / "training_4096.idx.parquet", train)
     (copy / "4096_metadata.jsonl").unlink()  # an interrupted pack has no metadata
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert "no <N>_metadata.jsonl next to it: the pack is incomplete" in v.rule
     mixed = tmp_path / "mixed"
     mixed.mkdir()
@@ -424,9 +504,9 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     shutil.copy(artifact / "4096_metadata.jsonl", mixed / "4096_metadata.jsonl")
     shutil.copy(artifact / "4096_metadata.jsonl", mixed / "8192_metadata.jsonl")
     specs.packed_train_data_path = str(mixed)
-    assert "2 metadata files" in check(packed_cfg, world_size=8)[0].rule
+    assert "2 metadata files" in _pack_rule(packed_cfg)[0].rule
     specs.packed_train_data_path = str(tmp_path / "nowhere")
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule.startswith("Megatron-Bridge finds no packed data there")
 
 
@@ -440,13 +520,13 @@ def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, t
         (TOKENIZER / "tokenizer_config.json").read_text().replace("}", ', "model_max_length": 7}', 1)
     )
     packed_cfg.tokenizer.tokenizer_model = str(other_tok)
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule.startswith("the pack was tokenized with another tokenizer")
     packed_cfg.tokenizer.tokenizer_model = str(TOKENIZER)
     other = tmp_path / "other"
     _pack({"training": _small_jsonl(tmp_path / "s.jsonl")}, other, pad_seq_to_mult=4)
     specs.packed_metadata_path = str(other / "4096_metadata.jsonl")
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule.startswith("packed_metadata_path was written by a different pack run")
 
 
@@ -488,9 +568,9 @@ def test_only_rank_zero_hashes_whole_files(
     specs.packed_train_data_path = str(copy / "training_4096.idx.parquet")
     _flip(copy / "training_4096.idx.parquet", 2000)  # same size, other bytes
     monkeypatch.setenv("RANK", "5")
-    assert check(packed_cfg, world_size=8) == []
+    assert _pack_rule(packed_cfg) == []
     monkeypatch.setenv("RANK", "0")
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert "sha256 differs from the seal" in v.rule
 
 
@@ -514,11 +594,34 @@ def test_a_sealed_file_that_lost_its_fingerprint_is_corrupted_not_foreign(
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(train)
-    (v,) = check(packed_cfg, world_size=8)
+    (v,) = _pack_rule(packed_cfg)
     assert v.rule_id == "artifact.fingerprint_mismatch"
     assert v.rule == f"{train}: {expected}"
     other = tmp_path / "foreign" / "training_4096.idx.parquet"  # the same unsealed file without a seal beside it
     other.parent.mkdir()
     shutil.copy(train, other)
     specs.packed_train_data_path = str(other)
-    assert check(packed_cfg, world_size=8) == []
+    assert _pack_rule(packed_cfg) == []
+
+
+def test_pack_from_a_recipe_lays_out_for_its_sampler_seed_dp_and_global_batch(
+    tmp_path: Path, megatron_bridge: Any
+) -> None:
+    from mbridge_seqpack.cli.main import main
+    from mbridge_seqpack.recipes.targets import build_target
+    from mbridge_seqpack.rules.context import RuleContext
+
+    out = tmp_path / "p"
+    overrides = ["dataset.seed=77", "train.global_batch_size=16"]
+    argv = ["pack", str(DATA / "training.jsonl"), "--recipe", "llama3_8b_sft_packed_8k", "--output", str(out)]
+    assert main([*argv, "--tokenizer", str(TOKENIZER), *overrides]) == 0
+    cfg, info = build_target("llama3_8b_sft_packed_8k", overrides)
+    ctx = RuleContext.build(cfg, info.world_size)
+    (entry,) = json.loads(next(out.glob("*_metadata.jsonl")).read_text())  # the training split only
+    balance = entry["balance"]
+    assert cfg.dataset.dataloader_type == "batch"
+    assert (balance["sampler"], balance["sampler_seed"]) == ("batch", 77)
+    assert ctx.topology.data_parallel == 4  # 8 GPUs at TP 2: global batch 16 is 4 rows per rank per step
+    assert (balance["data_parallel"], balance["micro_batches"]) == (4, 4)
+    cfg.dataset.offline_packing_specs.packed_train_data_path = str(next(out.glob("training_*.idx.parquet")))
+    assert "artifact.balance_layout" not in {v.rule_id for v in check(cfg, world_size=info.world_size)}

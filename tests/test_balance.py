@@ -125,6 +125,9 @@ def test_slot_order_is_a_permutation_and_splits_steps_evenly() -> None:
         ({"max_sequences_per_row": 0}, "--max-sequences-per-row must be a positive integer, got 0"),
         ({"data_parallel": 0}, "--data-parallel must be a positive integer, got 0"),
         ({"micro_batches": True}, "--micro-batches must be a positive integer, got True"),
+        ({"sampler": "cyclic"}, "--sampler must be one of batch, single, got 'cyclic'"),
+        ({"sampler_seed": -1}, "--sampler-seed must be a non-negative integer, got -1"),
+        ({"sampler_seed": "1234"}, "--sampler-seed must be a non-negative integer, got '1234'"),
     ],
 )
 def test_pack_balance_options_are_checked_before_any_work(options: dict[str, Any], message: str) -> None:

@@ -52,7 +52,8 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
-    dp = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, info)).topology.data_parallel or 1
+    ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, info))
+    dp = ctx.topology.data_parallel or 1
     options = PackOptions(
         pack_size=int(specs.packed_sequence_size),
         pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
@@ -62,6 +63,9 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
         balance=not args.no_balance,
         data_parallel=dp,
         micro_batches=max(1, int(cfg.train.global_batch_size) // dp),
+        # `cyclic` reads its own random order every epoch: file order is as good as any
+        sampler="batch" if getattr(cfg.dataset, "dataloader_type", None) == "batch" else "single",
+        sampler_seed=int(ctx.sampler_seed or 0),
         cost=CostModel.from_provider(cfg.model),
         max_sequences_per_row=args.max_sequences_per_row,
     )
@@ -101,6 +105,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
             data_parallel=args.data_parallel,
             micro_batches=args.micro_batches,
             max_sequences_per_row=args.max_sequences_per_row,
+            sampler=args.sampler,
+            sampler_seed=args.sampler_seed,
         )
     output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
     result = pack_jsonl(
@@ -130,6 +136,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
             b = entry["balance"]
             ratio = b["straggler_ratio"]
             shown = f"{ratio:.4f}" if ratio is not None else "n/a (fewer rows than one step)"
+            if ratio is not None and b.get("sampler") == "batch":
+                shown += (
+                    f" as the batch sampler (seed {b['sampler_seed']}) reads epoch 0, "
+                    f"{b['straggler_ratio_later_epochs']:.4f} in epochs 1-4"
+                )
             lines += wrap(
                 f"work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
                 f"modeled straggler ratio {shown}, row cost spread {b['row_cost_cv']:.1%} "
@@ -206,6 +217,20 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--no-balance",
         action="store_true",
         help="keep best-fit rows as packed (default: equal-cost rows, ordered so DP ranks are equally busy)",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=("batch", "single"),
+        default="batch",
+        help="Megatron-Bridge sampler that reads the pack, dataset.dataloader_type (default batch, its SFT default: "
+        "rows are laid out for its first, seeded epoch; with --recipe: the recipe's)",
+    )
+    p.add_argument(
+        "--sampler-seed",
+        type=int,
+        default=1234,
+        help="dataset.seed, the batch sampler's shuffle seed (default 1234, GPTSFTDatasetConfig's; with --recipe: "
+        "the recipe's)",
     )
     p.add_argument(
         "--data-parallel",

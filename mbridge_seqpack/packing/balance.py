@@ -11,11 +11,13 @@ Two levers, both without extra rows:
    cheapest row that still has room (cost-LPT with the token capacity; an optional cap on sequences per row).
    Equal-cost rows stay balanced under any order, so this holds under Megatron-Bridge's shuffling samplers
    (``cyclic``; ``batch`` with its per-epoch shuffle; ``max_train_samples`` epoch shuffles).
-2. ``slot_order`` writes the rows so that, read by Megatron-Bridge's sequential ``single`` sampler (the SFT
-   recipes' default: row ``k`` of a step goes to DP rank ``k % dp`` with micro batch 1), rows of similar cost
-   share a step and each step's rows are split over the ranks by LPT; the steps come in a seeded random order
-   (Megatron-Bridge's own prep writes rows in first-fit-decreasing order: similar rows adjacent, but the
-   longest sequences all at the start of training).
+2. ``slot_order`` lays the rows out so that rows of similar cost share a step (global batch) and each step's
+   rows are split over the ranks by LPT; the steps come in a seeded random order (Megatron-Bridge's own prep
+   writes rows in first-fit-decreasing order: similar rows adjacent, but the longest sequences all at the
+   start of training). ``file_layout`` writes that layout where the sampler will read it: in file order for
+   the ``single`` sampler, through the inverse of the seeded permutation of Megatron-Bridge's ``batch``
+   sampler (the SFT datasets' default) for its first epoch. Later epochs of the ``batch`` sampler, and the
+   ``cyclic`` sampler, read the rows in another random order, where equal-cost rows (lever 1) are what holds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CostModel", "BalanceResult", "balance_bins", "slot_order", "straggler_ratio", "row_costs"]
+__all__ = [
+    "CostModel",
+    "BalanceResult",
+    "balance_bins",
+    "slot_order",
+    "straggler_ratio",
+    "row_costs",
+    "SAMPLERS",
+    "read_order",
+    "file_layout",
+]
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ def _fill_with_cap(
 
 
 def slot_order(costs: np.ndarray, dp: int, micro_batches: int, seed: int = 0) -> np.ndarray:
-    """Row order for the sequential sampler. Rows of similar cost share a step (sorted by cost, cut into
+    """Row order as the sampler should read it. Rows of similar cost share a step (sorted by cost, cut into
     steps of ``dp * micro_batches``), each step is split over the ranks by LPT with ``micro_batches`` rows per
     rank (position ``j * dp + r`` is rank ``r``'s ``j``-th), and the steps come in a seeded random order."""
     n = costs.size
@@ -256,3 +268,31 @@ def straggler_ratio(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> 
         return 1.0
     per_rank = costs_in_order[: steps * per_step].reshape(steps, micro_batches, dp).sum(axis=1)
     return float(np.mean(per_rank.max(axis=1) / per_rank.mean(axis=1)))
+
+
+#: how Megatron-Bridge's samplers read a packed split (``dataset.dataloader_type``): ``batch`` (its SFT
+#: datasets' default, ``MegatronPretrainingBatchSampler``) reads a seeded permutation that changes every epoch;
+#: ``single`` reads in file order. Both hand position ``j`` of a global batch to DP rank ``j % dp``.
+SAMPLERS = ("batch", "single")
+
+
+def read_order(rows: int, sampler: str, seed: int, epoch: int = 0) -> np.ndarray:
+    """File rows in the order the sampler reads them in ``epoch``. ``batch`` as Megatron-Bridge's
+    ``MegatronPretrainingBatchSampler.__iter__`` (shuffle on): ``torch.randperm`` with a generator seeded
+    ``seed + epoch`` (``seed`` is ``dataset.seed``)."""
+    if sampler == "single":
+        return np.arange(rows, dtype=np.int64)
+    if sampler != "batch":
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return torch.randperm(rows, generator=generator).numpy().astype(np.int64)
+
+
+def file_layout(order: np.ndarray, sampler: str, seed: int) -> np.ndarray:
+    """Which row to write at each file index so that the sampler reads ``order`` in its first epoch."""
+    layout = np.empty_like(order)
+    layout[read_order(order.size, sampler, seed)] = order
+    return layout

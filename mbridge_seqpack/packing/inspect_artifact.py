@@ -147,9 +147,9 @@ class ArtifactReport:
                 b = s.balance
                 lines += wrap(
                     f"modeled straggler ratio at DP {b['data_parallel']}, {b['micro_batches']} row(s) per "
-                    f"rank per step: {b['as_written']:.4f} as written (sequential sampler), "
+                    f"rank per step: {b['as_read']:.4f} as {b['read_by']} reads it, "
                     f"{b['shuffled']:.4f} under a shuffling sampler, {b['megatron_bridge_order']:.4f} "
-                    f"in Megatron-Bridge's write order; row cost spread {b['row_cost_cv']:.1%}",
+                    f"for Megatron-Bridge's own rows read the same way; row cost spread {b['row_cost_cv']:.1%}",
                     "    ",
                     hang="      ",
                 )
@@ -319,9 +319,11 @@ def _check_rows(
 def _balance_report(
     lengths: np.ndarray, row_of_seq: np.ndarray, rows: int, recorded: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """The modeled straggler ratio of the rows as written, under a shuffling sampler, and in the order
-    Megatron-Bridge's first-fit-decreasing prep would write them (longest first sequence first)."""
-    from mbridge_seqpack.packing.balance import DEFAULT_COST, CostModel, row_costs, straggler_ratio
+    """The modeled straggler ratio of the rows as the sampler the pack was laid out for reads them (the
+    ``batch`` sampler: its first epoch), under a shuffling sampler, and for the rows in the order
+    Megatron-Bridge's first-fit-decreasing prep would write them (longest first sequence first), read by the
+    same sampler."""
+    from mbridge_seqpack.packing.balance import DEFAULT_COST, CostModel, read_order, row_costs, straggler_ratio
 
     dp, micro = int(recorded.get("data_parallel", 8)), int(recorded.get("micro_batches", 1))
     if rows < dp * micro:
@@ -336,12 +338,15 @@ def _balance_report(
     tokens = np.bincount(row_of_seq, weights=lengths, minlength=rows)
     ffd_order = np.lexsort((-tokens, -longest))
     shuffled = [straggler_ratio(costs[np.random.default_rng(s).permutation(rows)], dp, micro) for s in range(16)]
+    sampler, seed = str(recorded.get("sampler", "single")), int(recorded.get("sampler_seed", 0))
+    read = read_order(rows, sampler, seed)
     return {
         "data_parallel": dp,
         "micro_batches": micro,
-        "as_written": round(straggler_ratio(costs, dp, micro), 6),
+        "read_by": f"the batch sampler (seed {seed}, epoch 0)" if sampler == "batch" else "the sequential sampler",
+        "as_read": round(straggler_ratio(costs[read], dp, micro), 6),
         "shuffled": round(float(np.mean(shuffled)), 6),
-        "megatron_bridge_order": round(straggler_ratio(costs[ffd_order], dp, micro), 6),
+        "megatron_bridge_order": round(straggler_ratio(costs[ffd_order][read], dp, micro), 6),
         "row_cost_cv": round(float(costs.std() / costs.mean()), 6) if rows else 0.0,
     }
 

@@ -22,12 +22,15 @@ from mbridge_seqpack.packing.artifact import (
 )
 from mbridge_seqpack.packing.balance import (
     DEFAULT_COST,
+    SAMPLERS,
     CostModel,
     balance_bins,
+    file_layout,
+    read_order,
     row_costs,
-    slot_order,
     straggler_ratio,
 )
+from mbridge_seqpack.packing.level import level_steps
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
 from mbridge_seqpack.packing.sequences import (
     InputError,
@@ -59,6 +62,10 @@ class PackOptions:
     micro_batches: int = 1
     cost: CostModel = DEFAULT_COST
     max_sequences_per_row: int | None = None  # static cu_seqlens capacity under CUDA graphs; may add rows
+    # the sampler that will read the pack (dataset.dataloader_type) and its seed (dataset.seed): Megatron-Bridge's
+    # GPTSFTDatasetConfig defaults, "batch" and 1234
+    sampler: str = "batch"
+    sampler_seed: int = 1234
 
     def validate(self) -> None:
         if self.max_sequences_per_row is not None and (
@@ -69,6 +76,10 @@ class PackOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.sampler not in SAMPLERS:
+            raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if not isinstance(self.sampler_seed, int) or isinstance(self.sampler_seed, bool) or self.sampler_seed < 0:
+            raise InputError(f"--sampler-seed must be a non-negative integer, got {self.sampler_seed!r}")
         if self.pack_size % self.pad_seq_to_mult:
             raise InputError(
                 f"--pack-size {self.pack_size} must be a multiple of --pad-seq-to-mult {self.pad_seq_to_mult}"
@@ -106,21 +117,36 @@ def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerp
 
 
 def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tuple[np.ndarray, dict[str, Any]]:
-    """Equal-cost rows written in the order that balances each step's DP ranks; bins renumbered to that order."""
+    """Equal-cost rows, leveled step by step for the DP ranks and written where the sampler reads them in the
+    order that balances them (its first epoch, for the shuffling ``batch`` sampler); bins renumbered to the
+    file order."""
     dp, micro = options.data_parallel, options.micro_batches
     before = row_costs(lengths, bins, int(bins.max()) + 1, options.cost)
     result = balance_bins(
         lengths, bins, options.pack_size, options.cost, seed=options.seed, max_per_bin=options.max_sequences_per_row
     )
-    costs = row_costs(lengths, result.bins, result.num_bins, options.cost)
-    order = slot_order(costs, dp, micro, seed=options.seed)
-    position = np.empty_like(order)
-    position[order] = np.arange(order.size)
-    placed = result.bins >= 0
-    out = np.where(placed, position[np.where(placed, result.bins, 0)], -1)
+    leveled, order = level_steps(
+        lengths,
+        result.bins,
+        result.num_bins,
+        options.pack_size,
+        options.cost,
+        dp,
+        micro,
+        seed=options.seed,
+        max_per_bin=options.max_sequences_per_row,
+    )
+    costs = row_costs(lengths, leveled, result.num_bins, options.cost)
+    layout = file_layout(order, options.sampler, options.sampler_seed)  # the sampler reads `order` (epoch 0)
+    position = np.empty_like(layout)
+    position[layout] = np.arange(layout.size)
+    placed = leveled >= 0
+    out = np.where(placed, position[np.where(placed, leveled, 0)], -1)
     info = {
         "data_parallel": dp,
         "micro_batches": micro,
+        "sampler": options.sampler,
+        "sampler_seed": options.sampler_seed,
         "cost_linear": options.cost.linear,
         "cost_attention": options.cost.attention,
         "rows_rebalanced": result.balanced,
@@ -129,8 +155,17 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
         "row_cost_cv_before": round(float(before.std() / before.mean()), 6),
         "row_cost_cv": round(float(costs.std() / costs.mean()), 6),
         # None: fewer rows than one step (dp * micro), so no step to balance
-        "straggler_ratio": round(straggler_ratio(costs[order], dp, micro), 6) if costs.size >= dp * micro else None,
+        "straggler_ratio": None,
+        "straggler_ratio_later_epochs": None,
     }
+    if costs.size >= dp * micro:
+        in_file = costs[layout]
+        later = [
+            straggler_ratio(in_file[read_order(layout.size, options.sampler, options.sampler_seed, epoch)], dp, micro)
+            for epoch in range(1, 5)
+        ]
+        info["straggler_ratio"] = round(straggler_ratio(costs[order], dp, micro), 6)  # as read in epoch 0
+        info["straggler_ratio_later_epochs"] = round(float(np.mean(later)), 6)  # epochs 1-4, as read
     return out, info
 
 

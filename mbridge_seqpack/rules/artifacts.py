@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
@@ -189,3 +189,88 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
         checked = checked or bool(files)
         found += _check_files(ctx, field, spec, split, files)
     return found if (checked or found) else None
+
+
+def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
+    """How this config will read the training rows: sampler, its seed, DP ranks and rows per rank per step."""
+    dataloader = getattr(ctx.dataset, "dataloader_type", None)
+    dp = ctx.topology.data_parallel
+    gbs = getattr(ctx.train, "global_batch_size", None)
+    return {
+        "sampler": dataloader,
+        "sampler_seed": ctx.sampler_seed,
+        "data_parallel": dp,
+        "micro_batches": gbs // dp if isinstance(gbs, int) and dp else None,
+    }
+
+
+@rule(
+    "artifact.balance_layout",
+    "A work-balanced pack is read with the sampler, seed, DP size and global batch it was laid out for.",
+    severity=ADVISORY,
+    evidence=(
+        "data/samplers.py: MegatronPretrainingBatchSampler.__iter__ (dataloader_type='batch') reads "
+        "torch.randperm(total_samples) seeded dataset.seed + epoch, MegatronPretrainingSampler ('single') reads "
+        "in file order, and both hand position j of a global batch to DP rank j % dp; 'cyclic' and "
+        "max_train_samples (data/packing/parquet.py samples_mapping) reshuffle every epoch. A pack laid out for "
+        "other values trains correctly, only without the step balance its metadata reports: an advisory."
+    ),
+)
+def balance_layout(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
+    from mbridge_seqpack.packing.inspect_artifact import entry_for, find_metadata
+
+    specs = ctx.specs
+    spec = getattr(specs, "packed_train_data_path", None) if specs is not None else None
+    if spec is None:
+        return None
+    files, problem = _resolve(str(spec))
+    if problem or not files:
+        return None
+    try:
+        info = read_parquet_fingerprint(files[0])
+    except ArtifactError:
+        return None  # artifact.fingerprint_mismatch reports it
+    entry = entry_for(find_metadata(files[0].parent)[1], info) if info is not None else None
+    packed = (entry or {}).get("balance")
+    if not packed or packed.get("straggler_ratio") is None:
+        return None  # not balanced for a layout (or fewer rows than one step)
+    read = _layout_read_by(ctx)
+    differs = {
+        key: (packed.get(key), read[key])
+        for key in ("sampler", "sampler_seed", "data_parallel", "micro_batches")
+        if packed.get(key, "single" if key == "sampler" else None) != read[key]
+        and not (key == "sampler_seed" and packed.get("sampler", "single") == "single")
+    }
+    reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
+    if not differs and not reshuffles:
+        return []
+    fields = {f"pack {key}": was for key, (was, _) in differs.items()}
+    names = {"sampler": "dataset.dataloader_type", "sampler_seed": "dataset.seed"}
+    fields.update({names.get(key, key): now for key, (_, now) in differs.items()})
+    assignments = {names[key]: was for key, (was, _) in differs.items() if key in names}
+    if differs.keys() - names.keys() or reshuffles:
+        fix = (
+            f"re-run `mbridge-seqpack pack --recipe ...` with this config (or pass --data-parallel "
+            f"{read['data_parallel']} --micro-batches {read['micro_batches']} --sampler "
+            f"{read['sampler'] if read['sampler'] in ('batch', 'single') else 'single'} --sampler-seed "
+            f"{read['sampler_seed']})"
+        )
+        assignments = {}
+    else:
+        fix = ""
+    if reshuffles:
+        fields["dataset.max_train_samples"] = ctx.dataset.max_train_samples
+    ratio = packed["straggler_ratio"]
+    return [
+        Violation(
+            "artifact.balance_layout",
+            fields,
+            f"the pack's rows are laid out so that each step keeps every DP rank equally busy (modeled straggler "
+            f"ratio {ratio:.4f}) for the sampler, seed, DP size and global batch it was packed for; read "
+            f"otherwise{' (max_train_samples reshuffles the rows every epoch)' if reshuffles else ''}, training "
+            f"is correct but that balance does not hold",
+            fix=fix,
+            assignments=assignments,
+        )
+    ]

@@ -56,6 +56,15 @@ class RuleContext:
         """``dataset.offline_packing_specs`` or None."""
         return getattr(self.dataset, "offline_packing_specs", None)
 
+    @property
+    def sampler_seed(self) -> Any:
+        """The seed Megatron-Bridge's samplers shuffle with (data/loaders.py: ``dataset.seed``, else
+        ``dataset.random_seed``, else ``rng.seed``)."""
+        for value in (getattr(self.dataset, "seed", None), getattr(self.dataset, "random_seed", None)):
+            if value is not None:
+                return value
+        return getattr(getattr(self.cfg, "rng", None), "seed", None)
+
     # ---- layout ------------------------------------------------------------------------------
     @cached_property
     def topology(self) -> Topology:
