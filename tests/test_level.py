@@ -25,6 +25,7 @@ from mbridge_seqpack.packing.balance import (
 )
 from mbridge_seqpack.packing.exchange import ExchangePass
 from mbridge_seqpack.packing.level import level_steps, refill
+from tests.test_balance import _megatron_bridge_rows
 
 TOKENS_ONLY = CostModel(linear=1.0, attention=0.0)
 
@@ -123,14 +124,6 @@ def test_refill_brings_a_steps_rows_to_its_cheapest_and_spills_into_the_reservoi
     assert out[[0, 5, 10]].tolist() == [0, 1, 2]  # sequences of 1/16 of the capacity or more stay
 
 
-def _megatron_bridge_costs(lengths: np.ndarray, capacity: int) -> np.ndarray:
-    from megatron.bridge.data.packing.algorithms import first_fit_decreasing
-
-    rows = first_fit_decreasing(lengths.tolist(), capacity)
-    squares = [sum(x * x for x in row) for row in rows]
-    return DEFAULT_COST.linear * np.asarray([sum(r) for r in rows]) + DEFAULT_COST.attention * np.asarray(squares)
-
-
 @pytest.mark.parametrize(("capacity", "closer"), [(4096, 2.0), (8192, 4.0)])
 def test_one_row_per_rank_per_step_is_at_least_twice_closer_to_even_than_megatron_bridges(
     megatron_bridge: Any, capacity: int, closer: float
@@ -140,7 +133,7 @@ def test_one_row_per_rank_per_step_is_at_least_twice_closer_to_even_than_megatro
     bins = pack_lengths(lengths, capacity, seed=0)
     balanced = balance_bins(lengths, bins, capacity, DEFAULT_COST)
     leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, capacity, DEFAULT_COST, 8, 1)
-    theirs = _megatron_bridge_costs(lengths, capacity)
+    theirs = _megatron_bridge_rows(lengths, capacity)  # its rows' costs in the order its prep writes them
     assert balanced.num_bins == int(bins.max()) + 1 == theirs.size  # no extra rows
     ours = straggler_ratio(row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)[order], 8, 1)
     assert ours - 1 <= (straggler_ratio(theirs, 8, 1) - 1) / closer

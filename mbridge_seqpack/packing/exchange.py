@@ -180,16 +180,15 @@ class ExchangePass:
         spread = (self.load[giver] - self.by_step[step].min()) / self.linear + 1.0
         rows_of_step = self.rows_of_step[step]
         best: tuple[float, tuple | None] = (-MIN_GAIN, None)
-        receivers = np.concatenate([self._nearby(step), self.reservoir])
+        all_owners, all_table = self._offers(np.concatenate([self._nearby(step), self.reservoir]))
+        _, all_offered, _ = self._picks(all_table)
+        by_tokens = np.argsort(all_offered, kind="stable")
+        all_owners, all_table = all_owners[by_tokens], all_table[by_tokens]
         for x in rows_of_step[self.unit[rows_of_step] == giver].tolist():
-            owners, table = self._offers(receivers[receivers != x])
+            owners, table = all_owners[all_owners != x], all_table[all_owners != x]  # a row does not trade with itself
             if not owners.size:
                 continue
             taken, offered, offered_sq = self._picks(table)
-            by_tokens = np.argsort(offered, kind="stable")
-            owners, table, taken, offered, offered_sq = (
-                a[by_tokens] for a in (owners, table, taken, offered, offered_sq)
-            )
             pieces = self.members[x]
             gives = self._gives(x)
             given, give_tokens, give_sq = self._picks(gives)
