@@ -218,6 +218,32 @@ def test_a_config_that_reads_the_pack_otherwise_than_laid_out_gets_an_advisory(
     assert v.overrides == []
 
 
+def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
+    artifact: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mbridge_seqpack.packing import balance as balance_module
+
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
+    packed_cfg.train.global_batch_size, packed_cfg.dataset.seed = 8, 1234  # as packed
+    (entry,) = [e for e in json.loads((artifact / "4096_metadata.jsonl").read_text()) if "balance" in e]
+    recorded = entry["balance"]["read_order_sha256"]
+    assert recorded == balance_module.read_order_digest(entry["num_rows"], "batch", 1234)  # this torch: the same
+    assert check(packed_cfg, world_size=8) == []
+    real = balance_module.read_order
+    monkeypatch.setattr(balance_module, "read_order", lambda *args: real(*args)[::-1].copy())  # another torch
+    (v,) = check(packed_cfg, world_size=8)
+    here = balance_module.read_order_digest(entry["num_rows"], "batch", 1234)
+    assert (v.rule_id, v.severity) == ("artifact.balance_layout", "advisory")
+    assert v.fields == {"pack read order sha256": recorded[:16], "read order sha256 here": here[:16]}
+    assert v.rule == (
+        f"torch here permutes the {entry['num_rows']} rows (seed 1234) otherwise than where the pack was made, so "
+        f"the batch sampler will not read the balanced steps; training is correct but that balance does not hold"
+    )
+    assert v.fix == "re-run `mbridge-seqpack pack` in this environment (same sampler, seed, DP size and global batch)"
+
+
 def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) -> None:
     entries = json.loads((artifact / "4096_metadata.jsonl").read_text())
     balance = entries[0]["balance"]  # the training rows are work-balanced (packing/balance.py), for DP 8

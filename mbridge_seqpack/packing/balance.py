@@ -37,6 +37,7 @@ __all__ = [
     "row_costs",
     "SAMPLERS",
     "read_order",
+    "read_order_digest",
     "file_layout",
 ]
 
@@ -289,6 +290,14 @@ def read_order(rows: int, sampler: str, seed: int, epoch: int = 0) -> np.ndarray
     generator = torch.Generator()
     generator.manual_seed(seed + epoch)
     return torch.randperm(rows, generator=generator).numpy().astype(np.int64)
+
+
+def read_order_digest(rows: int, sampler: str, seed: int) -> str:
+    """sha256 of the epoch-0 read order: the ``batch`` sampler's permutation comes from this process's torch,
+    and a training environment whose torch permutes otherwise would read the rows in another order."""
+    import hashlib
+
+    return hashlib.sha256(read_order(rows, sampler, seed).astype("<i8").tobytes()).hexdigest()
 
 
 def file_layout(order: np.ndarray, sampler: str, seed: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from mbridge_seqpack.packing.balance import (
     balance_bins,
     file_layout,
     read_order,
+    read_order_digest,
     row_costs,
     straggler_ratio,
 )
@@ -147,6 +148,7 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
         "micro_batches": micro,
         "sampler": options.sampler,
         "sampler_seed": options.sampler_seed,
+        "read_order_sha256": read_order_digest(layout.size, options.sampler, options.sampler_seed),
         "cost_linear": options.cost.linear,
         "cost_attention": options.cost.attention,
         "rows_rebalanced": result.balanced,

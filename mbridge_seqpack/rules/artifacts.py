@@ -244,7 +244,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     }
     reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
     if not differs and not reshuffles:
-        return []
+        return _read_order_differs(packed, int((entry or {}).get("num_rows", 0)))
     fields = {f"pack {key}": was for key, (was, _) in differs.items()}
     names = {"sampler": "dataset.dataloader_type", "sampler_seed": "dataset.seed"}
     fields.update({names.get(key, key): now for key, (_, now) in differs.items()})
@@ -272,5 +272,28 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
             f"is correct but that balance does not hold",
             fix=fix,
             assignments=assignments,
+        )
+    ]
+
+
+def _read_order_differs(packed: dict[str, Any], rows: int) -> list[Violation]:
+    """The batch sampler's permutation comes from torch: this environment's must read the rows as the packing
+    environment's did (``read_order_sha256``, recorded since the batch layout exists)."""
+    from mbridge_seqpack.packing.balance import read_order_digest
+
+    recorded = packed.get("read_order_sha256")
+    if packed.get("sampler") != "batch" or recorded is None or rows < 1:
+        return []
+    here = read_order_digest(rows, "batch", int(packed["sampler_seed"]))
+    if here == recorded:
+        return []
+    return [
+        Violation(
+            "artifact.balance_layout",
+            {"pack read order sha256": recorded[:16], "read order sha256 here": here[:16]},
+            f"torch here permutes the {rows} rows (seed {packed['sampler_seed']}) otherwise than where the pack "
+            f"was made, so the batch sampler will not read the balanced steps; training is correct but that "
+            f"balance does not hold",
+            fix="re-run `mbridge-seqpack pack` in this environment (same sampler, seed, DP size and global batch)",
         )
     ]
