@@ -218,6 +218,28 @@ def test_a_config_that_reads_the_pack_otherwise_than_laid_out_gets_an_advisory(
     assert v.overrides == []
 
 
+def test_a_pack_from_before_the_sampler_was_recorded_counts_as_laid_out_in_file_order(
+    artifact: Path, packed_cfg: Any, tmp_path: Path
+) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(artifact, old)
+    meta = old / "4096_metadata.jsonl"
+    entries = json.loads(meta.read_text())
+    for key in ("sampler", "sampler_seed", "read_order_sha256", "straggler_ratio_later_epochs"):
+        del entries[0]["balance"][key]
+    meta.write_text(json.dumps(entries))
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(old / "training_4096.idx.parquet")
+    packed_cfg.train.global_batch_size = 8
+    (v,) = check(packed_cfg, world_size=8)  # Megatron-Bridge's default batch sampler, not the file order
+    assert v.rule_id == "artifact.balance_layout"
+    assert v.fields == {"pack sampler": "single", "dataset.dataloader_type": "batch"}
+    assert v.overrides == ["dataset.dataloader_type=single"]
+    packed_cfg.dataset.dataloader_type = "single"
+    assert check(packed_cfg, world_size=8) == []  # file order, whatever the seed
+
+
 def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
     artifact: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -236,12 +236,10 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     if not packed or packed.get("straggler_ratio") is None:
         return None  # not balanced for a layout (or fewer rows than one step)
     read = _layout_read_by(ctx)
-    differs = {
-        key: (packed.get(key), read[key])
-        for key in ("sampler", "sampler_seed", "data_parallel", "micro_batches")
-        if packed.get(key, "single" if key == "sampler" else None) != read[key]
-        and not (key == "sampler_seed" and packed.get("sampler", "single") == "single")
-    }
+    # packs made before the sampler was recorded were laid out in file order, for the `single` sampler
+    laid_out = {"sampler": "single", **{key: packed[key] for key in read if key in packed}}
+    keys = [key for key in read if key != "sampler_seed" or laid_out["sampler"] == "batch"]  # seed: batch only
+    differs = {key: (laid_out.get(key), read[key]) for key in keys if laid_out.get(key) != read[key]}
     reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
     if not differs and not reshuffles:
         return _read_order_differs(packed, int((entry or {}).get("num_rows", 0)))
