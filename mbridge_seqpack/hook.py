@@ -2,19 +2,23 @@
 
 Megatron-Bridge 0.6.2 has no validator registry, and ``runtime_config_update()`` (inside
 ``pretrain()``/``finetune()``) calls ``cfg.validate()``. So the hook is a thin wrapper installed on
-``ConfigContainer.validate``: it runs the plugin's rules first, then the original method. It is
-idempotent, and ``uninstall()`` puts back the exact original function object.
+``ConfigContainer.validate``: it runs the plugin's rules first, then the original method. Before ``validate()``,
+``runtime_config_update()`` computes the data-parallel size (``set_data_parallel_size``), which fails with a bare
+``AssertionError`` or ``ZeroDivisionError`` on a world size or CP size the rules report; that method is wrapped
+too, so the plugin's report comes first (the result is reused by ``validate()`` while the config is unchanged).
+Installing is idempotent, and ``uninstall()`` puts back the exact original function objects.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
+import hashlib
 import warnings
 from typing import Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError
+from mbridge_seqpack.modes import MODE_ENV, MODES, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
 
 __all__ = [
@@ -28,10 +32,9 @@ __all__ = [
     "PackingConfigWarning",
 ]
 
-MODES = ("error", "warn", "off")
-MODE_ENV = "MBRIDGE_SEQPACK_MODE"
 _WRAPPER_FLAG = "__mbridge_seqpack_hook__"
 
+#: "original": the wrapped ConfigContainer methods by name (None when not installed)
 _state: dict[str, Any] = {"original": None, "mode": None, "world_size": None, "strict": False}
 
 
@@ -49,9 +52,9 @@ def current_mode() -> str | None:
     """Effective mode: ``MBRIDGE_SEQPACK_MODE`` overrides the installed one; None when not installed."""
     if _state["original"] is None:
         return None
-    env = os.environ.get(MODE_ENV)
+    env = env_mode()
     if env:
-        return _check_mode(env.strip().lower(), MODE_ENV)
+        return _check_mode(env, MODE_ENV)
     return _state["mode"]
 
 
@@ -66,33 +69,63 @@ def is_installed() -> bool:
     return getattr(_config_container().__dict__.get("validate"), _WRAPPER_FLAG, False)
 
 
-def run_hook_rules(cfg: Any) -> None:
-    """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest."""
+#: the ConfigContainer methods the hook wraps, in the order runtime_config_update() calls them:
+#: set_data_parallel_size() raises Megatron's bare AssertionError / ZeroDivisionError on a world size or CP the
+#: rules report, so the rules run there first (errors only); validate() then warns (from the same result)
+_WRAPPED = ("set_data_parallel_size", "validate")
+_checked: dict[str, Any] = {"key": None, "violations": None}
+
+
+def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
+    """Identity and content digest of ``cfg``: the rules' result is reused only for the same, unchanged config."""
+    try:
+        digest = hashlib.sha256(repr(cfg).encode()).hexdigest()
+    except Exception:  # noqa: BLE001  (an odd repr only disables the reuse)
+        return None
+    return id(cfg), digest, _state["world_size"]
+
+
+def _violations(cfg: Any, *, keep: bool) -> list[Any]:
+    """The rules' verdict on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
+    set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update())."""
+    from mbridge_seqpack.rules import check
+
+    key = _config_key(cfg)
+    if key is not None and _checked["key"] == key:
+        violations = _checked["violations"]
+    else:
+        violations = check(cfg, world_size=_state["world_size"])
+    _checked.update(key=key if keep else None, violations=violations if keep else None)
+    return violations
+
+
+def run_hook_rules(cfg: Any, *, announce: bool = True) -> None:
+    """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest (``announce``)."""
     mode = current_mode()
     if mode in (None, "off"):
         return
-    from mbridge_seqpack.rules import check
-
-    violations = check(cfg, world_size=_state["world_size"])
+    violations = _violations(cfg, keep=not announce)
     if not violations:
         return
     if mode == "error":
         raised = [v for v in violations if _state["strict"] or v.severity == ERROR]
         if raised:
             raise PackingConfigError(raised)
-    if is_rank_zero():
+    if announce and is_rank_zero():
         for v in violations:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
 
 
 def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    announce = original.__name__ == "validate"
+
     @functools.wraps(original)
-    def validate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_hook_rules(self)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_hook_rules(self, announce=announce)
         return original(self, *args, **kwargs)
 
-    setattr(validate, _WRAPPER_FLAG, True)
-    return validate
+    setattr(wrapper, _WRAPPER_FLAG, True)
+    return wrapper
 
 
 def _snapshot() -> tuple[str, int | None, bool] | None:
@@ -135,11 +168,17 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
     cls = _config_container()
     previous = _snapshot()
     if _state["original"] is None:
-        current = cls.__dict__["validate"]
-        if getattr(current, _WRAPPER_FLAG, False):  # a reloaded module left a wrapper behind
-            current = current.__wrapped__
-        _state["original"] = current
-        cls.validate = _make_wrapper(current)
+        originals = {}
+        for name in _WRAPPED:
+            current = cls.__dict__[name]
+            if getattr(current, _WRAPPER_FLAG, False):  # a reloaded module left a wrapper behind
+                current = current.__wrapped__
+            originals[name] = current
+            setattr(cls, name, _make_wrapper(current))
+        _state["original"] = originals
+    from mbridge_seqpack.thd import inject
+
+    inject.install()  # full-iteration graphs over packed batches get host-side max_seqlen
     _state.update(mode=mode, world_size=world_size, strict=strict)
     return InstalledHook(previous)
 
@@ -156,8 +195,14 @@ def suspended() -> Iterator[None]:
 
 
 def uninstall() -> None:
-    """Restore the original ``ConfigContainer.validate`` exactly; a no-op when not installed."""
+    """Restore the original ``ConfigContainer`` methods exactly; a no-op when not installed."""
     if _state["original"] is None:
         return
-    _config_container().validate = _state["original"]
+    from mbridge_seqpack.thd import inject
+
+    inject.uninstall()
+    cls = _config_container()
+    for name, original in _state["original"].items():
+        setattr(cls, name, original)
+    _checked.update(key=None, violations=None)
     _state.update(original=None, mode=None, world_size=None, strict=False)

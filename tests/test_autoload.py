@@ -58,15 +58,34 @@ def test_variable_set_rejects_a_bad_override_without_any_plugin_import(site_dir:
         "dataset.offline_packing_specs.pad_seq_to_mult=4",
         mode="error",
     )
-    assert good.returncode == 0 and good.stdout.strip().endswith("accepted"), good.stderr[-2000:]
+    assert good.returncode == 0 and "accepted\ndata_read injected: True" in good.stdout, good.stderr[-2000:]
 
 
 @pytest.mark.slow
 def test_variable_unset_or_off_changes_nothing(site_dir: Path) -> None:
     done = _run(site_dir, "model.context_parallel_size=2", "model.calculate_per_token_loss=true", mode=None)
-    assert done.returncode == 0 and done.stdout.strip().endswith("accepted")  # Megatron-Bridge alone accepts it
+    assert done.returncode == 0 and "accepted\ndata_read injected: False" in done.stdout  # Megatron-Bridge alone
     assert _run(site_dir, mode=None, script=None).stdout.strip() == "[]"  # not even imported
     assert _run(site_dir, mode="off", script=None).stdout.strip() == "[]"
+
+
+FULL_ITERATION_PACKED = (
+    "model.cuda_graph_impl=full_iteration",
+    "rerun_state_machine.check_for_nan_in_loss=false",
+    "dataset.dataset_kwargs.pad_to_max_length=true",
+    "dataset.offline_packing_specs.pad_cu_seqlens=true",
+)
+
+
+@pytest.mark.slow
+def test_full_iteration_graphs_over_packs_get_the_injection_without_code(site_dir: Path) -> None:
+    """Megatron-Bridge alone accepts a full-iteration graph over its packed rows, whose capture then reads
+    max_seqlen back from the device; with the variable set, the same runner-shaped script (no plugin import)
+    gets FullCudaGraphWrapper.data_read wrapped so the step receives a host max_seqlen."""
+    alone = _run(site_dir, *FULL_ITERATION_PACKED, mode=None)
+    assert alone.returncode == 0 and "accepted\ndata_read injected: False" in alone.stdout, alone.stderr[-2000:]
+    plugged = _run(site_dir, *FULL_ITERATION_PACKED, mode="error")
+    assert plugged.returncode == 0 and "accepted\ndata_read injected: True" in plugged.stdout, plugged.stderr[-2000:]
 
 
 def test_a_bad_value_warns_and_never_breaks_startup(site_dir: Path) -> None:

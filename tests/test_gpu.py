@@ -18,6 +18,17 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+MUTANTS = (
+    "zero_padded_tail",
+    "last_end_plus_one",
+    "tail_off_by_one",
+    "unclosed_row",
+    "truncated_to_capacity",
+    "off_by_one",
+    "dropped_boundary",
+    "shifted",
+    "max_seqlen_too_small",
+)
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -43,7 +54,9 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
         "e_graph_vs_eager_step_time": "skipped",
         "f_cp_split_matches_kernel_formula": "pass",
     }
-    assert results["b_mutants_detected"]["detected"] == {"off_by_one": 6, "dropped_boundary": 6, "shifted": 6}
+    for mult in ("mult1", "mult8"):
+        assert results["b_mutants_detected"][mult]["detected"] == dict.fromkeys(MUTANTS, 6)
+    assert results["a_attention_parity"]["mult8"]["layout"]["mult"] == 8
     assert 0 < results["d_throughput_packed_vs_padded"]["padding_fraction_packed"] < 1
     assert done.stdout.rstrip().endswith("summary: 3 pass, 0 fail, 2 skipped, 1 measured")
 
@@ -54,31 +67,70 @@ def test_a_contiguous_cp_split_fails_the_dry_run(monkeypatch: pytest.MonkeyPatch
         gc, "thd_cp_partition_indices", lambda cu, cp, rank: torch.arange(int(cu[-1])).chunk(cp)[rank]
     )  # the mutant
     assert gc.check_cp_split([[10, 20, 30], [5, 40]])["status"] == "fail"
+    assert _module().check_cp_split([[10, 20, 30], [5, 40]])["status"] == "pass"
 
 
-@pytest.mark.parametrize("broken", ["ignore_boundaries", "off_by_one_in_collate"])
-def test_the_check_fails_when_the_packed_path_is_wrong(broken: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutants of the code under test (attention ignoring cu_seqlens; boundaries built one token late) make
-    check (a) fail on CPU."""
+ROWS = [[10, 20, 30], [5, 40], [7, 7, 7, 7]]
+
+
+def _parity(gc: Any, mult: int) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(0)
+    layout = gc.layout_for(ROWS, 128, mult)
+    parity, _ = gc.check_attention(ROWS, layout, mult, torch.float64, torch.device("cpu"), gen)
+    return parity
+
+
+@pytest.mark.parametrize("mult", [1, 8])
+def test_the_right_static_batches_pass(mult: int) -> None:
+    assert _parity(_module(), mult)["status"] == "pass"
+
+
+def _zero_fill(cu: torch.Tensor, capacity: int, *, name: str = "cu_seqlens") -> torch.Tensor:
+    return torch.cat([cu, cu.new_zeros(capacity - cu.shape[-1])])
+
+
+@pytest.mark.parametrize("mult", [1, 8])
+@pytest.mark.parametrize(
+    "broken", ["ignore_boundaries", "late_boundaries", "zero_filled_capacity", "unclosed_rows", "no_gather"]
+)
+def test_the_check_fails_when_the_packed_path_is_wrong(
+    broken: str, mult: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutants of the code under test make check (a) fail on CPU: attention ignoring the boundaries, boundaries
+    one token late in the collate, mbridge_seqpack's capacity padding filling zeros, its row closing skipped, and
+    the physical offsets ignored (no gather)."""
+    from mbridge_seqpack.thd import layout as thd_layout
+
     gc = _module()
-    real_attention, real_static = gc.causal_varlen, gc.static_cu_seqlens
     if broken == "ignore_boundaries":
+        real = gc.varlen_kernel
         monkeypatch.setattr(
-            gc,
-            "causal_varlen",
-            lambda q, k, v, cu, m: real_attention(q, k, v, torch.tensor([0, q.shape[0]], dtype=torch.int32), m),
+            gc, "varlen_kernel", lambda q, k, v, cu, m: real(q, k, v, torch.tensor([0, q.shape[0]], dtype=cu.dtype), m)
+        )
+    elif broken == "late_boundaries":
+        real_raw = gc.raw_batch
+
+        def late(lengths: list[int], width: int, m: int) -> dict[str, Any]:
+            batch = real_raw(lengths, width, m)
+            batch["cu_seqlens_q"] = batch["cu_seqlens_q"].clone()
+            batch["cu_seqlens_q"][0, 1:] += 1
+            return batch
+
+        monkeypatch.setattr(gc, "raw_batch", late)
+    elif broken == "zero_filled_capacity":
+        monkeypatch.setattr(thd_layout, "pad_cu_seqlens", _zero_fill)
+    elif broken == "unclosed_rows":
+        real_static = thd_layout.static_cu_seqlens
+        monkeypatch.setattr(
+            thd_layout, "static_cu_seqlens", lambda cu, **kw: real_static(cu, **{**kw, "row_width": None})
         )
     else:
-
-        def late(bounds: torch.Tensor, **kwargs: Any) -> Any:
-            shifted = bounds.clone()
-            shifted[1:-1] += 1
-            return real_static(shifted, **kwargs)
-
-        monkeypatch.setattr(gc, "static_cu_seqlens", late)
-    gen = torch.Generator().manual_seed(0)
-    parity, _ = gc.check_attention([[10, 20, 30], [5, 40]], 96, 6, torch.float64, torch.device("cpu"), gen)
-    assert parity["status"] == "fail" and parity["max_abs_diff"] > 1e-3
+        if mult == 1:
+            pytest.skip("without alignment the physical offsets are the logical ones: nothing to gather")
+        monkeypatch.setattr(
+            gc, "gather_index", lambda lo, ph, total: (torch.arange(total), torch.arange(total) < lo[-1])
+        )
+    assert _parity(gc, mult)["status"] == "fail"
 
 
 def test_without_cuda_every_check_is_skipped(tmp_path: Path) -> None:

@@ -87,6 +87,61 @@ def test_uninstall_restores_the_original_method_exactly(megatron_bridge: Any) ->
     assert cls.__dict__["validate"] is original
 
 
+def test_uninstall_restores_set_data_parallel_size_too(megatron_bridge: Any) -> None:
+    cls = megatron_bridge.ConfigContainer
+    original = cls.__dict__["set_data_parallel_size"]
+    with mbridge_seqpack.install():
+        assert cls.__dict__["set_data_parallel_size"] is not original
+    assert cls.__dict__["set_data_parallel_size"] is original
+
+
+@pytest.mark.parametrize(
+    ("world", "breaks", "bare", "rule_id"),
+    [
+        # runtime_config_update -> set_data_parallel_size -> get_data_parallel_size asserts divisibility
+        ("6", {"model.tensor_model_parallel_size": 4}, AssertionError, "batch.world_size_divisible"),
+        # ... and divides by the model-parallel product
+        ("8", {"model.context_parallel_size": 0}, ZeroDivisionError, "config.types"),
+    ],
+)
+def test_the_plugins_report_comes_before_megatron_bridges_pre_validation(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, world: str, breaks: dict, bare: type, rule_id: str
+) -> None:
+    """Issue #20: runtime_config_update() computes the data-parallel size before validate(); a world size not
+    divisible by TP*PP*CP, or CP=0, used to surface as Megatron's bare exception instead of the plugin's report."""
+    import copy
+
+    from mbridge_seqpack.paths import set_path
+
+    monkeypatch.setenv("WORLD_SIZE", world)
+    for path, value in breaks.items():
+        set_path(packed_cfg, path, value)
+    with pytest.raises(bare):
+        _runtime_update(copy.deepcopy(packed_cfg))  # Megatron-Bridge alone
+    mbridge_seqpack.install()
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(packed_cfg)
+    assert rule_id in info.value.rule_ids
+
+
+def test_rules_run_once_per_runtime_config_update(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """set_data_parallel_size() and validate() share one evaluation while the config is unchanged; a config
+    changed in between is checked again."""
+    import mbridge_seqpack.rules as rules
+
+    calls = []
+    real = rules.check
+    monkeypatch.setattr(rules, "check", lambda cfg, world_size=None: calls.append(1) or real(cfg, world_size))
+    mbridge_seqpack.install(mode="warn")
+    with pytest.warns(PackingConfigWarning) as record:
+        _runtime_update(_misaligned(packed_cfg))
+    assert len(calls) == 1 and len([w for w in record if w.category is PackingConfigWarning]) == 1
+    packed_cfg.set_data_parallel_size()
+    packed_cfg.model.context_parallel_size = 1  # changed after: validate() must not reuse the old verdict
+    packed_cfg.validate()
+    assert len(calls) == 3
+
+
 def test_installing_twice_is_harmless(megatron_bridge: Any, packed_cfg: Any) -> None:
     cls = megatron_bridge.ConfigContainer
     original = cls.__dict__["validate"]

@@ -15,9 +15,7 @@ from mbridge_seqpack.compose.mixins import (
     OfflinePacking,
     PackedCudaGraphs,
     Parallelism,
-    StaticTHD,
 )
-from mbridge_seqpack.thd.record import StaticTHDSpec, static_thd_spec
 
 FIELDS = [
     "model.seq_length",
@@ -86,9 +84,9 @@ def test_every_permutation_gives_the_same_config(megatron_bridge: Any) -> None:
         "dataset.enable_offline_packing": True,
         "dataset.offline_packing_specs.packed_sequence_size": 16384,
         "dataset.offline_packing_specs.pad_seq_to_mult": 4,
-        "dataset.offline_packing_specs.pad_cu_seqlens": True,
+        "dataset.offline_packing_specs.pad_cu_seqlens": False,
         "dataset.dataset_kwargs": {"pad_to_max_length": True},
-        "cuda_graph_modules": ["attn"],
+        "cuda_graph_modules": ["mlp"],
     }
 
 
@@ -143,54 +141,35 @@ def test_documented_opt_out_is_an_advisory(megatron_bridge: Any) -> None:
     assert (v.rule_id, v.severity) == ("model.in_batch_packing_opt_out", "advisory")
 
 
-def test_in_batch_with_cuda_graphs_gets_the_static_path(megatron_bridge: Any) -> None:
+def test_in_batch_with_cuda_graphs_is_refused(megatron_bridge: Any) -> None:
+    """No graph path replays collate-time packing in Megatron-Bridge 0.6.2 (docs/graph-paths.md): apply() no longer
+    writes a record that silences the rule."""
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
 
     cfg = _fresh(megatron_bridge)
     cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
-    apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs())
-    assert static_thd_spec(cfg) == StaticTHDSpec(capacity=5)
-    assert cfg.dataset.pad_to_max_length is True
-    assert check(cfg, world_size=4) == []
-    cfg2 = _fresh(megatron_bridge)
-    cfg2.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
-    apply(cfg2, InBatchPacking(micro_batch_size=4), PackedCudaGraphs(), StaticTHD(capacity=16, max_seqlen=2048))
-    assert static_thd_spec(cfg2) == StaticTHDSpec(capacity=16, max_seqlen=2048)
+    with pytest.raises(PackingConfigError) as info:
+        apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs())
+    assert [v.rule_id for v in info.value.violations] == ["in_batch.no_cuda_graphs"]
+    assert "MBRIDGE_SEQPACK_STATIC_THD" not in (cfg.env_vars or {})
 
 
-def test_static_path_record_survives_yaml_and_overrides(megatron_bridge: Any, tmp_path: Any) -> None:
-    """The record is a real ConfigContainer field (env_vars): MB's to_yaml/from_yaml and its override
-    function carry it, so a reloaded config is still accepted and still gives the static layout."""
-    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
-    from megatron.bridge.training.config import ConfigContainer
-
-    from mbridge_seqpack.overrides import apply_overrides, render_override
-    from mbridge_seqpack.thd import layout_from_config
-
-    cfg = _fresh(megatron_bridge)
-    cfg.dataset = MockVLMSFTDatasetConfig(seq_length=2048, hf_processor_path="local/processor")
-    apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs(), StaticTHD(capacity=16, max_seqlen=2048))
-    assert cfg.env_vars["MBRIDGE_SEQPACK_STATIC_THD"] == "capacity=16,max_seqlen=2048"
-    path = tmp_path / "run_config.yaml"
-    cfg.to_yaml(str(path))
-    loaded = ConfigContainer.from_yaml(str(path))
-    assert static_thd_spec(loaded) == StaticTHDSpec(capacity=16, max_seqlen=2048)
-    assert check(loaded, world_size=4) == []
-    assert layout_from_config(loaded) == layout_from_config(cfg)
-
-    override = render_override("env_vars.MBRIDGE_SEQPACK_STATIC_THD", "capacity=9")
-    assert override == "++env_vars.MBRIDGE_SEQPACK_STATIC_THD='capacity=9'"
-    assert static_thd_spec(apply_overrides(loaded, [override])) == StaticTHDSpec(capacity=9)
-
-    broken = apply_overrides(loaded, ["++env_vars.MBRIDGE_SEQPACK_STATIC_THD=capacity1"])
-    [v] = check(broken, world_size=4)
-    assert v.rule_id == "config.types"
-    assert v.rule == (
-        "env_vars['MBRIDGE_SEQPACK_STATIC_THD'] must be a string 'capacity=N' or "
-        "'capacity=N,max_seqlen=M' (N >= 2); got 'capacity1' of type str"
+def test_full_iteration_mixin_needs_the_injection(megatron_bridge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PackedCudaGraphs(impl="full_iteration") works only where mbridge_seqpack hands the captured step a host
+    max_seqlen: with MBRIDGE_SEQPACK_MODE set for the launch it is accepted, without it refused."""
+    monkeypatch.delenv("MBRIDGE_SEQPACK_MODE", raising=False)
+    with pytest.raises(PackingConfigError) as info:
+        apply(_fresh(megatron_bridge), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
+    assert [v.rule_id for v in info.value.violations] == ["cuda_graphs.full_iteration_needs_injection"]
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = apply(_fresh(megatron_bridge), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
+    specs = cfg.dataset.offline_packing_specs
+    assert (cfg.model.cuda_graph_impl, specs.pad_cu_seqlens, cfg.dataset.dataset_kwargs["pad_to_max_length"]) == (
+        "full_iteration",
+        True,
+        True,
     )
-    loaded.env_vars.clear()  # without the record the graphs are refused again
-    assert [v.rule_id for v in check(loaded, world_size=4)] == ["in_batch.no_cuda_graphs"]
+    assert cfg.rerun_state_machine.check_for_nan_in_loss is False
 
 
 @pytest.mark.parametrize(
@@ -207,7 +186,16 @@ def test_static_path_record_survives_yaml_and_overrides(megatron_bridge: Any, tm
             lambda: PackedCudaGraphs(impl="local"),
             "PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got 'local'",
         ),
-        (lambda: StaticTHD(capacity=1), "StaticTHDSpec.capacity must be an int >= 2 (0 plus one boundary), got 1"),
+        (
+            lambda: PackedCudaGraphs(modules=("attn", "mlp")),
+            "PackedCudaGraphs.modules=('attn', 'mlp') puts attention inside a TE graph, which asserts on "
+            "packed_seq_params at the first replay; capture after attention, e.g. modules=('mlp',)",
+        ),
+        (
+            lambda: PackedCudaGraphs(modules=()),
+            "PackedCudaGraphs.modules=() puts attention inside a TE graph, which asserts on "
+            "packed_seq_params at the first replay; capture after attention, e.g. modules=('mlp',)",
+        ),
     ],
 )
 def test_bad_mixin_arguments(make: Any, message: str) -> None:

@@ -63,8 +63,15 @@ def test_long_context_recipes_carry_the_derived_fields(megatron_bridge: Any) -> 
     assert specs.pad_seq_to_mult == 16  # lcm(2*CP, CP*TP)
     assert cfg.model.calculate_per_token_loss is True and cfg.ddp.average_in_collective is False
     graphs = build_recipe("llama3_8b_sft_packed_8k_cuda_graphs")
-    assert graphs.dataset.offline_packing_specs.pad_cu_seqlens is True
+    from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
+
+    from mbridge_seqpack.rules import RuleContext
+    from mbridge_seqpack.rules.graph_paths import graph_path
+
+    assert (graphs.model.cuda_graph_impl, cuda_graph_module_names(graphs.model)) == ("transformer_engine", ["mlp"])
     assert graphs.dataset.dataset_kwargs["pad_to_max_length"] is True
+    assert graphs.dataset.offline_packing_specs.pad_cu_seqlens is False  # attention is not captured
+    assert graph_path(RuleContext(graphs, 8)).verdict == "works"
 
 
 def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -247,3 +247,86 @@ def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
         for path, value in found[0].assignments.items():
             set_path(cfg, path, value)
     assert _mb_validate(cfg, case.repaired_world or case.world) is None
+
+
+def test_eval_cp_is_never_wired_in_megatron_bridge(packed_cfg: Any) -> None:
+    """dist.eval_context_parallel_size: nothing in Megatron-Bridge 0.6.2 assigns GlobalState._eval_pgs or enters
+    eval_cp_context, so evaluation runs at the training CP; the plugin reports the field as an advisory, and a
+    pack aligned for the training CP only is accepted."""
+    from pathlib import Path
+
+    import megatron.bridge
+
+    from mbridge_seqpack import apply
+    from mbridge_seqpack.compose.mixins import ContextParallel
+
+    root = Path(megatron.bridge.__file__).parent
+    assigned, entered = [], []
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if "_eval_pgs =" in text or "_eval_pgs: " in text:
+            assigned.append(path.relative_to(root).as_posix())
+        if "eval_cp_context(" in text and path.name != "eval_context_parallel_rebinding.py":
+            entered.append(path.relative_to(root).as_posix())
+    assert assigned == ["training/state.py"] and entered == []
+    from megatron.bridge.training.state import GlobalState
+
+    assert GlobalState()._eval_pgs is None
+    apply(packed_cfg, ContextParallel(2))
+    packed_cfg.dist.eval_context_parallel_size = 4
+    assert _mb_validate(packed_cfg, 8) is None
+    [v] = check(packed_cfg, world_size=8)
+    assert (v.rule_id, v.severity, v.fields, v.assignments) == (
+        "cp.eval_cp_has_no_effect",
+        ADVISORY,
+        {"dist.eval_context_parallel_size": 4, "model.context_parallel_size": 2},
+        {"dist.eval_context_parallel_size": None},
+    )
+
+
+def test_fp8_gemms_need_the_rank_local_token_multiple(megatron_bridge: Any, packed_cfg: Any) -> None:
+    """TE's own shape checks, run on CPU: the FP8 GEMM input check (leading dims % 8; cuBLASLt needs 16 for the
+    wgrad GEMM, NovaSky-AI/SkyRL#1828) and MXFP8's 32-token blocks (modelscope/ms-swift#9723: MXFP8 + SP +
+    packing). A GPT SFT row 16 tokens wide split over TP=2 under SP leaves 8 tokens per rank."""
+    import torch
+    from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer
+    from transformer_engine.pytorch.utils import assert_dim_for_fp8_exec
+
+    weight = torch.empty(64, 64)
+    with pytest.raises(ValueError, match="FP8 execution requires the product of all dimensions except the last"):
+        assert_dim_for_fp8_exec(torch.empty(4, 1, 64), weight)  # a 16-token row at TP=4 under SP
+    assert_dim_for_fp8_exec(torch.empty(16, 1, 64), weight)
+    assert not MXFP8Quantizer.is_quantizable(None, torch.empty(16, 64))
+    assert MXFP8Quantizer.is_quantizable(None, torch.empty(32, 64))
+
+    packed_cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"
+    packed_cfg.model.tensor_model_parallel_size = 2
+    packed_cfg.model.sequence_parallel = True
+    assert _ids(packed_cfg, 8) == {"fp8.packed_tokens_per_rank"}  # 16-wide rows: 8 tokens per rank
+    packed_cfg.dataset.dataset_kwargs["pad_seq_length_to_mult"] = 32
+    assert _ids(packed_cfg, 8) == set()
+    packed_cfg.mixed_precision = "bf16_with_mxfp8_mixed"
+    assert _ids(packed_cfg, 8) == {"fp8.packed_tokens_per_rank"}
+    packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True  # fixed 4096-token rows: 2048 per rank
+    assert _ids(packed_cfg, 8) == set()
+
+
+@pytest.mark.parametrize("eval_mbs", [1, 2])
+def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_path: Any, eval_mbs: int) -> None:
+    """Megatron-Bridge's validate() passes validation.eval_micro_batch_size=2 with offline packing; its packed
+    collate then stacks two rows and get_packed_seq_params fails at the first evaluation."""
+    from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
+
+    from tests.mb_batches import mb_packed_collate_batches
+
+    packed_cfg.validation.eval_micro_batch_size = eval_mbs
+    packed_cfg.validation.eval_global_batch_size = 16 * eval_mbs
+    assert _mb_validate(packed_cfg, 8) is None
+    [batch], _ = mb_packed_collate_batches(tmp_path, rows=eval_mbs, micro_batch=eval_mbs)
+    if eval_mbs == 1:
+        get_packed_seq_params(batch)
+        assert "offline.eval_micro_batch_one" not in _ids(packed_cfg, 8)
+    else:
+        with pytest.raises(ValueError, match="max_seqlen_q must contain exactly one value, got shape"):
+            get_packed_seq_params(batch)
+        assert "offline.eval_micro_batch_one" in _ids(packed_cfg, 8)

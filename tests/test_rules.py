@@ -45,12 +45,31 @@ def _seq(n: int, *, packed: bool = False) -> dict[str, int]:
     return out
 
 
-def _graphs(modules: list[str]) -> Callable[[Any], None]:
+def _graphs(modules: list[str], impl: str = "transformer_engine") -> Callable[[Any], None]:
     def go(cfg: Any) -> None:
         from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
 
-        cfg.model.cuda_graph_impl = "transformer_engine"
+        cfg.model.cuda_graph_impl = impl
         set_cuda_graph_modules(cfg.model, modules)
+
+    return go
+
+
+def _full_iteration(*, injected: bool) -> Callable[[Any], None]:
+    """Megatron-Bridge's full-iteration graph; ``injected``: the launch has MBRIDGE_SEQPACK_MODE (the plugin then
+    hands the captured step a host max_seqlen). The environment is restored after each test (conftest)."""
+
+    def go(cfg: Any) -> None:
+        import os
+
+        from megatron.bridge.utils.cuda_graph import set_full_iteration_cuda_graph
+
+        set_full_iteration_cuda_graph(cfg.model)
+        cfg.rerun_state_machine.check_for_nan_in_loss = False  # training/config.py asserts it for full iteration
+        if injected:
+            os.environ["MBRIDGE_SEQPACK_MODE"] = "error"
+        else:
+            os.environ.pop("MBRIDGE_SEQPACK_MODE", None)
 
     return go
 
@@ -314,8 +333,18 @@ CASES = [
         _set(model__cuda_graph_impl="transformer_engine"),
         {"dataset.enable_in_batch_packing": True, "model.cuda_graph_impl": "transformer_engine"},
         {"model.cuda_graph_impl": "none"},
-        fix="cfg.model.cuda_graph_impl = 'none'; or turn on the static in-batch path: mbridge_seqpack.apply(cfg, "
-        "StaticTHD(capacity=...)) (fixed width + fixed cu_seqlens capacity)",
+    ),
+    Case(
+        "pipeline.variable_shapes_interleaved_pp2",
+        "vlm_cfg",
+        8,
+        _set(model__pipeline_model_parallel_size=2, model__virtual_pipeline_model_parallel_size=2),
+        {
+            "model.pipeline_model_parallel_size": 2,
+            "model.virtual_pipeline_model_parallel_size": 2,
+            "dataset.enable_in_batch_packing": True,
+        },
+        {"model.virtual_pipeline_model_parallel_size": None},
     ),
     Case(
         "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
@@ -337,9 +366,104 @@ CASES = [
         "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
         "packed_cfg",
         8,
-        _both(_graphs(["attn"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
-        {"model.cuda_graph_impl": "transformer_engine", f"{SPECS}.pad_cu_seqlens": False},
+        _both(_full_iteration(injected=True), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
+        {"model.cuda_graph_impl": "full_iteration", f"{SPECS}.pad_cu_seqlens": False},
         {f"{SPECS}.pad_cu_seqlens": True, KW: True},
+    ),
+    Case(
+        "cuda_graphs.te_attention_over_packed",
+        "packed_cfg",
+        8,
+        _both(_graphs(["attn"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
+        {
+            "model.cuda_graph_impl": "transformer_engine",
+            "model.cuda_graph_modules": ["attn"],
+            "dataset.enable_offline_packing": True,
+        },
+        {"model.cuda_graph_modules": ["mlp"]},
+    ),
+    Case(
+        "cuda_graphs.full_iteration_needs_injection",
+        "packed_cfg",
+        8,
+        _both(
+            _full_iteration(injected=False),
+            _set(
+                **{
+                    "dataset__dataset_kwargs['pad_to_max_length']": True,
+                    f"{SPECS}.pad_cu_seqlens".replace(".", "__"): True,
+                }
+            ),
+        ),
+        {"model.cuda_graph_impl": "full_iteration", "dataset.enable_offline_packing": True},
+        {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ["mlp"]},
+    ),
+    Case(
+        "cuda_graphs.te_capture_width",
+        "packed_cfg",
+        8,
+        _both(
+            _graphs(["mlp"]),
+            _set(
+                **{
+                    "dataset__dataset_kwargs['pad_to_max_length']": True,
+                    f"{SPECS}.packed_sequence_size".replace(".", "__"): 2048,
+                }
+            ),
+        ),
+        {
+            f"{SPECS}.packed_sequence_size": 2048,
+            "model.seq_length": 4096,
+            "model.cuda_graph_impl": "transformer_engine",
+        },
+        {f"{SPECS}.packed_sequence_size": 4096},
+        also=("offline.pack_size_matches_seq_length",),
+    ),
+    Case(
+        "cuda_graphs.local_per_layer",
+        "packed_cfg",
+        8,
+        _both(_graphs(["mlp"], impl="local"), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
+        {
+            "model.cuda_graph_impl": "local",
+            "model.cuda_graph_modules": ["mlp"],
+            "dataset.enable_offline_packing": True,
+        },
+        {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ["mlp"]},
+    ),
+    Case(
+        "fp8.packed_tokens_per_rank",
+        "packed_cfg",
+        8,
+        _set(
+            mixed_precision="bf16_with_mxfp8_mixed", model__tensor_model_parallel_size=2, model__sequence_parallel=True
+        ),
+        {
+            f"{SPECS}.packed_sequence_size": 4096,
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            KW: False,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 2,
+            "model.sequence_parallel": True,
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 64},
+    ),
+    Case(
+        "offline.eval_micro_batch_one",
+        "packed_cfg",
+        8,
+        _set(validation__eval_micro_batch_size=2, validation__eval_global_batch_size=32),
+        {"validation.eval_micro_batch_size": 2, "validation.eval_global_batch_size": 32},
+        {"validation.eval_micro_batch_size": 1},
+    ),
+    Case(
+        "mtp.packed_context_parallel",
+        "packed_cfg",
+        8,
+        _set(**CP2_LOSS, dataset__offline_packing_specs__pad_seq_to_mult=4, model__mtp_num_layers=1),
+        {"model.mtp_num_layers": 1, "model.context_parallel_size": 2, "dataset.enable_offline_packing": True},
+        {"model.mtp_num_layers": None},
+        also=("mtp.no_packing",),
     ),
     Case(
         "fixed_width.gpt_sft_pipeline",

@@ -131,144 +131,26 @@ def test_layout_from_pack_metadata(tmp_path: Any) -> None:
 # ---- injection into the step -----------------------------------------------------------------------
 
 
-def _in_batch_rows(lengths: list[int]) -> dict[str, Any]:
-    from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
-
-    rows = [
-        {
-            "input_ids": torch.arange(1, n + 1),
-            "position_ids": torch.arange(n),
-            "labels": torch.arange(2, n + 2),
-            "loss_mask": torch.ones(n),
-        }
-        for n in lengths
-    ]
-    return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=4)
-
-
-def test_in_batch_collate_becomes_static(megatron_bridge: Any) -> None:
-    """Megatron-Bridge's collate-time (VLM) packing, made fixed width and fixed capacity."""
-    from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
-
-    layout = StaticTHDLayout.for_in_batch(micro_batch_size=4, seq_length=64)
-    shapes = set()
-    for lengths in ([5, 17, 64, 3], [64, 64, 64, 64], [9, 9, 1, 2], [1, 2, 3, 4]):
-        batch = static_thd_batch(_in_batch_rows(lengths), layout)
-        params = get_packed_seq_params(batch)  # Megatron-Bridge's own builder
-        shapes.add(
-            (
-                batch["input_ids"].shape,
-                batch["labels"].shape,
-                params.cu_seqlens_q.shape,
-                params.cu_seqlens_q_padded.shape,
-                params.max_seqlen_q,
-            )
-        )
-        assert batch["total_tokens"] == 256
-        real_end = int(_in_batch_rows(lengths)["cu_seqlens_q_padded"][-1])
-        assert batch["loss_mask"][0, real_end:].sum() == 0
-        assert (batch["labels"][0, real_end:] == -100).all()
-        assert int(params.cu_seqlens_q_padded[-1]) == 256  # the tail belongs to the last physical segment
-    assert shapes == {(torch.Size([1, 256]), torch.Size([1, 256]), torch.Size([5]), torch.Size([5]), 256)}
-    with pytest.raises(StaticShapeOverflowError, match="expects exactly 4 \\(the micro batch size\\)"):
-        static_thd_batch(_in_batch_rows([5, 7]), layout)
-
-
 @pytest.fixture(scope="module")
-def qwen25_vl_get_rope_index(megatron_bridge: Any) -> Any:
-    """The MRoPE position builder Megatron-Bridge's Qwen2.5-VL binds (transformers' Qwen2_5_VLModel method)."""
-    from transformers import Qwen2_5_VLConfig
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+def mb_packed_batches(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> tuple[list, Any]:
+    """Megatron-Bridge's own packed collate (pad_cu_seqlens, fixed width 2048) over a pack of the embedded
+    corpus: the batches its data loader yields, and the pack's metadata path."""
+    from tests.mb_batches import mb_packed_collate_batches
 
-    config = Qwen2_5_VLConfig(
-        text_config={
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "intermediate_size": 64,
-            "vocab_size": 512,
-            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
-        },
-        vision_config={"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "num_heads": 2, "intermediate_size": 64},
-    )
-    return Qwen2_5_VLModel(config).get_rope_index
-
-
-def _vlm_rows(lengths: list[int], multiple: int) -> dict[str, Any]:
-    from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
-
-    rows = [
-        {
-            "input_ids": torch.arange(10, 10 + n),
-            "position_ids": torch.arange(n),
-            "labels": torch.arange(11, 11 + n),
-            "loss_mask": torch.ones(n),
-        }
-        for n in lengths
-    ]
-    return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=multiple)
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    lengths=st.lists(st.integers(1, 64), min_size=4, max_size=4),
-    mult=st.sampled_from([1, 2, 4, 8]),
-    cp=st.sampled_from([1, 2, 4]),
-)
-def test_qwen25_vl_position_ids_accept_every_static_batch(
-    qwen25_vl_get_rope_index: Any, lengths: list[int], mult: int, cp: int
-) -> None:
-    """Megatron-Bridge's VLM THD position preparation (unpack -> get_rope_index -> repack, as Qwen2.5-VL's and
-    GLM-4.5V's forward run it) and get_packed_seq_params accept the static batch, positions restart per
-    sequence, max_seqlen bounds every physical segment, and every segment splits evenly for CP."""
-    import math
-
-    from megatron.bridge.training.utils.packed_seq_utils import (
-        get_packed_seq_params,
-        repack_mcore_thd_position_ids,
-        unpack_mcore_thd_tensor_for_position_ids,
-    )
-
-    multiple = math.lcm(mult, 2 * cp if cp > 1 else 1)  # what Megatron-Bridge's collate pads each sequence to
-    layout = StaticTHDLayout.for_in_batch(micro_batch_size=4, seq_length=64)
-    batch = static_thd_batch(_vlm_rows(lengths, multiple), layout)
-    params = get_packed_seq_params(batch)
-    rows, mask, starts, found = unpack_mcore_thd_tensor_for_position_ids(batch["input_ids"], params)
-    assert found == lengths
-    for row, n in zip(rows, lengths):
-        assert row[:n].tolist() == list(range(10, 10 + n))
-    position_ids, _ = qwen25_vl_get_rope_index(rows, torch.zeros_like(rows, dtype=torch.int), attention_mask=mask)
-    packed = repack_mcore_thd_position_ids(position_ids, padded_starts=starts, lengths=found, total_length=256)
-    for start, n in zip(starts, lengths):
-        assert packed[0, 0, start : start + n].tolist() == list(range(n))
-    physical = params.cu_seqlens_q_padded.to(torch.int64)
-    assert int(physical[-1]) == 256 and params.max_seqlen_q >= int((physical[1:] - physical[:-1]).max())
-    if cp > 1:
-        shards = [torch.arange(256)[thd_cp_partition_indices(physical, cp, r)] for r in range(cp)]
-        assert torch.equal(thd_cp_reassemble(shards, physical), torch.arange(256))
-
-
-def test_a_zero_length_logical_tail_is_what_megatron_bridge_rejects(megatron_bridge: Any) -> None:
-    """The mutant: the tail as a segment of its own (empty in the logical boundaries) fails the real consumer."""
-    from megatron.bridge.training.utils.packed_seq_utils import (
-        get_packed_seq_params,
-        unpack_mcore_thd_tensor_for_position_ids,
-    )
-
-    separate_tail = StaticTHDLayout(capacity=6, max_seqlen=256, width=256)
-    batch = static_thd_batch(_vlm_rows([5, 7, 9, 3], 4), separate_tail)
-    with pytest.raises(ValueError, match="requires non-empty packed rows"):
-        unpack_mcore_thd_tensor_for_position_ids(batch["input_ids"], get_packed_seq_params(batch))
+    return mb_packed_collate_batches(tmp_path_factory.mktemp("pack"), pad_seq_to_mult=4)
 
 
 @pytest.mark.parametrize("takes_state", [True, False])
-def test_forward_step_wrapper_keeps_the_calling_convention(megatron_bridge: Any, takes_state: bool) -> None:
-    """Through Megatron-Bridge's prepare_forward_step_func, then called as Megatron-Core's schedule calls it."""
+def test_forward_step_wrapper_keeps_the_calling_convention(
+    megatron_bridge: Any, mb_packed_batches: tuple[list, Any], takes_state: bool
+) -> None:
+    """Through Megatron-Bridge's prepare_forward_step_func, then called as Megatron-Core's schedule calls it; the
+    step sees Megatron-Bridge's batches with the layout's host max_seqlen."""
     from megatron.bridge.training.state import GlobalState
     from megatron.bridge.training.utils.train_utils import prepare_forward_step_func
 
-    layout = StaticTHDLayout.for_in_batch(micro_batch_size=4, seq_length=64)
+    batches, meta = mb_packed_batches
+    layout = StaticTHDLayout.from_pack_metadata(meta, 2048)
     seen: list[Any] = []
 
     def with_state(state: GlobalState, data_iterator: Any, model: Any, return_schedule_plan: bool = False) -> str:
@@ -282,15 +164,16 @@ def test_forward_step_wrapper_keeps_the_calling_convention(megatron_bridge: Any,
     step = static_thd_forward_step(with_state if takes_state else without_state, layout)
     state = GlobalState.__new__(GlobalState)
     ready = prepare_forward_step_func(step, state)
-    batches = iter([_in_batch_rows([5, 7, 1, 2]), _in_batch_rows([64, 64, 1, 9])])
-    assert ready(batches, None) == "ran" and ready(batches, None, return_schedule_plan=True) == "ran"
+    it = iter(batches[:2])
+    assert ready(it, None) == "ran" and ready(it, None, return_schedule_plan=True) == "ran"
     assert [who for who, _ in seen] == ([state, state] if takes_state else ["no state", "no state"])
-    assert [b["cu_seqlens_q"].shape for _, b in seen] == [torch.Size([5]), torch.Size([5])]
+    assert [b["cu_seqlens_q"].shape for _, b in seen] == [torch.Size([1, layout.capacity])] * 2
+    assert {int(b["max_seqlen_q"]) for _, b in seen} == {layout.max_seqlen}
     assert step.__wrapped__ is (with_state if takes_state else without_state)
 
 
 def test_forward_step_wrapper_passes_missing_and_pipeline_iterators(megatron_bridge: Any) -> None:
-    layout = StaticTHDLayout.for_in_batch(micro_batch_size=4, seq_length=64)
+    layout = StaticTHDLayout(capacity=4, max_seqlen=64, width=64)
 
     def no_data_step(state: Any, data_iterator: Any, model: Any) -> Any:
         return data_iterator  # ranks without data get None; virtual pipeline gets a list
@@ -298,6 +181,24 @@ def test_forward_step_wrapper_passes_missing_and_pipeline_iterators(megatron_bri
     assert static_thd_forward_step(no_data_step, layout)(None, None, None) is None
     wrapped = static_thd_forward_step(no_data_step, layout)(None, [iter([]), None], None)
     assert [type(w).__name__ for w in wrapped] == ["StaticTHDBatches", "NoneType"]
+
+
+def test_max_seqlen_stays_on_the_host_for_a_device_batch() -> None:
+    """A batch whose max_seqlen lives on another device (a meta tensor stands in for CUDA here) gets a host
+    max_seqlen: Megatron-Bridge's get_batch_from_iterator .cpu()s it, a device-to-host copy inside capture."""
+    layout = StaticTHDLayout(capacity=4, max_seqlen=96, width=128)
+    batch = {
+        "tokens": torch.zeros(1, 128, dtype=torch.long, device="meta"),
+        "cu_seqlens_q": torch.zeros(1, 4, dtype=torch.int32, device="meta"),
+        "cu_seqlens_kv": torch.zeros(1, 4, dtype=torch.int32, device="meta"),
+        "max_seqlen_q": torch.zeros(1, 1, dtype=torch.int32, device="meta"),
+        "max_seqlen_kv": torch.zeros(1, 1, dtype=torch.int32, device="meta"),
+    }
+    out = static_thd_batch(batch, layout)
+    for key in ("max_seqlen_q", "max_seqlen_kv"):
+        assert (out[key].device.type, out[key].shape, out[key].dtype) == ("cpu", (1, 1), torch.int32)
+        assert int(out[key]) == 96
+    assert out["cu_seqlens_q"].device.type == "meta" and out["cu_seqlens_q"].shape == (1, 4)
 
 
 # TE's thd_get_partitioned_indices, written out by hand for fixed cases: each sequence of padded length L is cut
@@ -318,30 +219,22 @@ def test_cp_partition_matches_the_kernel_formula(bounds: list[int], cp: int, exp
 
 
 def test_layout_from_config(megatron_bridge: Any, tmp_path: Any) -> None:
-    from mbridge_seqpack import apply
-    from mbridge_seqpack.compose.mixins import InBatchPacking, PackedCudaGraphs
-    from mbridge_seqpack.recipes import build_recipe
-    from mbridge_seqpack.thd import layout_from_config
+    from megatron.bridge.training import gpt_step
 
-    cfg = build_recipe("qwen25_vl_3b_sft_in_batch_4k")
+    from mbridge_seqpack.recipes import build_recipe
+    from mbridge_seqpack.thd import layout_from_config, static_forward_step
+
     with pytest.raises(ValueError, match="the config asks for no static THD shapes"):
-        layout_from_config(cfg)
-    apply(cfg, InBatchPacking(micro_batch_size=4), PackedCudaGraphs())
-    assert layout_from_config(cfg) == StaticTHDLayout(capacity=5, max_seqlen=16384, width=16384, merge_tail=True)
+        layout_from_config(build_recipe("qwen25_vl_3b_sft_in_batch_4k"))
     graphs = build_recipe("llama3_8b_sft_packed_8k_cuda_graphs")
+    graphs.dataset.offline_packing_specs.pad_cu_seqlens = True
     with pytest.raises(ValueError, match="packed_metadata_path is None"):
         layout_from_config(graphs)
     meta = tmp_path / "8192_metadata.jsonl"
     meta.write_text('[{"max_samples_per_bin": 30, "dataset_max_seqlen": 4000, "min_packed_seqlen": 8000}]')
     graphs.dataset.offline_packing_specs.packed_metadata_path = str(meta)
     assert layout_from_config(graphs) == StaticTHDLayout(capacity=32, max_seqlen=4000, width=8192)
-
-    from megatron.bridge.training import gpt_step, vlm_step
-
-    from mbridge_seqpack.thd import static_forward_step
-
     assert static_forward_step(graphs).__wrapped__ is gpt_step.forward_step
-    assert static_forward_step(cfg).__wrapped__ is vlm_step.forward_step
 
 
 # ---- parity ----------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 from mbridge_seqpack.paths import set_path
-from mbridge_seqpack.thd.record import STATIC_THD_ENV, StaticTHDSpec
 
 __all__ = ["derive", "ensure_specs"]
 
@@ -32,11 +31,13 @@ def _set_fixed_width(ctx: Any) -> None:
 
 def _align_variable_rows(ctx: Any) -> None:
     """Variable-width GPT SFT rows are rounded up to ``dataset_kwargs['pad_seq_length_to_mult']``: keep it
-    a multiple of the row alignment (CP shards, SP splits) so every row splits evenly."""
-    need = ctx.topology.row_alignment
+    a multiple of the row alignment (CP shards, SP splits) and of what FP8 GEMMs need per shard."""
+    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
+    from mbridge_seqpack.rules.precision import fp8_row_multiple
+
+    need = math.lcm(ctx.topology.row_alignment, fp8_row_multiple(ctx))
     if ctx.pad_to_max_length or need == 1 or not ctx.dataset_is("gpt_sft"):
         return
-    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
 
     if ctx.cfg.dataset.dataset_kwargs is None:
         ctx.cfg.dataset.dataset_kwargs = {}
@@ -62,20 +63,11 @@ def derive(cfg: Any) -> Any:
         cfg.train.micro_batch_size = 1  # global_batch_size then counts packed rows
         if ctx.training_cuda_graphs:
             _set_fixed_width(ctx)
-        if ctx.graphs_capture_attention:
-            specs.pad_cu_seqlens = True
+        if ctx.full_iteration_graph:
+            specs.pad_cu_seqlens = True  # fixed cu_seqlens length for the static buffers
         if specs.pad_cu_seqlens:
             _set_fixed_width(ctx)
         _align_variable_rows(ctx)
-
-    if ctx.in_batch_packing and ctx.training_cuda_graphs and STATIC_THD_ENV not in (cfg.env_vars or {}):
-        # graphs over in-batch packing need the static path: a row holds exactly micro_batch_size sequences
-        # (boundaries: the leading 0 and one end each); the tail padding joins the last physical segment
-        cfg.env_vars = {
-            **(cfg.env_vars or {}),
-            STATIC_THD_ENV: StaticTHDSpec(capacity=cfg.train.micro_batch_size + 1).encode(),
-        }
-        _set_fixed_width(ctx)
 
     if topo.cp > 1 and ctx.is_finetuning:
         cfg.model.calculate_per_token_loss = True

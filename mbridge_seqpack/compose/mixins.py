@@ -18,7 +18,6 @@ from typing import Any, Iterable, Protocol
 from mbridge_seqpack.compose.derive import derive, ensure_specs
 from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
 from mbridge_seqpack.paths import set_path
-from mbridge_seqpack.thd.record import STATIC_THD_ENV, STATIC_THD_PATH, StaticTHDSpec
 
 #: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
 #: ``model.seq_length`` from it; mixins state the length there too
@@ -32,7 +31,6 @@ __all__ = [
     "Parallelism",
     "LongContext",
     "PackedCudaGraphs",
-    "StaticTHD",
     "apply",
     "collect_facts",
     "derive",
@@ -161,37 +159,36 @@ class LongContext:
 
 @dataclass(frozen=True)
 class PackedCudaGraphs:
-    """CUDA graphs over packed attention: TE per-layer capture of ``modules`` (default: attention)."""
+    """CUDA graphs over offline packed rows, on a path Megatron-Core replays (``docs/graph-paths.md``).
+
+    Default: TE per-layer capture of ``("mlp",)``: attention runs eagerly with the packed boundaries and the graph
+    takes the fixed-width hidden states. ``modules`` may name any scope after attention (``moe_router`` for
+    all-MoE models); attention inside a TE graph asserts on ``packed_seq_params`` at the first replay, so
+    ``"attn"`` and the whole layer (``()``) are refused. ``impl="full_iteration"`` captures the whole step; it needs
+    mbridge_seqpack's host-side ``max_seqlen`` at run time (``MBRIDGE_SEQPACK_MODE``), which the rules check.
+    """
 
     impl: str = "transformer_engine"
-    modules: tuple[str, ...] = ("attn",)
+    modules: tuple[str, ...] = ("mlp",)
 
     def __post_init__(self) -> None:
         if self.impl not in ("transformer_engine", "full_iteration"):
             raise ValueError(
                 f"PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got {self.impl!r}"
             )
+        if self.impl == "transformer_engine" and (not self.modules or "attn" in self.modules):
+            raise ValueError(
+                f"PackedCudaGraphs.modules={tuple(self.modules)!r} puts attention inside a TE graph, which asserts on "
+                "packed_seq_params at the first replay; capture after attention, e.g. modules=('mlp',)"
+            )
 
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model.cuda_graph_impl": self.impl}
         if self.impl == "transformer_engine":
             out["model.cuda_graph_modules"] = tuple(self.modules)
+        else:  # training/config.py asserts it for full-iteration graphs
+            out["rerun_state_machine.check_for_nan_in_loss"] = False
         return out
-
-
-@dataclass(frozen=True)
-class StaticTHD:
-    """Static ``cu_seqlens`` capacity and ``max_seqlen`` for CUDA-graphed in-batch packing."""
-
-    capacity: int
-    max_seqlen: int | None = None
-
-    def __post_init__(self) -> None:
-        StaticTHDSpec(self.capacity, self.max_seqlen)  # same validation, same message
-
-    def facts(self) -> dict[str, Any]:
-        spec = StaticTHDSpec(self.capacity, self.max_seqlen)
-        return {"dataset.pad_to_max_length": True, STATIC_THD_PATH: spec.encode()}
 
 
 # ---- apply / derive -------------------------------------------------------------------------------
@@ -237,10 +234,6 @@ def _write(cfg: Any, facts: dict[str, Any]) -> None:
         elif path.startswith("dataset.offline_packing_specs."):
             ensure_specs(cfg)
             set_path(cfg, path, value)
-        elif path == STATIC_THD_PATH:
-            if cfg.env_vars is None:
-                cfg.env_vars = {}
-            cfg.env_vars[STATIC_THD_ENV] = value
         else:
             set_path(cfg, path, value)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 from typing import Any, Sequence
 
-__all__ = ["activate", "TARGET", "ENV"]
+from mbridge_seqpack.modes import ACTIVE_MODES, MODE_ENV, env_mode
 
-ENV = "MBRIDGE_SEQPACK_MODE"
+__all__ = ["activate", "TARGET"]
+
 TARGET = "megatron.bridge.training.config"
 
 
@@ -28,7 +28,7 @@ def _install(mode: str) -> None:
 
         mbridge_seqpack.install(mode=mode)
     except Exception as exc:  # noqa: BLE001  (never break the user's import)
-        print(f"mbridge_seqpack: {ENV}={mode!r} could not install the hook: {exc}", file=sys.stderr)
+        print(f"mbridge_seqpack: {MODE_ENV}={mode!r} could not install the hook: {exc}", file=sys.stderr)
 
 
 class _InstallAfterLoad(importlib.abc.Loader):
@@ -65,11 +65,11 @@ class _WaitForConfig(importlib.abc.MetaPathFinder):
 
 def activate() -> None:
     """Called by the ``.pth`` line at start-up; cheap and silent when the variable is unset."""
-    mode = os.environ.get(ENV, "").strip().lower()
+    mode = env_mode()
     if not mode or mode == "off":
         return
-    if mode not in ("error", "warn"):
-        print(f"mbridge_seqpack: {ENV} must be error, warn or off; got {mode!r} - not activated", file=sys.stderr)
+    if mode not in ACTIVE_MODES:
+        print(f"mbridge_seqpack: {MODE_ENV} must be error, warn or off; got {mode!r} - not activated", file=sys.stderr)
         return
     if TARGET in sys.modules:
         _install(mode)

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from mbridge_seqpack.integrations.autoload import ENV
+from mbridge_seqpack.modes import MODE_ENV, MODES
 
 try:
     from nemo_run import Partial, Plugin, Script
@@ -46,7 +46,6 @@ DERIVED_PATHS = (
     "dataset.dataset_kwargs.pad_seq_length_to_mult",
     "model.calculate_per_token_loss",
     "ddp.average_in_collective",
-    "env_vars.MBRIDGE_SEQPACK_STATIC_THD",
 )
 
 
@@ -127,7 +126,7 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
     script_args_converter_fn: Optional[Callable[[SequencePackingScriptArgs], list[str]]] = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("error", "warn", "off"):
+        if self.mode not in MODES:
             raise ValueError(f"SequencePacking.mode must be 'error', 'warn' or 'off', got {self.mode!r}")
         for mixin in self.mixins:
             if not hasattr(mixin, "facts"):
@@ -138,7 +137,7 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
     def setup(self, task: Any, executor: Any) -> None:
         if not HAVE_NEMO_RUN:
             raise ImportError(MISSING_NEMO_RUN)
-        executor.env_vars[ENV] = self.mode
+        executor.env_vars[MODE_ENV] = self.mode
         if isinstance(task, Script):
             args = SequencePackingScriptArgs(script_overrides(self.mixins, self._base_config(task.args)))
             overrides = (self.script_args_converter_fn or _hydra_converter)(args)

@@ -17,6 +17,7 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     models,
     offline,
     parallelism,
+    precision,
     types,
 )
 from mbridge_seqpack.rules.context import RuleContext
@@ -27,7 +28,7 @@ __all__ = ["all_rules", "evaluate"]
 
 
 #: the catalog order: by module as listed above (whatever imported a module first), then as registered there
-MODULE_ORDER = (types, parallelism, offline, in_batch, batch, cuda_graphs, models, energon, artifacts)
+MODULE_ORDER = (types, parallelism, offline, precision, in_batch, batch, cuda_graphs, models, energon, artifacts)
 
 
 def all_rules() -> list[Rule]:

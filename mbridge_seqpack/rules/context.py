@@ -167,16 +167,58 @@ class RuleContext:
         return self.full_iteration_graph or self.cuda_graph_impl == "transformer_engine"
 
     @property
-    def graphs_capture_attention(self) -> bool:
-        """Graphs whose captured region contains packed attention (consumes ``cu_seqlens``)."""
+    def graph_modules(self) -> list[str]:
+        """Per-layer capture scope by name (``cuda_graph_modules`` or the deprecated ``cuda_graph_scope``)."""
         from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 
+        return list(cuda_graph_module_names(self.model))
+
+    @property
+    def graphs_capture_attention(self) -> bool:
+        """Graphs whose captured region contains packed attention (consumes ``cu_seqlens``)."""
         if self.full_iteration_graph:
             return True
         if self.cuda_graph_impl == "transformer_engine":
-            modules = cuda_graph_module_names(self.model)
+            modules = self.graph_modules
             return not modules or "attn" in modules
         return False
+
+    @property
+    def has_dense_mlp_layers(self) -> bool:
+        """Whether some layer has a dense MLP (Megatron-Core refuses ``cuda_graph_modules=[mlp]`` otherwise)."""
+        experts = getattr(self.model, "num_moe_experts", None)
+        if not experts or experts <= 1:
+            return True
+        freq = getattr(self.model, "moe_layer_freq", 1)
+        return isinstance(freq, list) and 0 in freq
+
+    @property
+    def static_thd_injected(self) -> bool:
+        """Whether the full-iteration graph will get host-side ``max_seqlen`` from mbridge_seqpack: the injection
+        is installed in this process, or ``MBRIDGE_SEQPACK_MODE`` turns the plugin on for the launch."""
+        from mbridge_seqpack.thd.inject import injection_active
+
+        return injection_active()
+
+    # ---- precision ---------------------------------------------------------------------------
+    @property
+    def fp8_recipe(self) -> str | None:
+        """The TE FP8 recipe the run will use, or None without FP8. A ``mixed_precision`` config (or recipe name)
+        overwrites every precision field of the model in runtime_config_update (mixed_precision.py
+        update_config_with_precision_overrides), so it wins over ``model.fp8``."""
+        mixed = getattr(self.cfg, "mixed_precision", None)
+        if isinstance(mixed, str):
+            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+            try:
+                mixed = get_mixed_precision_config(mixed)
+            except ValueError:
+                return None  # Megatron-Bridge reports the unknown recipe name itself
+        source = mixed if mixed is not None else self.model
+        if not getattr(source, "fp8", None):
+            return None
+        recipe = getattr(source, "fp8_recipe", None) or "delayed"
+        return str(getattr(recipe, "value", recipe))
 
     @property
     def mtp_layers(self) -> int:

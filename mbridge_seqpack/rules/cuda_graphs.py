@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.graph_paths import (
+    FULL_ITER_READ,
+    HOST_MAX_SEQLEN,
+    TE_REPLAY,
+    TE_SAMPLES,
+    GraphPath,
+    graph_path,
+)
 from mbridge_seqpack.rules.registry import rule
 
 SPECS = "dataset.offline_packing_specs"
@@ -64,15 +73,18 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
 
 @rule(
     "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
-    "Graphs that capture packed attention need offline_packing_specs.pad_cu_seqlens=True.",
+    "Full-iteration graphs over offline packs need offline_packing_specs.pad_cu_seqlens=True.",
     severity=ERROR,
     evidence=(
         "training/config.py ConfigContainer.validate raises ValueError 'Packed attention CUDA graphs require "
-        "offline_packing_specs.pad_cu_seqlens=True.'"
+        "offline_packing_specs.pad_cu_seqlens=True.'; without it the collate emits one cu_seqlens entry per "
+        "sequence and megatron/core/full_cuda_graph.py StaticBufferLoader copy_()s it into the first batch's buffer. "
+        "TE graphs holding attention are reported by cuda_graphs.te_attention_over_packed instead (they fail "
+        "even with it)."
     ),
 )
 def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | None:
-    if ctx.specs is None or not ctx.graphs_capture_attention:
+    if ctx.specs is None or not ctx.full_iteration_graph:
         return None
     if ctx.specs.pad_cu_seqlens:
         return []
@@ -83,6 +95,137 @@ def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | 
             "captured attention replays a fixed cu_seqlens length; without padding it, every batch with a "
             "different number of sequences breaks the graph",
             assignments={f"{SPECS}.pad_cu_seqlens": True, **ctx.pad_to_max_length_fix()},
+        )
+    ]
+
+
+def _cell_fails(ctx: RuleContext, rule_id: str) -> GraphPath | None:
+    """The config's graph-path cell when the matrix says it fails and names ``rule_id`` as its reporter."""
+    cell = graph_path(ctx)
+    return cell if cell is not None and cell.fails and cell.rule_id == rule_id else None
+
+
+def _graphs_after_attention(ctx: RuleContext) -> dict[str, Any]:
+    """The working TE scope: the configured modules without attention, else the layer's MLP part
+    (``moe_router`` where every layer is MoE: Megatron-Core refuses ``mlp`` there)."""
+    kept = [m for m in ctx.graph_modules if m != "attn"]
+    fix: dict[str, Any] = {
+        "model.cuda_graph_modules": kept or (["mlp"] if ctx.has_dense_mlp_layers else ["moe_router"])
+    }
+    if getattr(ctx.model, "cuda_graph_scope", None) is not None:
+        fix["model.cuda_graph_scope"] = None  # the deprecated spelling; Megatron-Core refuses both together
+    return fix
+
+
+def _packing_field(ctx: RuleContext) -> dict[str, Any]:
+    if ctx.in_batch_packing:
+        return {"dataset.enable_in_batch_packing": True}
+    return {"dataset.enable_offline_packing": True}
+
+
+@rule(
+    "cuda_graphs.te_attention_over_packed",
+    "TE per-layer graphs over packed rows must leave attention out (cuda_graph_modules without attn, not empty).",
+    severity=ERROR,
+    evidence=TE_REPLAY
+    + ". Megatron-Bridge's validate() accepts (and recommends) attention capture with pad_cu_seqlens.",
+)
+def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing:
+        return None
+    if not _cell_fails(ctx, "cuda_graphs.te_attention_over_packed"):
+        return []
+    return [
+        Violation(
+            "cuda_graphs.te_attention_over_packed",
+            {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ctx.graph_modules}
+            | _packing_field(ctx),
+            "a TE graph takes tensors only: with attention inside it (whole layer or attn), the first replay "
+            "asserts on packed_seq_params; capture the part after attention and run attention eagerly",
+            assignments=_graphs_after_attention(ctx),
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.te_capture_width",
+    "TE per-layer graphs over offline packs need packed_sequence_size == model.seq_length.",
+    severity=ERROR,
+    evidence=TE_SAMPLES + "; a row of packed_sequence_size tokens is copy_()d into a surface of seq_length tokens.",
+)
+def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.impl != "transformer_engine" or cell.packing != "offline_fixed":
+        return None
+    size, seq = ctx.specs.packed_sequence_size, ctx.model.seq_length
+    if size == seq:
+        return []
+    return [
+        Violation(
+            "cuda_graphs.te_capture_width",
+            {
+                f"{SPECS}.packed_sequence_size": size,
+                "model.seq_length": seq,
+                "model.cuda_graph_impl": ctx.cuda_graph_impl,
+            },
+            f"TE captures each layer for rows of model.seq_length ({seq}) tokens; packed rows of {size} tokens do "
+            "not fit the captured input",
+            assignments={f"{SPECS}.packed_sequence_size": seq},
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.full_iteration_needs_injection",
+    "Full-iteration graphs over offline packs need mbridge_seqpack's host-side max_seqlen (MBRIDGE_SEQPACK_MODE).",
+    severity=ERROR,
+    evidence=FULL_ITER_READ + "; " + HOST_MAX_SEQLEN + ". mbridge_seqpack.thd.inject wraps data_read so the step gets "
+    "a host max_seqlen; installed by mbridge_seqpack.install() and MBRIDGE_SEQPACK_MODE.",
+)
+def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.verdict != "works_with_injection":
+        return None
+    if ctx.static_thd_injected:
+        return []
+    fix: dict[str, Any] = {"model.cuda_graph_impl": "transformer_engine"}
+    fix.update(_graphs_after_attention(ctx))
+    return [
+        Violation(
+            "cuda_graphs.full_iteration_needs_injection",
+            {"model.cuda_graph_impl": ctx.cuda_graph_impl, "dataset.enable_offline_packing": True},
+            "the captured step reads max_seqlen back from the device (.cpu()), illegal inside capture; launch with "
+            "MBRIDGE_SEQPACK_MODE=error (the plugin hands the step a host max_seqlen), or capture per layer",
+            assignments=fix,
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.local_per_layer",
+    "Packed training cannot use local per-layer CUDA graphs (Megatron-Bridge allows local for full-iteration only).",
+    severity=ERROR,
+    evidence=(
+        "megatron/bridge/utils/cuda_graph.py validate_cuda_graph_configuration raises ValueError 'Megatron Bridge "
+        'supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs\''
+    ),
+)
+def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.impl != "local":
+        return None
+    fix: dict[str, Any] = {"model.cuda_graph_impl": "none"}
+    if getattr(ctx.model, "cuda_graph_scope", None) is not None:
+        fix["model.cuda_graph_scope"] = None
+    if ctx.offline_packing:
+        fix = {"model.cuda_graph_impl": "transformer_engine", **_graphs_after_attention(ctx)}
+    return [
+        Violation(
+            "cuda_graphs.local_per_layer",
+            {"model.cuda_graph_impl": "local", "model.cuda_graph_modules": ctx.graph_modules} | _packing_field(ctx),
+            "Megatron-Bridge builds local CUDA graphs only for the full iteration",
+            assignments=fix,
         )
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.graph_paths import FULL_ITER_READ, TE_SAMPLES, graph_path
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.topology import round_up
 
@@ -43,34 +44,65 @@ def micro_batch_gt_one(ctx: RuleContext) -> list[Violation] | None:
 
 @rule(
     "in_batch.no_cuda_graphs",
-    "In-batch packing is variable width: no training CUDA graphs unless the static-shape path is on.",
+    "In-batch packing cannot be CUDA-graphed in Megatron-Bridge 0.6.2 (TE per-layer or full-iteration).",
     severity=ERROR,
     evidence=(
-        "data/packing/in_batch.py packs each micro batch to its own width and number of cu_seqlens entries; a "
-        "captured graph (megatron/core/transformer/cuda_graphs.py, TE make_graphed_callables) replays the "
-        "captured shapes and fails on any other shape. training/config.py checks this only for offline "
-        "packing."
+        "TE per-layer: "
+        + TE_SAMPLES
+        + "; in-batch rows are [1, micro_batch*seq_length], so hidden states never fit. Full-iteration: "
+        + FULL_ITER_READ
+        + ", shaped by the first micro batch; data/packing/in_batch.py packs each micro batch to its own width "
+        "and number of cu_seqlens entries. Megatron-Bridge's validate() checks graphs only for offline packing."
     ),
 )
 def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:
         return None
-    if not ctx.training_cuda_graphs:
-        return []
-    from mbridge_seqpack.thd.record import static_in_batch_enabled
-
-    if static_in_batch_enabled(ctx.cfg):
+    cell = graph_path(ctx)
+    if cell is None or cell.rule_id != "in_batch.no_cuda_graphs":
         return []
     return [
         Violation(
             "in_batch.no_cuda_graphs",
             {"dataset.enable_in_batch_packing": True, "model.cuda_graph_impl": ctx.cuda_graph_impl},
-            "collate-time packing produces a different width and cu_seqlens length every batch; a CUDA graph "
-            "replays one fixed shape",
-            fix=(
-                "cfg.model.cuda_graph_impl = 'none'; or turn on the static in-batch path: "
-                "mbridge_seqpack.apply(cfg, StaticTHD(capacity=...)) (fixed width + fixed cu_seqlens capacity)"
-            ),
+            "collate-time packing puts a micro batch in one row of its own width and cu_seqlens length; no graph "
+            "path in Megatron-Bridge 0.6.2 replays that (offline packing with fixed width can be graphed)",
             assignments={"model.cuda_graph_impl": "none"},
+        )
+    ]
+
+
+@rule(
+    "pipeline.variable_shapes_interleaved_pp2",
+    "Variable sequence lengths (in-batch packing sets them under PP) cannot use the interleaved schedule at PP=2.",
+    severity=ERROR,
+    evidence=(
+        "models/transformer_config.py sets variable_seq_lengths=True for in-batch packing with PP>1; "
+        "megatron/core/pipeline_parallel/p2p_communication.py P2PCommunicator._communicate_shapes puts "
+        "[send_prev, recv_prev, send_next, recv_next] into one tagless batch_isend_irecv. At PP=2 the previous "
+        "and the next rank are the same peer, so the interleaved (VPP) schedule's bidirectional exchange pairs the "
+        "two shapes crosswise: activations are received with swapped shapes, silently, until backward fails on a "
+        "shape mismatch (NVIDIA/Megatron-LM#5100, #5271)."
+    ),
+)
+def variable_shapes_interleaved_pp2(ctx: RuleContext) -> list[Violation] | None:
+    topo = ctx.topology
+    variable = getattr(ctx.model, "variable_seq_lengths", False) is True or (ctx.in_batch_packing and topo.pp > 1)
+    if not variable or topo.pp != 2:
+        return None
+    vpp = getattr(ctx.model, "virtual_pipeline_model_parallel_size", None)
+    if vpp is None or vpp <= 1:
+        return []
+    return [
+        Violation(
+            "pipeline.variable_shapes_interleaved_pp2",
+            {
+                "model.pipeline_model_parallel_size": 2,
+                "model.virtual_pipeline_model_parallel_size": vpp,
+                "dataset.enable_in_batch_packing": ctx.in_batch_packing,
+            },
+            "with one peer on both sides, the interleaved schedule's shape exchange crosses the received shapes; "
+            "use the non-interleaved schedule (or PP >= 3)",
+            assignments={"model.virtual_pipeline_model_parallel_size": None},
         )
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.errors import ADVISORY, Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.registry import rule
@@ -44,6 +44,33 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
             fix="cfg.model.mtp_num_layers = None (or turn packing off: "
             + ", ".join(f"cfg.{k} = {False if isinstance(v, bool) else None!r}" for k, v in flags.items())
             + ")",
+            assignments={"model.mtp_num_layers": None},
+        )
+    ]
+
+
+@rule(
+    "mtp.packed_context_parallel",
+    "Multi-token prediction over packed rows with CP>1 rolls labels across sequences in Megatron-Core 0.19.2.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/multi_token_prediction.py _roll_tensor_packed_seq, CP branch: each rank's "
+        "chunks are located with packed_seq_params.cu_seqlens_q // cp_size, the logical (unpadded) boundaries, "
+        "while the THD split (get_thd_cp_partition_indices) cuts the physical ones (cu_seqlens_q_padded, each "
+        "sequence padded to 2*CP); with any alignment padding the local chunks are misplaced and MTP labels roll "
+        "across sequences, silently (NVIDIA/Megatron-LM#4494/#4495: fixed after 0.19)."
+    ),
+)
+def mtp_packed_context_parallel(ctx: RuleContext) -> list[Violation] | None:
+    flags = _packing_flags(ctx)
+    if ctx.mtp_layers == 0 or not flags or ctx.topology.cp <= 1:
+        return None
+    return [
+        Violation(
+            "mtp.packed_context_parallel",
+            {"model.mtp_num_layers": ctx.mtp_layers, "model.context_parallel_size": ctx.topology.cp, **flags},
+            "under CP the MTP roll reads the unpadded boundaries where the rows are split by the padded ones, so "
+            "MTP trains on tokens of the neighbouring sequence",
             assignments={"model.mtp_num_layers": None},
         )
     ]

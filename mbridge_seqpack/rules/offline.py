@@ -130,6 +130,39 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
+    "offline.eval_micro_batch_one",
+    "Offline packing needs validation.eval_micro_batch_size == 1 (when set).",
+    severity=ERROR,
+    evidence=(
+        "Megatron-Bridge's validate() (training/config.py) checks only train.micro_batch_size for packing; with "
+        "eval_micro_batch_size > 1, data/packing/gpt_sft.py collate_fn stacks packed rows and "
+        "training/utils/packed_seq_utils.py get_packed_seq_params raises 'max_seqlen_q must contain exactly one "
+        "value' at the first evaluation, after the training steps before it."
+    ),
+)
+def eval_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.offline_packing:
+        return None
+    validation = getattr(ctx.cfg, "validation", None)
+    mbs = getattr(validation, "eval_micro_batch_size", None)
+    if mbs is None:
+        return None  # Megatron-Bridge sets it to train.micro_batch_size
+    if mbs == 1:
+        return []
+    gbs = getattr(validation, "eval_global_batch_size", None)
+    fix: dict[str, object] = {"validation.eval_micro_batch_size": 1}
+    return [
+        Violation(
+            "offline.eval_micro_batch_one",
+            {"validation.eval_micro_batch_size": mbs, "validation.eval_global_batch_size": gbs},
+            "evaluation reads the same packed rows; a micro batch of several rows gives one max_seqlen per row, "
+            "which the packed forward step cannot take",
+            assignments=fix,
+        )
+    ]
+
+
+@rule(
     "offline.pack_size_positive",
     "offline_packing_specs.packed_sequence_size must be > 0.",
     severity=ERROR,
@@ -242,14 +275,12 @@ def _alignment_fields(ctx: RuleContext, *, with_tp: bool = True) -> dict[str, ob
     if with_tp:
         fields["model.tensor_model_parallel_size"] = topo.tp
         fields["model.sequence_parallel"] = topo.sequence_parallel
-    if topo.eval_cp is not None:
-        fields["dist.eval_context_parallel_size"] = topo.eval_cp
     return fields
 
 
 @rule(
     "offline.alignment_multiple",
-    "With CP>1, pad_seq_to_mult must be a multiple of 2*CP (train and eval CP).",
+    "With CP>1, pad_seq_to_mult must be a multiple of 2*CP.",
     severity=ERROR,
     evidence=(
         "megatron/core/utils.py get_thd_cp_partition_indices (used by training/gpt_step.py "
@@ -300,6 +331,17 @@ def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     need = ctx.topology.row_alignment
     if ctx.specs is None or ctx.specs.packed_sequence_size <= 0 or need == 1:
         return None
+    return row_width_violations(
+        ctx,
+        "offline.row_width_alignment",
+        need,
+        "is split across CP ranks and then, with sequence parallelism, across TP ranks",
+    )
+
+
+def row_width_violations(ctx: RuleContext, rule_id: str, need: int, why: str) -> list[Violation]:
+    """Packed rows whose width is not a multiple of ``need``: fixed-width rows are packed_sequence_size wide,
+    variable-width rows min(packed_sequence_size, the longest row rounded up to pad_seq_length_to_mult)."""
     size = ctx.specs.packed_sequence_size
     fix: dict[str, object] = {}
     fields: dict[str, object] = {f"{SPECS}.packed_sequence_size": size}
@@ -322,10 +364,9 @@ def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     )
     return [
         Violation(
-            "offline.row_width_alignment",
+            rule_id,
             {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
-            f"each packed row ({width} tokens wide) is split across CP ranks and then, with sequence "
-            f"parallelism, across TP ranks, so its width must be a multiple of {need}",
+            f"each packed row ({width} tokens wide) {why}, so its width must be a multiple of {need}",
             assignments=fix,
         )
     ]

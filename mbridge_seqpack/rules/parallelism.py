@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.topology import round_up
@@ -22,26 +22,22 @@ def _seq_length_fix(ctx: RuleContext, new_length: int) -> dict[str, int]:
 
 @rule(
     "cp.seq_length_divisible",
-    "With CP>1, model.seq_length must be divisible by 2*CP (train and eval CP).",
+    "With CP>1, model.seq_length must be divisible by 2*CP.",
     severity=ERROR,
     evidence=(
-        "training/config.py ConfigContainer.validate asserts model.seq_length % (2*CP) == 0 for the train CP; "
-        "for the eval CP nothing checks it and megatron/core/utils.py get_batch_on_this_cp_rank reshapes each "
-        "row into 2*CP chunks (view fails on a non-divisible length)."
+        "training/config.py ConfigContainer.validate asserts model.seq_length % (2*CP) == 0 for the train CP "
+        "(evaluation runs at the train CP in 0.6.2: see cp.eval_cp_has_no_effect)."
     ),
 )
 def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
-    active = [cp for cp in topo.cp_sizes if cp > 1]
-    if not active:
+    if topo.cp <= 1:
         return None
-    need = math.lcm(*(2 * cp for cp in active))
+    need = 2 * topo.cp
     seq = ctx.model.seq_length
     if seq % need == 0:
         return []
     fields = {"model.seq_length": seq, "model.context_parallel_size": topo.cp}
-    if topo.eval_cp is not None:
-        fields["dist.eval_context_parallel_size"] = topo.eval_cp
     return [
         Violation(
             "cp.seq_length_divisible",
@@ -78,10 +74,38 @@ def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
                 "model.context_parallel_size": topo.cp,
                 "model.tensor_model_parallel_size": topo.tp,
                 "model.sequence_parallel": topo.sequence_parallel,
-            },
+            }
+            | ({} if topo.eval_cp is None else {"dist.eval_context_parallel_size": topo.eval_cp}),
             f"the collate pads every sequence to the CP/SP multiple {need}, so dataset.seq_length must be "
             f"a multiple of {need}",
             assignments=_seq_length_fix(ctx, round_up(seq, need)),
+        )
+    ]
+
+
+@rule(
+    "cp.eval_cp_has_no_effect",
+    "dist.eval_context_parallel_size has no effect in Megatron-Bridge 0.6.2: evaluation runs at the training CP.",
+    severity=ADVISORY,
+    evidence=(
+        "training/state.py GlobalState._eval_pgs is only ever None (nothing builds eval-time CP groups), and "
+        "training/eval_context_parallel_rebinding.py eval_cp_context is never called; training/config.py still "
+        "uses the value for its eval batch arithmetic and the DirectHF/Energon/MockVLM collate multiple."
+    ),
+)
+def eval_cp_has_no_effect(ctx: RuleContext) -> list[Violation] | None:
+    eval_cp = ctx.topology.eval_cp
+    if eval_cp is None:
+        return None
+    if eval_cp == ctx.topology.cp:
+        return []
+    return [
+        Violation(
+            "cp.eval_cp_has_no_effect",
+            {"dist.eval_context_parallel_size": eval_cp, "model.context_parallel_size": ctx.topology.cp},
+            f"evaluation runs at the training CP ({ctx.topology.cp}), not at {eval_cp}: Megatron-Bridge 0.6.2 never "
+            "wires evaluation-time context parallelism",
+            assignments={"dist.eval_context_parallel_size": None},
         )
     ]
 

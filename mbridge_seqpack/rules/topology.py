@@ -75,20 +75,22 @@ class Topology:
 
     @property
     def cp_sizes(self) -> tuple[int, ...]:
-        """The train CP size and, when set, the eval CP size."""
+        """The train CP size and, when set, the eval CP size (Megatron-Bridge's collate-multiple formula)."""
         return (self.cp,) if self.eval_cp is None else (self.cp, self.eval_cp)
 
     @property
     def sequence_alignment(self) -> int:
-        """Per-sequence multiple for THD under CP (train and eval CP); 1 at CP=1."""
-        return sequence_alignment(self.cp_sizes)
+        """Per-sequence multiple for THD under CP; 1 at CP=1. Training CP only: Megatron-Bridge 0.6.2 never
+        builds evaluation-time CP groups (``GlobalState._eval_pgs`` stays None), so evaluation runs at it too."""
+        return sequence_alignment((self.cp,))
 
     @property
     def row_alignment(self) -> int:
-        """Multiple the whole packed row width needs (CP shards, then SP splits across TP)."""
-        return alignment_multiple(self.tp, self.cp_sizes, self.sequence_parallel)
+        """Multiple the whole packed row width needs (CP shards, then SP splits across TP), training CP only."""
+        return alignment_multiple(self.tp, (self.cp,), self.sequence_parallel)
 
     @property
     def alignment(self) -> int:
-        """The collate-time padding multiple Megatron-Bridge uses for HF/VLM datasets (= ``row_alignment``)."""
-        return self.row_alignment
+        """The collate-time padding multiple Megatron-Bridge checks for HF/VLM datasets: its formula takes the
+        eval CP too (training/config.py ConfigContainer.validate raises on it)."""
+        return alignment_multiple(self.tp, self.cp_sizes, self.sequence_parallel)

@@ -72,20 +72,7 @@ OPTIONAL_INT_LIST = FieldType(
 )
 
 
-def _is_static_thd_record(value: Any) -> bool:
-    from mbridge_seqpack.thd.record import parse_static_thd
-
-    try:
-        parse_static_thd(value)
-    except ValueError:
-        return False
-    return True
-
-
 MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
-STATIC_THD_RECORD = FieldType(
-    "a string 'capacity=N' or 'capacity=N,max_seqlen=M' (N >= 2)", _is_static_thd_record, "capacity=2"
-)
 OPTIONAL_MICRO_BATCH = FieldType(
     "a positive integer (null lets Megatron-Bridge report it)", lambda v: v is None or (_is_int(v) and v > 0), 1
 )
@@ -95,6 +82,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "model.seq_length": POSITIVE_INT,
     "model.tensor_model_parallel_size": POSITIVE_INT,
     "model.pipeline_model_parallel_size": POSITIVE_INT,
+    "model.virtual_pipeline_model_parallel_size": OPTIONAL_POSITIVE_INT,
     "model.context_parallel_size": POSITIVE_INT,
     "model.expert_model_parallel_size": POSITIVE_INT,
     "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
@@ -110,6 +98,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "ddp.use_megatron_fsdp": BOOL,
     "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
     "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+    "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
     "dataset.seq_length": POSITIVE_INT,
     "dataset.enable_offline_packing": BOOL,
     "dataset.enable_in_batch_packing": BOOL,
@@ -127,7 +116,6 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
-    "env_vars['MBRIDGE_SEQPACK_STATIC_THD']": STATIC_THD_RECORD,
 }
 
 

@@ -1,9 +1,9 @@
 """Static-shape THD for CUDA-graph paths: fixed-capacity ``cu_seqlens`` and ``PackedSeqParams`` (``layout``), the
-step and iterator wrappers (``step``), where a config records the in-batch static path (``record``), the
+step and iterator wrappers (``step``), the zero-code injection for full-iteration graphs (``inject``), the
 unpacked reference computations (``reference``) and the packed-vs-unpacked parity checks of an artifact
 (``verify``).
 
-Names are imported lazily, so ``mbridge_seqpack.thd.record`` (used by the rules) does not import torch.
+Names are imported lazily: ``import mbridge_seqpack.thd`` imports neither torch nor Megatron.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ _EXPORTS = {
     "static_thd_forward_step": "step",
     "layout_from_config": "step",
     "static_forward_step": "step",
-    "StaticTHDSpec": "record",
-    "static_thd_spec": "record",
+    "StaticShapeMismatchError": "inject",
 }
 
 __all__ = sorted(_EXPORTS)

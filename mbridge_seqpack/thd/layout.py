@@ -38,23 +38,19 @@ class StaticShapeOverflowError(ValueError):
 
 @dataclass(frozen=True)
 class StaticTHDLayout:
-    """Fixed shapes for a run: ``capacity`` cu_seqlens entries, ``max_seqlen``, optional row ``width``.
-
-    ``merge_tail``: the padding up to ``width`` joins the last sequence's *physical* segment
-    (``cu_seqlens_padded``) instead of forming a segment of its own, so no logical segment is ever empty.
-    That is what Megatron-Bridge's VLM position-id preparation (``unpack_mcore_thd_tensor_for_position_ids``,
-    used by Qwen2.5-VL and GLM-4.5V) requires; in-batch rows always hold exactly micro-batch-size sequences.
-    """
+    """Fixed shapes for a run: ``capacity`` cu_seqlens entries, ``max_seqlen``, optional row ``width``."""
 
     capacity: int
     max_seqlen: int
     width: int | None = None
-    merge_tail: bool = False
 
     def __post_init__(self) -> None:
-        from mbridge_seqpack.thd.record import check_static_shape
-
-        check_static_shape("StaticTHDLayout", self.capacity, self.max_seqlen, max_seqlen_optional=False)
+        if not isinstance(self.capacity, int) or self.capacity < 2:
+            raise ValueError(
+                f"StaticTHDLayout.capacity must be an int >= 2 (0 plus one boundary), got {self.capacity!r}"
+            )
+        if not isinstance(self.max_seqlen, int) or self.max_seqlen < 1:
+            raise ValueError(f"StaticTHDLayout.max_seqlen must be a positive int, got {self.max_seqlen!r}")
         if self.width is not None and (not isinstance(self.width, int) or self.width < 1):
             raise ValueError(f"StaticTHDLayout.width must be a positive int or None, got {self.width!r}")
 
@@ -78,15 +74,6 @@ class StaticTHDLayout:
                 f"dataset_max_seqlen and min_packed_seqlen ({exc})"
             ) from None
         return cls(capacity=max_samples + 2, max_seqlen=max(max_seq, row_width - min_packed), width=row_width)
-
-    @classmethod
-    def for_in_batch(cls, micro_batch_size: int, seq_length: int) -> "StaticTHDLayout":
-        """In-batch packing: ``micro_batch_size`` sequences of <= ``seq_length`` tokens in a row of
-        ``micro_batch_size * seq_length``. Boundaries: the leading 0 and one end per sequence; the tail padding
-        joins the last physical segment, which can then span up to the whole row, so ``max_seqlen`` is the width
-        (TE sizes its work from the padded segment lengths)."""
-        width = micro_batch_size * seq_length
-        return cls(capacity=micro_batch_size + 1, max_seqlen=width, width=width, merge_tail=True)
 
 
 def validate_cu_seqlens(cu: torch.Tensor, *, name: str = "cu_seqlens", row_width: int | None = None) -> None:
@@ -225,30 +212,6 @@ def _pad_row_width(batch: dict[str, Any], width: int) -> None:
         batch["total_tokens"] = width
 
 
-def _merged_tail_boundaries(
-    cu: torch.Tensor, padded: torch.Tensor | None, layout: StaticTHDLayout
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logical, physical) boundaries of one in-batch row with the row-tail padding inside the last physical
-    segment: logical ends stay where the sequences end, the last physical end moves to the width."""
-    cu = cu.reshape(-1) if cu.dim() == 2 else cu
-    validate_cu_seqlens(cu, name="cu_seqlens", row_width=layout.width)
-    physical = cu if padded is None else (padded.reshape(-1) if padded.dim() == 2 else padded)
-    validate_cu_seqlens(physical, name="cu_seqlens_padded", row_width=layout.width)
-    if physical.shape != cu.shape:
-        raise ValueError(
-            f"cu_seqlens_padded has {physical.numel()} entries and cu_seqlens {cu.numel()}; they "
-            f"describe the same segments and must match"
-        )
-    if cu.shape[-1] != layout.capacity:
-        raise StaticShapeOverflowError(
-            f"an in-batch row has {cu.shape[-1] - 1} sequences, the static layout expects exactly "
-            f"{layout.capacity - 1} (the micro batch size); a partial micro batch cannot be replayed by the graph "
-            f"(drop it: the dataloader's drop_last)"
-        )
-    end = torch.full_like(physical[-1:], layout.width)
-    return cu.to(torch.int32), torch.cat([physical[:-1], end]).to(torch.int32)
-
-
 def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str, Any]:
     """One collated THD batch with static shapes: fixed width (if the layout has one), ``capacity``-entry
     boundaries, constant ``max_seqlen``. Batches without ``cu_seqlens_q`` pass through unchanged; a batch
@@ -258,13 +221,6 @@ def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str
     out = dict(batch)
     if layout.width is not None:
         _pad_row_width(out, layout.width)
-    if layout.merge_tail:
-        logical, physical = _merged_tail_boundaries(out["cu_seqlens_q"], out.get("cu_seqlens_q_padded"), layout)
-        two_d = out["cu_seqlens_q"].dim() == 2
-        out["cu_seqlens_q"] = out["cu_seqlens_kv"] = logical[None] if two_d else logical
-        out["cu_seqlens_q_padded"] = out["cu_seqlens_kv_padded"] = physical[None] if two_d else physical
-        _set_max_seqlen(out, layout.max_seqlen)
-        return out
     cu = out["cu_seqlens_q"]
     padded = out.get("cu_seqlens_q_padded")
     rows_2d = cu.dim() == 2
@@ -286,10 +242,13 @@ def static_thd_batch(batch: dict[str, Any], layout: StaticTHDLayout) -> dict[str
 
 
 def _set_max_seqlen(out: dict[str, Any], max_seqlen: int) -> None:
+    """``max_seqlen`` as a *host* tensor (shape and dtype of the batch's own): Megatron-Bridge's
+    ``get_batch_from_iterator`` reads it back with ``.cpu()``, a device-to-host copy that a CUDA-graph capture
+    forbids when the value lives on the device (as after ``FullCudaGraphWrapper.data_read``)."""
     for key in ("max_seqlen_q", "max_seqlen_kv"):
         old = out.get(key)
         out[key] = (
-            torch.full_like(old, max_seqlen)
+            torch.full(old.shape, max_seqlen, dtype=old.dtype)
             if isinstance(old, torch.Tensor)
             else torch.tensor(max_seqlen, dtype=torch.int32)
         )

@@ -1,6 +1,8 @@
 """The training side of static THD: a data-iterator wrapper and a forward-step wrapper that give every batch
-static shapes, and the layout a ``ConfigContainer`` asks for (offline ``pad_cu_seqlens`` or the in-batch
-``StaticTHD`` record)."""
+static shapes, and the layout a ``ConfigContainer`` asks for (offline ``pad_cu_seqlens``).
+
+The zero-code path (``thd.inject``, installed with the hook) is what full-iteration graphs need; these wrappers
+are the manual API for custom forward steps."""
 
 from __future__ import annotations
 
@@ -64,43 +66,28 @@ def static_thd_forward_step(forward_step: Callable[..., Any], layout: StaticTHDL
 
 
 def layout_from_config(cfg: Any) -> StaticTHDLayout:
-    """The static layout a ConfigContainer asks for.
-
-    Offline packing with ``pad_cu_seqlens``: from the pack metadata (``packed_metadata_path``) and the
-    pack size; Megatron-Bridge's own collate already pads to it, the wrapper only checks. In-batch packing
-    with the static path (``StaticTHD`` mixin): ``micro_batch_size + 1`` entries, width and ``max_seqlen``
-    ``micro_batch_size * seq_length``, the tail inside the last physical segment.
-    """
-    from mbridge_seqpack.thd.record import static_thd_spec
-
-    dataset = cfg.dataset
-    specs = getattr(dataset, "offline_packing_specs", None)
-    if specs is not None and getattr(specs, "pad_cu_seqlens", False):
-        if specs.packed_metadata_path is None:
-            raise ValueError(
-                "cfg.dataset.offline_packing_specs.packed_metadata_path is None; static cu_seqlens are "
-                "sized from the pack metadata - set it to the <N>_metadata.jsonl written with the pack"
-            )
-        return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
-    spec = static_thd_spec(cfg)
-    if getattr(dataset, "enable_in_batch_packing", False) and spec is not None:
-        return StaticTHDLayout.for_in_batch(cfg.train.micro_batch_size, dataset.seq_length)
-    raise ValueError(
-        "the config asks for no static THD shapes: enable offline_packing_specs.pad_cu_seqlens, or "
-        "in-batch packing with mbridge_seqpack.apply(cfg, StaticTHD(...)) / PackedCudaGraphs()"
-    )
+    """The static layout a ConfigContainer asks for: offline packing with ``pad_cu_seqlens``, sized from the pack
+    metadata (``packed_metadata_path``) and the pack size, as Megatron-Bridge's own collate pads."""
+    specs = getattr(cfg.dataset, "offline_packing_specs", None)
+    if specs is None or not getattr(specs, "pad_cu_seqlens", False):
+        raise ValueError(
+            "the config asks for no static THD shapes: set dataset.offline_packing_specs.pad_cu_seqlens=True "
+            "(offline packing, fixed width); in-batch packing cannot be CUDA-graphed in Megatron-Bridge 0.6.2"
+        )
+    if specs.packed_metadata_path is None:
+        raise ValueError(
+            "cfg.dataset.offline_packing_specs.packed_metadata_path is None; static cu_seqlens are "
+            "sized from the pack metadata - set it to the <N>_metadata.jsonl written with the pack"
+        )
+    return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
 
 
 def static_forward_step(cfg: Any, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The forward step to pass to ``finetune()``/``pretrain()`` for ``cfg`` with static THD shapes.
 
-    ``forward_step`` defaults to Megatron-Bridge's VLM step for in-batch packing and its GPT step
-    otherwise; the layout comes from :func:`layout_from_config`.
+    ``forward_step`` defaults to Megatron-Bridge's GPT step; the layout comes from :func:`layout_from_config`.
     """
     layout = layout_from_config(cfg)
     if forward_step is None:
-        if getattr(cfg.dataset, "enable_in_batch_packing", False):
-            from megatron.bridge.training.vlm_step import forward_step
-        else:
-            from megatron.bridge.training.gpt_step import forward_step
+        from megatron.bridge.training.gpt_step import forward_step
     return static_thd_forward_step(forward_step, layout)

@@ -22,3 +22,7 @@ def recipe():
 cfg = process_config_with_overrides(recipe(), cli_overrides=sys.argv[1:])
 runtime_config_update(cfg)  # what pretrain()/finetune() run first
 print("accepted")
+
+from megatron.core.full_cuda_graph import FullCudaGraphWrapper  # noqa: E402
+
+print(f"data_read injected: {getattr(FullCudaGraphWrapper.data_read, '__mbridge_seqpack_static_thd__', False)}")

@@ -1,0 +1,17 @@
+"""The plugin's modes and the environment variable that selects one (shared by the hook, the zero-code loader
+and the static-THD injection, which must agree on when the plugin is on)."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["MODES", "MODE_ENV", "ACTIVE_MODES", "env_mode"]
+
+MODES = ("error", "warn", "off")
+ACTIVE_MODES = ("error", "warn")
+MODE_ENV = "MBRIDGE_SEQPACK_MODE"
+
+
+def env_mode() -> str:
+    """``MBRIDGE_SEQPACK_MODE`` as written (stripped, lower case); "" when unset."""
+    return os.environ.get(MODE_ENV, "").strip().lower()

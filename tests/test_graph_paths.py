@@ -1,0 +1,371 @@
+"""The CUDA-graph path matrix (``rules/graph_paths.py``): the rules follow it cell by cell, its failing cells fail in
+Megatron's own code where the CPU reaches it, its one injected path gets what the captured step needs, and the
+docs page is generated from it.
+
+Reports behind it:
+- TE CUDA graphs cannot take THD packed attention: ``TransformerLayer._te_cuda_graph_replay`` asserts
+  ``packed_seq_params is None`` (open in Megatron-LM, a fix proposed upstream):
+  https://github.com/NVIDIA/Megatron-LM/issues/5619, https://github.com/NVIDIA/Megatron-LM/pull/5672
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from mbridge_seqpack import check
+from mbridge_seqpack.errors import ERROR
+from mbridge_seqpack.rules.graph_paths import GRAPH_PATHS, GraphPath, classify, render_markdown
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+TE_MODULES = {"whole_layer": [], "with_attention": ["attn", "mlp"], "after_attention": ["mlp"]}
+
+
+def test_docs_page_is_generated_from_the_matrix() -> None:
+    assert (ROOT / "docs" / "graph-paths.md").read_text() == render_markdown()
+
+
+def test_every_coordinate_has_exactly_one_cell() -> None:
+    pairs = [("transformer_engine", c) for c in TE_MODULES] + [
+        ("full_iteration", "whole_step"),
+        ("local", "per_layer"),
+    ]
+    for (impl, capture), packing in itertools.product(pairs, ("offline_fixed", "offline_variable", "in_batch")):
+        assert len([p for p in GRAPH_PATHS if (p.impl, p.capture, p.packing) == (impl, capture, packing)]) == 1
+    assert len(GRAPH_PATHS) == len(pairs) * 3
+    from mbridge_seqpack.rules import all_rules
+
+    known = {r.rule_id for r in all_rules() if r.severity == ERROR}
+    assert {p.rule_id for p in GRAPH_PATHS} <= known
+
+
+def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> Any:
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules, set_full_iteration_cuda_graph
+
+    from mbridge_seqpack import apply
+    from mbridge_seqpack.compose.mixins import ContextParallel
+
+    cfg = request.getfixturevalue("vlm_cfg" if cell.packing == "in_batch" else "packed_cfg")
+    if cp > 1:
+        apply(cfg, ContextParallel(cp))
+    if cell.packing != "in_batch":
+        cfg.dataset.dataset_kwargs["pad_to_max_length"] = cell.packing == "offline_fixed"
+    if cell.impl == "full_iteration":
+        set_full_iteration_cuda_graph(cfg.model)
+        cfg.rerun_state_machine.check_for_nan_in_loss = False
+        if cell.packing == "offline_fixed":
+            cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
+    else:
+        cfg.model.cuda_graph_impl = cell.impl
+        set_cuda_graph_modules(cfg.model, TE_MODULES.get(cell.capture, ["mlp"]))
+    return cfg
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+@pytest.mark.parametrize("cell", GRAPH_PATHS, ids=lambda p: f"{p.impl}-{p.capture}-{p.packing}")
+def test_rules_follow_the_matrix(
+    cell: GraphPath, cp: int, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing cell is reported by the rule the matrix names; a working cell gives no error at all (CP 1 and 2);
+    the injected cell is refused exactly when the launch would not have the injection."""
+    from mbridge_seqpack.rules import RuleContext
+
+    cfg = _cell_config(request, cell, cp)
+    assert classify(RuleContext(cfg, 8)) == (cell.impl, cell.capture, cell.packing)
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    errors = {v.rule_id for v in check(cfg, world_size=8) if v.severity == ERROR}
+    if cell.fails:
+        assert cell.rule_id in errors
+    else:
+        assert errors == set()
+    if cell.verdict == "works_with_injection":
+        monkeypatch.delenv("MBRIDGE_SEQPACK_MODE")
+        assert {v.rule_id for v in check(cfg, world_size=8) if v.severity == ERROR} == {cell.rule_id}
+
+
+def test_the_fix_for_attention_capture_converges_to_a_working_cell(packed_cfg: Any) -> None:
+    """check --fix's resolution (every violation's assignments, jointly) lands on TE [mlp] over fixed-width rows."""
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    from mbridge_seqpack.overrides import converged_fix
+    from mbridge_seqpack.rules import RuleContext
+    from mbridge_seqpack.rules.graph_paths import graph_path
+
+    packed_cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(packed_cfg.model, [])
+    overrides, remaining = converged_fix(packed_cfg, lambda c: check(c, world_size=8))
+    assert remaining == [] and len(overrides) == 2
+    assert any(o.endswith("model.cuda_graph_modules=[mlp]") for o in overrides), overrides
+    from mbridge_seqpack.overrides import apply_overrides
+
+    fixed = apply_overrides(packed_cfg, overrides)
+    assert check(fixed, world_size=8) == []
+    assert graph_path(RuleContext(fixed, 8)).verdict == "works"
+
+
+def test_all_moe_models_are_sent_to_the_router_scope(packed_cfg: Any) -> None:
+    """Megatron-Core refuses cuda_graph_modules=[mlp] when every layer is MoE (TransformerConfig.__post_init__)."""
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    packed_cfg.model.num_moe_experts = 8
+    packed_cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(packed_cfg.model, ["attn"])
+    [v] = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "cuda_graphs.te_attention_over_packed"]
+    assert v.assignments == {"model.cuda_graph_modules": ["moe_router"]}
+
+
+# ---- the failing cells fail in Megatron's own code -----------------------------------------------------------
+
+
+def test_megatron_bridge_accepts_attention_capture_and_refuses_local_layers(packed_cfg: Any) -> None:
+    """Megatron-Bridge's own validation (runtime_config_update) passes TE attention capture over fixed-width packs
+    with pad_cu_seqlens, the cell that asserts at the first replay; it raises for local per-layer graphs."""
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    from tests.test_rule_evidence import _mb_validate
+
+    packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    packed_cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
+    packed_cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(packed_cfg.model, ["attn"])
+    assert _mb_validate(packed_cfg, 8) is None
+    assert [v.rule_id for v in check(packed_cfg, world_size=8)] == ["cuda_graphs.te_attention_over_packed"]
+    packed_cfg.model.cuda_graph_impl = "local"
+    set_cuda_graph_modules(packed_cfg.model, ["mlp"])
+    error = _mb_validate(packed_cfg, 8)
+    assert isinstance(error, ValueError) and 'supports model.cuda_graph_impl="local" only for' in str(error)
+
+
+def _bare_layer(modules: list[str]) -> Any:
+    """A TransformerLayer carrying only its (real) config: enough for the replay dispatch, which reads nothing else
+    before it asserts."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    config = TransformerConfig(
+        num_layers=1,
+        hidden_size=64,
+        num_attention_heads=4,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=modules,
+    )
+    layer = TransformerLayer.__new__(TransformerLayer)
+    torch.nn.Module.__init__(layer)
+    layer.config = config
+    return layer
+
+
+def _packed_params() -> Any:
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=5, max_seqlen_kv=5)
+
+
+@pytest.mark.parametrize("modules", [[], ["attn"], ["attn", "mlp"]])
+def test_te_replay_with_attention_asserts_on_packed_params(megatron_bridge: Any, modules: list[str]) -> None:
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    layer = _bare_layer(modules)
+    with pytest.raises(AssertionError, match="packed_seq_params are excluded from input list"):
+        TransformerLayer._te_cuda_graph_replay(layer, torch.zeros(8, 1, 64), packed_seq_params=_packed_params())
+
+
+def test_te_replay_after_attention_runs_attention_eagerly_with_the_packed_params(megatron_bridge: Any) -> None:
+    """With [mlp], the replay first runs attention outside the graph (here it stops inside that eager attention,
+    the layer having no submodules), so the packed params never reach the graph's tensor-only input check."""
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    layer = _bare_layer(["mlp"])
+    with pytest.raises(AttributeError) as info:
+        TransformerLayer._te_cuda_graph_replay(layer, torch.zeros(8, 1, 64), packed_seq_params=_packed_params())
+    assert "_forward_attention" in [entry.name for entry in info.traceback]
+
+
+def _in_batch(lengths: list[int]) -> dict[str, Any]:
+    from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
+
+    rows = [
+        {
+            "input_ids": torch.arange(1, n + 1),
+            "position_ids": torch.arange(n),
+            "labels": torch.arange(2, n + 2),
+            "loss_mask": torch.ones(n),
+        }
+        for n in lengths
+    ]
+    return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=4)
+
+
+def test_in_batch_rows_never_fit_the_te_input_surface(megatron_bridge: Any) -> None:
+    """TE's replay copy_()s the real hidden states into the captured [seq, micro_batch, hidden] surface; an
+    in-batch row of Megatron-Bridge's collate is [1, micro_batch*seq] tokens, so hidden [tokens, 1, hidden]."""
+    seq, mbs, hidden = 64, 4, 8
+    batch = _in_batch([64, 64, 64, 64])  # the widest micro batch: exactly micro_batch * seq tokens
+    tokens = batch["input_ids"].shape
+    assert tokens == (1, mbs * seq)
+    surface = torch.zeros(seq, mbs, hidden)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        surface.copy_(torch.zeros(tokens[1], tokens[0], hidden))
+
+
+def test_full_iteration_buffers_refuse_another_in_batch_shape(megatron_bridge: Any) -> None:
+    """Megatron-Core's StaticBufferLoader refills the first micro batch's buffers with clone_tensors_in_struct."""
+    from megatron.core.full_cuda_graph import clone_tensors_in_struct
+
+    buffers = copy.deepcopy(_in_batch([5, 17, 64, 3]))
+    with pytest.raises(RuntimeError, match="must match the size"):
+        clone_tensors_in_struct(buffers, _in_batch([9, 9, 1, 2]))
+
+
+@pytest.fixture(scope="module")
+def mb_batches(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> dict[bool, tuple[list, Path]]:
+    from tests.mb_batches import mb_packed_collate_batches
+
+    return {
+        pad_cu: mb_packed_collate_batches(tmp_path_factory.mktemp(f"pad_cu_{pad_cu}"), pad_cu_seqlens=pad_cu)
+        for pad_cu in (True, False)
+    }
+
+
+def test_offline_fixed_width_batches_refill_the_buffers_only_with_pad_cu_seqlens(mb_batches: dict) -> None:
+    from megatron.core.full_cuda_graph import clone_tensors_in_struct
+
+    padded, _ = mb_batches[True]
+    buffers = copy.deepcopy(padded[0])
+    for batch in padded[1:]:
+        clone_tensors_in_struct(buffers, batch)
+        assert all(torch.equal(buffers[k], v) for k, v in batch.items() if isinstance(v, torch.Tensor))
+    ragged, _ = mb_batches[False]
+    assert len({b["cu_seqlens_q"].shape for b in ragged}) > 1  # one entry per sequence: shapes change
+    with pytest.raises(RuntimeError, match="must match the size"):
+        buffers = copy.deepcopy(ragged[0])
+        for batch in ragged[1:]:
+            clone_tensors_in_struct(buffers, batch)
+
+
+def test_the_captured_step_reads_max_seqlen_back_from_the_device(mb_batches: dict) -> None:
+    """Megatron-Bridge's collate gives max_seqlen as a tensor; Megatron-Core's StaticBufferLoader moves every tensor to
+    the device (copy_tensors_in_struct calls .cuda(), which fails here for want of CUDA); gpt_step then reads the
+    host keys back with .cpu()."""
+    from megatron.bridge.training.gpt_step import _CURRENT_PACKED_SEQ_HOST_KEYS
+    from megatron.core.full_cuda_graph import copy_tensors_in_struct
+
+    batch = mb_batches[True][0][0]
+    assert _CURRENT_PACKED_SEQ_HOST_KEYS == ("max_seqlen_q", "max_seqlen_kv")
+    assert all(isinstance(batch[k], torch.Tensor) for k in _CURRENT_PACKED_SEQ_HOST_KEYS)
+    with pytest.raises((RuntimeError, AssertionError), match="NVIDIA driver|CUDA"):
+        copy_tensors_in_struct({"max_seqlen_q": batch["max_seqlen_q"]})  # .cuda() on the host tensor
+
+
+# ---- the injection -------------------------------------------------------------------------------------------
+
+
+def _expected_max_seqlen(meta: Path) -> int:
+    import json
+
+    entries = json.loads(meta.read_text())
+    return max(max(e["dataset_max_seqlen"] for e in entries), 2048 - min(e["min_packed_seqlen"] for e in entries))
+
+
+def test_host_max_seqlen_gives_the_step_the_packs_constant_on_the_host(mb_batches: dict) -> None:
+    from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
+
+    from mbridge_seqpack.thd.inject import HostMaxSeqlen, host_max_seqlen
+
+    batches, meta = mb_batches[True]
+    checker = HostMaxSeqlen("training")
+    seen = [checker.check(b) for b in batches]
+    buffers = copy.deepcopy(batches)  # the static buffers (device tensors in training; host copies here)
+    for got, buffer in zip(host_max_seqlen(iter(buffers), seen), buffers):
+        assert got["cu_seqlens_q"] is buffer["cu_seqlens_q"] and got["tokens"] is buffer["tokens"]
+        assert got["max_seqlen_q"].device.type == "cpu" and got["max_seqlen_q"] is not buffer["max_seqlen_q"]
+        params = get_packed_seq_params(got)  # Megatron-Bridge's own builder
+        assert params.max_seqlen_q == params.max_seqlen_kv == _expected_max_seqlen(meta)
+
+
+def test_a_changing_shape_is_refused_before_the_buffers(mb_batches: dict) -> None:
+    from mbridge_seqpack.thd.inject import HostMaxSeqlen, StaticShapeMismatchError
+
+    ragged, _ = mb_batches[False]
+    checker = HostMaxSeqlen("training")
+    with pytest.raises(StaticShapeMismatchError) as info:
+        for batch in ragged:
+            checker.check(batch)
+    assert str(info.value).startswith("full-iteration CUDA graph (training): packed batch shapes changed for ")
+    assert "cu_seqlens_q (1, " in str(info.value) and "pad_cu_seqlens=True" in str(info.value)
+
+
+def test_a_changing_max_seqlen_is_refused(mb_batches: dict) -> None:
+    from mbridge_seqpack.thd.inject import HostMaxSeqlen, StaticShapeMismatchError
+
+    first = mb_batches[True][0][0]
+    checker = HostMaxSeqlen("validation")
+    checker.check(first)
+    other = dict(first, max_seqlen_q=first["max_seqlen_q"] + 1)
+    value = int(first["max_seqlen_q"])
+    with pytest.raises(
+        StaticShapeMismatchError,
+        match=rf"^full-iteration CUDA graph \(validation\): max_seqlen_q "
+        rf"changed from {value} to {value + 1}; the graph replays the captured value",
+    ):
+        checker.check(other)
+    on_device = dict(first, max_seqlen_q=first["max_seqlen_q"].to("meta"))
+    with pytest.raises(StaticShapeMismatchError, match=r"batch\['max_seqlen_q'\] is on meta"):
+        HostMaxSeqlen("training").check(on_device)
+    assert HostMaxSeqlen("training").check({"tokens": torch.zeros(1, 4)}) is None  # not packed: untouched
+
+
+class _HostStaticLoader:
+    """Megatron-Core's StaticBufferLoader without CUDA streams: first micro batch copied, later ones refilled with
+    Megatron-Core's own clone_tensors_in_struct (the part that decides shapes)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, list] = {"training": [], "validation": []}
+
+    def __call__(self, inputs: dict, stage: str, microbatch: int) -> dict:
+        from megatron.core.full_cuda_graph import clone_tensors_in_struct
+
+        if microbatch == len(self.buffers[stage]):
+            self.buffers[stage].append(copy.deepcopy(inputs))
+        else:
+            clone_tensors_in_struct(self.buffers[stage][microbatch], inputs)
+        return self.buffers[stage][microbatch]
+
+
+def test_hook_install_wraps_megatron_cores_data_read(megatron_bridge: Any, mb_batches: dict) -> None:
+    """Through Megatron-Core's real FullCudaGraphWrapper.data_read (its loop over micro batches and model chunks):
+    the step gets the static buffers with a host max_seqlen; uninstall puts back the exact original."""
+    from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+
+    import mbridge_seqpack
+
+    original = FullCudaGraphWrapper.__dict__["data_read"]
+    batches, meta = mb_batches[True]
+    with mbridge_seqpack.install(mode="error"):
+        assert FullCudaGraphWrapper.__dict__["data_read"] is not original
+        wrapper = FullCudaGraphWrapper.__new__(FullCudaGraphWrapper)
+        wrapper.static_loader = _HostStaticLoader()
+        source = iter(batches)
+        for _ in range(2):  # two iterations: the second refills the same buffers
+            [step_iter] = wrapper.data_read(source, None, True, 2)
+            got = list(step_iter)
+            buffers = wrapper.static_loader.buffers["training"]
+            assert [g["cu_seqlens_q"] for g in got] == [b["cu_seqlens_q"] for b in buffers]
+            assert all(g["cu_seqlens_q"] is b["cu_seqlens_q"] for g, b in zip(got, buffers))
+            assert {int(g["max_seqlen_q"]) for g in got} == {_expected_max_seqlen(meta)}
+        chunks = wrapper.data_read([iter(batches), None], [None, None], True, 1)  # virtual pipeline
+        assert chunks[1] is None and len(list(chunks[0])) == 1
+        ragged = mb_batches[False][0]
+        from mbridge_seqpack.thd.inject import StaticShapeMismatchError
+
+        with pytest.raises(StaticShapeMismatchError):
+            wrapper.data_read(iter(ragged), None, True, len(ragged))
+    assert FullCudaGraphWrapper.__dict__["data_read"] is original
