@@ -13,6 +13,17 @@ from dataclasses import dataclass
 FIXED = "++dataset.dataset_kwargs.pad_to_max_length=true"
 CP2 = ["model.context_parallel_size=2", "model.calculate_per_token_loss=true", "ddp.average_in_collective=false"]
 TP8_SP = ["model.tensor_model_parallel_size=8", "model.sequence_parallel=true"]
+TP4_SP = (
+    "model.tensor_model_parallel_size=4",
+    "model.sequence_parallel=true",
+    "model.num_attention_heads=8",
+    "model.num_query_groups=4",
+)
+SEQ_4100 = (
+    "model.seq_length=4100",
+    "dataset.seq_length=4100",
+    "dataset.offline_packing_specs.packed_sequence_size=4100",
+)
 CP4_A2A_P2P = (
     "model.context_parallel_size=4",
     "model.calculate_per_token_loss=true",
@@ -107,6 +118,51 @@ REPORTS: tuple[Report, ...] = (
             "model.num_attention_heads=16",
             "model.num_query_groups=8",
             "++dataset.dataset_kwargs.pad_seq_length_to_mult=128",
+        ),
+    ),
+    Report(
+        "https://github.com/NVIDIA-NeMo/Speech/pull/8869",
+        "GPT SFT with CP and FP8: 'FP8 execution requires 2D input matrices with height divisible by 8'",
+        "transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec on the CP-local share of a variable-width row",
+        "packed",
+        (
+            "mixed_precision=bf16_with_fp8_delayed_scaling_mixed",
+            *CP2,
+            "dataset.offline_packing_specs.pad_seq_to_mult=4",
+        ),
+        ("fp8.packed_tokens_per_rank",),
+    ),
+    Report(
+        "https://github.com/NVIDIA-NeMo/Speech/pull/8869",
+        "near-miss: the same with rows rounded to 16 * CP = 32 tokens (the PR's fix)",
+        "16 tokens per CP rank",
+        "packed",
+        (
+            "mixed_precision=bf16_with_fp8_delayed_scaling_mixed",
+            *CP2,
+            "dataset.offline_packing_specs.pad_seq_to_mult=4",
+            "++dataset.dataset_kwargs.pad_seq_length_to_mult=32",
+        ),
+    ),
+    Report(
+        "https://github.com/NVIDIA-NeMo/RL/pull/3563",
+        "sequence parallelism runs on the CP-local sequence: rows need lcm(2*CP, CP*TP)",
+        "megatron/core/tensor_parallel/mappings.py _split_along_first_dim after the THD CP split (4100 % 8)",
+        "packed",
+        (*SEQ_4100, FIXED, *CP2, "dataset.offline_packing_specs.pad_seq_to_mult=4", *TP4_SP),
+        ("offline.row_width_alignment",),
+    ),
+    Report(
+        "https://github.com/NVIDIA-NeMo/RL/pull/3563",
+        "near-miss: 4104-token rows (divisible by lcm(2*CP, CP*TP) = 8)",
+        "every CP shard splits evenly across TP",
+        "packed",
+        (
+            *(o.replace("4100", "4104") for o in SEQ_4100),
+            FIXED,
+            *CP2,
+            "dataset.offline_packing_specs.pad_seq_to_mult=4",
+            *TP4_SP,
         ),
     ),
     Report(

@@ -68,6 +68,16 @@ def test_padded_variant_keeps_logical_and_physical_aligned() -> None:
     assert params.cu_seqlens_kv_padded is params.cu_seqlens_q_padded
 
 
+@pytest.mark.parametrize("end", [15, 16])
+def test_the_row_is_closed_at_its_width_even_one_token_short(end: int) -> None:
+    """A one-token tail is a segment too: the boundaries always end at the row width, never one short."""
+    c, p = static_cu_seqlens(cu(0, 5, end), capacity=5, row_width=16)
+    assert c.tolist() == ([0, 5, 15, 16, 16] if end == 15 else [0, 5, 16, 16, 16]) and p is None
+    c, p = static_cu_seqlens(cu(0, 5, 9), cu_seqlens_padded=cu(0, 8, end), capacity=5, row_width=16)
+    assert p.tolist() == ([0, 8, 15, 16, 16] if end == 15 else [0, 8, 16, 16, 16])
+    assert c.tolist() == ([0, 5, 9, 9, 9] if end == 15 else [0, 5, 9, 9, 9])
+
+
 def test_overflow_is_an_error_never_a_truncation() -> None:
     with pytest.raises(StaticShapeOverflowError) as info:
         static_packed_seq_params(cu(0, 2, 4, 6, 8), capacity=4, max_seqlen=8)
