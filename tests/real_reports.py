@@ -206,6 +206,21 @@ REPORTS: tuple[Report, ...] = (
         ("offline.micro_batch_one",),
     ),
     Report(
+        f"{MB}/pull/1916",
+        "pipeline parallelism expects static shapes but GPT SFT batches are only as wide as their content",
+        "megatron/core/pipeline_parallel/schedules.py get_tensor_shapes sizes P2P buffers from seq_length",
+        "packed",
+        ("model.pipeline_model_parallel_size=2", "dataset.dataloader_type=single"),
+        ("fixed_width.gpt_sft_pipeline",),
+    ),
+    Report(
+        f"{MB}/pull/1916",
+        "near-miss: the same pipeline over fixed-width packed rows",
+        "every micro batch is seq_length wide",
+        "packed",
+        ("model.pipeline_model_parallel_size=2", "dataset.dataloader_type=single", FIXED),
+    ),
+    Report(
         f"{MB}/issues/2667",
         "cp_comm_type=a2a+p2p silently disables context parallelism without hierarchical_context_parallel_sizes",
         "megatron/core/extensions/transformer_engine.py TEDotProductAttention.__init__ (cp_group None)",
@@ -288,6 +303,11 @@ NOT_REPRODUCED: tuple[tuple[str, str], ...] = (
         f"{MB}/issues/2952",
         "middle pipeline stages without cu_seqlens (documents attend across each other): fixed before 0.6.2 "
         "(gpt_step.get_batch gives packed middle stages the full batch); kept above as a near-miss",
+    ),
+    (
+        f"{MB}/issues/4143",
+        "Qwen3-VL SFT with dynamic padding under CP/TP/PP: for its VLM datasets Megatron-Bridge 0.6.2's validate() "
+        "turns pad_to_max_length on whenever PP>1 (training/config.py), so the dynamic-padding path never runs",
     ),
     (
         f"{MLM}/issues/1647",
