@@ -458,14 +458,13 @@ def kernel_formula(bounds: list[int], cp: int, rank: int) -> list[int]:
     return out
 
 
-def check_cp_split(rows: list[list[int]], width: int = 0) -> dict[str, Any]:
+def check_cp_split(rows: list[list[int]]) -> dict[str, Any]:
     """(f) every rank's indices for CP 2 and 4 on the static physical boundaries (aligned to 2*CP, row closed)."""
     mismatches, checked = 0, 0
     for cp in (2, 4):
         for lengths in rows:
             mult = 2 * cp
-            row_width = width or sum(-(-n // mult) * mult for n in lengths) + 2 * mult
-            row_width = -(-row_width // mult) * mult
+            row_width = sum(-(-n // mult) * mult for n in lengths) + 2 * mult  # a multiple of mult
             _, physical, _ = static_row(lengths, layout_for([lengths], row_width, mult), mult)
             bounds = physical.tolist()
             for rank in range(cp):

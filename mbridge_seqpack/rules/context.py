@@ -174,16 +174,6 @@ class RuleContext:
         return list(cuda_graph_module_names(self.model))
 
     @property
-    def graphs_capture_attention(self) -> bool:
-        """Graphs whose captured region contains packed attention (consumes ``cu_seqlens``)."""
-        if self.full_iteration_graph:
-            return True
-        if self.cuda_graph_impl == "transformer_engine":
-            modules = self.graph_modules
-            return not modules or "attn" in modules
-        return False
-
-    @property
     def has_dense_mlp_layers(self) -> bool:
         """Whether some layer has a dense MLP (Megatron-Core refuses ``cuda_graph_modules=[mlp]`` otherwise)."""
         experts = getattr(self.model, "num_moe_experts", None)

@@ -12,7 +12,6 @@ from mbridge_seqpack.rules.graph_paths import (
     HOST_MAX_SEQLEN,
     TE_REPLAY,
     TE_SAMPLES,
-    GraphPath,
     graph_path,
 )
 from mbridge_seqpack.rules.registry import rule
@@ -99,12 +98,6 @@ def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | 
     ]
 
 
-def _cell_fails(ctx: RuleContext, rule_id: str) -> GraphPath | None:
-    """The config's graph-path cell when the matrix says it fails and names ``rule_id`` as its reporter."""
-    cell = graph_path(ctx)
-    return cell if cell is not None and cell.fails and cell.rule_id == rule_id else None
-
-
 def _graphs_after_attention(ctx: RuleContext) -> dict[str, Any]:
     """The working TE scope: the configured modules without attention, else the layer's MLP part
     (``moe_router`` where every layer is MoE: Megatron-Core refuses ``mlp`` there)."""
@@ -134,7 +127,7 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     cell = graph_path(ctx)
     if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing:
         return None
-    if not _cell_fails(ctx, "cuda_graphs.te_attention_over_packed"):
+    if not (cell.fails and cell.rule_id == "cuda_graphs.te_attention_over_packed"):
         return []
     return [
         Violation(
