@@ -81,6 +81,43 @@ def vlm_cfg(megatron_bridge):
 
 
 @pytest.fixture
+def qwen3vl_cfg(megatron_bridge):
+    """A small Qwen3-VL provider (its finalize() turns per-token loss on at CP>1) with Megatron-Bridge's mock VLM
+    dataset, in-batch packed, micro batch 2, global 16."""
+    from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
+    from megatron.bridge.models.qwen_vl.qwen3_vl_provider import Qwen3VLModelProvider
+
+    from mbridge_seqpack.recipes.kit import sft_base
+
+    provider = Qwen3VLModelProvider(
+        num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
+    )
+    cfg = sft_base(provider, seq_length=4096, global_batch_size=16, micro_batch_size=2)
+    cfg.dataset = MockVLMSFTDatasetConfig(
+        seq_length=4096, hf_processor_path="local/processor", enable_in_batch_packing=True
+    )
+    return cfg
+
+
+@pytest.fixture
+def gemma2_cfg(packed_cfg):
+    """The packed base with a small Gemma-2 provider (its layer spec uses Gemma-2's own core attention)."""
+    from megatron.bridge.models.gemma.gemma2_provider import Gemma2ModelProvider
+
+    packed_cfg.model = Gemma2ModelProvider(
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        num_query_groups=4,
+        ffn_hidden_size=512,
+        kv_channels=64,
+        vocab_size=1024,
+        seq_length=4096,
+    )
+    return packed_cfg
+
+
+@pytest.fixture
 def energon_cfg(megatron_bridge):
     """Small GPT with an Energon dataset using online packing, valid at world size 8."""
     from megatron.bridge.data.builders.energon import EnergonDatasetConfig, QwenVLEnergonTaskEncoderConfig

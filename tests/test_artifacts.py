@@ -673,3 +673,31 @@ def test_pack_from_a_recipe_lays_out_for_its_sampler_seed_dp_and_global_batch(
     assert (balance["data_parallel"], balance["micro_batches"]) == (4, 4)
     cfg.dataset.offline_packing_specs.packed_train_data_path = str(next(out.glob("training_*.idx.parquet")))
     assert "artifact.balance_layout" not in {v.rule_id for v in check(cfg, world_size=info.world_size)}
+
+
+def test_stale_staging_cleanup_matches_the_output_name_literally(tmp_path: Path) -> None:
+    """Packing into ``p[1]`` clears its own leftovers only: ``p1``'s live staging directory (which the glob
+    ``p[1]`` would match) survives."""
+    from mbridge_seqpack.packing.artifact import staged_directory
+
+    live = tmp_path / ".p1.staging-4242"
+    live.mkdir()
+    stale = tmp_path / ".p[1].staging-4243"
+    stale.mkdir()
+    with staged_directory(tmp_path / "p[1]", overwrite=False) as staging:
+        (staging / "x").write_text("x")
+    assert live.is_dir() and not stale.exists()
+    assert (tmp_path / "p[1]" / "x").read_text() == "x"
+
+
+def test_tokenization_scratch_stays_inside_the_staging_directory(
+    tmp_path: Path, megatron_bridge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the system temporary directory unusable, a pack still succeeds: its input chunks and index files live
+    under the staging directory and go with it, so a killed pack leaves nothing elsewhere."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+    result = _pack({"training": _small_jsonl(tmp_path / "small.jsonl")}, tmp_path / "out")
+    assert (result.directory / "training_4096.idx.parquet").is_file()
+    assert not (tmp_path / "no-such-tmp").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -20,13 +20,44 @@ def test_docs_page_is_current() -> None:
     assert (ROOT / "docs" / "real-reports.md").read_text() == render_markdown()
 
 
+@pytest.fixture(scope="module")
+def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Callable[[int], list[str]]:
+    """Overrides that point a config at a pack of the embedded training data made with ``pad_seq_to_mult``."""
+    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+
+    made: dict[int, Path] = {}
+
+    def overrides(mult: int) -> list[str]:
+        if mult not in made:
+            out = tmp_path_factory.mktemp(f"pack{mult}") / "p"
+            pack_jsonl(
+                {"training": embedded_data_dir() / "training.jsonl"},
+                tokenizer=embedded_tokenizer_dir(),
+                output_dir=out,
+                options=PackOptions(pack_size=4096, pad_seq_to_mult=mult),
+                overwrite=True,
+            )
+            made[mult] = out
+        specs = "dataset.offline_packing_specs"
+        return [
+            f"{specs}.packed_train_data_path={made[mult] / 'training_4096.idx.parquet'}",
+            f"{specs}.packed_metadata_path={made[mult] / '4096_metadata.jsonl'}",
+        ]
+
+    return overrides
+
+
 @pytest.mark.parametrize(
     "report", REPORTS, ids=[f"{i:02d}-{'fails' if r.expected else 'works'}" for i, r in enumerate(REPORTS)]
 )
 def test_report(report: Report, request: pytest.FixtureRequest) -> None:
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
-    base = request.getfixturevalue("vlm_cfg" if report.base == "vlm" else "packed_cfg")
-    cfg: Any = process_config_with_overrides(copy.deepcopy(base), cli_overrides=list(report.overrides))
+    base = request.getfixturevalue(f"{report.base}_cfg")
+    overrides = list(report.overrides)
+    if report.pack_mult is not None:
+        overrides += request.getfixturevalue("pack_of")(report.pack_mult)
+    cfg: Any = process_config_with_overrides(copy.deepcopy(base), cli_overrides=overrides)
     errors = sorted({v.rule_id for v in check(cfg, world_size=report.world) if v.severity == "error"})
     assert errors == sorted(report.expected), report.title

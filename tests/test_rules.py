@@ -3,6 +3,7 @@ fix asserted), and the same config with the fix applied gives none."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -169,7 +170,8 @@ CASES = [
         16,
         _set(**{**CP2_LOSS, "model__context_parallel_size": 16}, model__cp_comm_type="a2a+p2p"),
         {"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": None},
-        {"model.hierarchical_context_parallel_sizes": [8, 2]},
+        {"model.hierarchical_context_parallel_sizes": [4, 4]},  # 12 heads: the a2a level must divide them
+        also=("gpt_sft.row_width_alignment",),  # unpacked rows padded to 16 cannot split over CP 16
     ),
     Case(
         "cp.hierarchical_sizes_product",
@@ -181,7 +183,7 @@ CASES = [
             model__hierarchical_context_parallel_sizes=[2, 2],
         ),
         {"model.hierarchical_context_parallel_sizes": [2, 2], "model.context_parallel_size": 8},
-        {"model.hierarchical_context_parallel_sizes": [8, 1]},
+        {"model.hierarchical_context_parallel_sizes": [4, 2]},
     ),
     Case(
         "offline.specs_required",
@@ -560,6 +562,123 @@ CASES = [
         {"model.calculate_per_token_loss": True, "ddp.average_in_collective": False},
     ),
 ]
+
+
+def _local_attention(cfg: Any, tmp_path: Any) -> None:
+    from megatron.bridge.models.gpt_provider import local_layer_spec
+
+    cfg.model.transformer_layer_spec = local_layer_spec
+
+
+def _deterministic(cfg: Any, tmp_path: Any) -> None:
+    os.environ.pop("NVTE_ALLOW_NONDETERMINISTIC_ALGO", None)  # the environment is restored after each test
+    cfg.model.deterministic_mode = True
+    cfg.model.cross_entropy_loss_fusion = False
+
+
+HYBRIDEP = {
+    "model__num_moe_experts": 4,
+    "model__moe_router_topk": 2,
+    "model__expert_model_parallel_size": 2,
+    "model__moe_token_dispatcher_type": "flex",
+    "model__moe_flex_dispatcher_backend": "hybridep",
+}
+NEW_CASES = [
+    Case(
+        "moe.hybridep_uneven_inputs",
+        "unpacked_cfg",
+        8,
+        _set(**HYBRIDEP),
+        {
+            "model.moe_flex_dispatcher_backend": "hybridep",
+            "model.expert_model_parallel_size": 2,
+            "dataset.dataset_kwargs.pad_to_max_length": False,
+            "model.moe_hybridep_pad_uneven_dispatch_inputs": False,
+        },
+        {"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
+        also=("fixed_width.gpt_sft_experts",),
+    ),
+    Case(
+        "gpt_sft.row_width_alignment",
+        "unpacked_cfg",
+        16,
+        _set(**{**CP2_LOSS, "model__context_parallel_size": 16}),
+        {
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            "dataset.dataset_kwargs.pad_to_max_length": False,
+            "model.context_parallel_size": 16,
+            "model.tensor_model_parallel_size": 1,
+            "model.sequence_parallel": False,
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32},
+        base_world=8,
+    ),
+    Case(
+        "cp.sliding_window_comm_type",
+        "packed_cfg",
+        8,
+        _set(**CP2_LOSS, model__window_size=(512, 0), dataset__offline_packing_specs__pad_seq_to_mult=4),
+        {
+            "model.window_size": [512, 0],
+            "model.cp_comm_type": None,
+            "model.context_parallel_size": 2,
+            "sliding-window layers": 12,
+        },
+        {"model.cp_comm_type": "all_gather"},
+    ),
+    Case(
+        "cp.softmax_type_comm_type",
+        "packed_cfg",
+        8,
+        _set(**CP2_LOSS, model__softmax_type="learnable", dataset__offline_packing_specs__pad_seq_to_mult=4),
+        {"model.softmax_type": "learnable", "model.cp_comm_type": None, "model.context_parallel_size": 2},
+        {"model.cp_comm_type": "a2a"},
+    ),
+    Case(
+        "cp.a2a_heads_divisible",
+        "packed_cfg",
+        8,
+        _set(
+            **{**CP2_LOSS, "model__context_parallel_size": 4},
+            model__num_query_groups=2,
+            model__cp_comm_type="a2a",
+            dataset__offline_packing_specs__pad_seq_to_mult=8,
+        ),
+        {
+            "model.num_attention_heads": 12,
+            "model.num_query_groups": 2,
+            "model.tensor_model_parallel_size": 1,
+            "model.cp_comm_type": "a2a",
+            "a2a group size": 4,
+        },
+        {"model.cp_comm_type": "p2p"},
+    ),
+    Case(
+        "determinism.te_attention_env",
+        "packed_cfg",
+        8,
+        _deterministic,
+        {"model.deterministic_mode": True, "env NVTE_ALLOW_NONDETERMINISTIC_ALGO": None},
+        {"env_vars.NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"},
+    ),
+    Case(
+        "model.core_attention_packing",
+        "packed_cfg",
+        8,
+        _local_attention,
+        {"core attention": "DotProductAttention", "dataset.enable_offline_packing": True},
+        {"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None},
+    ),
+    Case(
+        "model.core_attention_cp",
+        "unpacked_cfg",
+        8,
+        lambda cfg, tmp: (_local_attention(cfg, tmp), _set(**CP2_LOSS)(cfg, tmp)),
+        {"core attention": "DotProductAttention", "model.context_parallel_size": 2},
+        {"model.context_parallel_size": 1},
+    ),
+]
+CASES += NEW_CASES
 
 
 def _apply_fix(cfg: Any, assignments: dict[str, Any]) -> None:

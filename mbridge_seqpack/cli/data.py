@@ -22,6 +22,9 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
             ) from None
         if not isinstance(kwargs, dict):
             raise ValueError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
+        from mbridge_seqpack.packing.dataset_kwargs import check_dataset_kwargs
+
+        check_dataset_kwargs(kwargs)
     if (args.prompt_key, args.answer_key) != ("input", "output"):
         kwargs.setdefault("prompt_template", f"{{{args.prompt_key}}} {{{args.answer_key}}}")
         kwargs.setdefault("label_key", args.answer_key)

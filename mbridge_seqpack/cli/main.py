@@ -52,6 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(
+            "mbridge-seqpack: error: out of memory; lower --pack-size (or --workers), or run on a larger machine",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:  # a full disk (ENOSPC), a vanished or unreadable file: the resource, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(
+            f"mbridge-seqpack: error: {where}{exc.strerror or exc}; free the resource and run again", file=sys.stderr
+        )
+        return 2
     except ValueError as exc:
         from mbridge_seqpack.errors import PackingConfigError
 

@@ -124,6 +124,7 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
     non-empty ``output`` is refused unless ``overwrite``. On any failure the staging directory is removed.
     """
     import fcntl
+    import glob
 
     output = check_output(output, overwrite=overwrite)
     parent = output.parent
@@ -141,7 +142,8 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
                 f"--output {output}: another mbridge-seqpack pack is writing there right now; "
                 f"wait for it or choose another --output"
             ) from None
-        for stale in (*parent.glob(f".{output.name}.staging-*"), *parent.glob(f".{output.name}.old-*")):
+        literal = glob.escape(output.name)  # "p[1]" must not match (and delete) "p1"'s live staging directory
+        for stale in (*parent.glob(f".{literal}.staging-*"), *parent.glob(f".{literal}.old-*")):
             shutil.rmtree(stale, ignore_errors=True)  # left by a killed pack; we hold the lock, nobody else writes
         staging = parent / f".{output.name}.staging-{os.getpid()}"
         staging.mkdir()

@@ -85,13 +85,34 @@ def template_fields(dataset_kwargs: dict[str, Any]) -> list[str]:
     return _FIELD.findall(str(dataset_kwargs.get("prompt_template", "{input} {output}")))
 
 
+def _regular_file(path: Path) -> None:
+    """Refuse what is not a regular file before opening it: a FIFO would block the open until a writer came."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise InputError(f"{path}: is {kind}, not a regular file; pass a JSONL file (copy a stream to a file first)")
+
+
 def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
+    _regular_file(path)
     try:
         handle = open(path, "rb")
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
     with handle:
-        for number, raw in enumerate(handle, 1):
+        lines = enumerate(handle, 1)
+        while True:
+            try:
+                number, raw = next(lines)
+            except StopIteration:
+                return
+            except OSError as exc:
+                raise InputError(f"{path}: reading failed ({exc.strerror}); check the file and its disk") from None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -104,6 +125,8 @@ def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise InputError(f"{path}:{number}: JSON nested too deeply to read; flatten the record") from None
             yield number, record
 
 
@@ -308,7 +331,12 @@ def tokenize_split(
     bar = tqdm(
         total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
     )
-    with bar, tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_") as work:
+    # input chunks and index files go next to the spilled tokens (inside the pack's staging directory, removed with
+    # it, so a killed pack leaves nothing in the system temporary directory)
+    work_parent = Path(spill_dir) if spill_dir is not None else None
+    if work_parent is not None:
+        work_parent.mkdir(parents=True, exist_ok=True)
+    with bar, tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_", dir=work_parent) as work:
         index_dir = Path(work) / "index"
         index_dir.mkdir()
         kwargs = {**dataset_kwargs, "index_mapping_dir": str(index_dir)}  # never write index files by the input

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from mbridge_seqpack.rules import (  # each module registers its rules on import
     artifacts,
+    attention,
     batch,
     cuda_graphs,
     energon,
@@ -28,7 +29,19 @@ __all__ = ["all_rules", "evaluate"]
 
 
 #: the catalog order: by module as listed above (whatever imported a module first), then as registered there
-MODULE_ORDER = (types, parallelism, offline, precision, in_batch, batch, cuda_graphs, models, energon, artifacts)
+MODULE_ORDER = (
+    types,
+    parallelism,
+    attention,
+    offline,
+    precision,
+    in_batch,
+    batch,
+    cuda_graphs,
+    models,
+    energon,
+    artifacts,
+)
 
 
 def all_rules() -> list[Rule]:

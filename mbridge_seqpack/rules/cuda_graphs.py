@@ -296,8 +296,9 @@ def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
     severity=ADVISORY,
     evidence=(
         "training/config.py ConfigContainer.validate sets pad_to_max_length=True for EP>1 on DirectHF/Energon/"
-        "MockVLM datasets; no Megatron-Core code fails on variable-width rows with EP>1 (alltoall dispatch takes "
-        "any token count), so for GPT SFT this is a consistency/performance advisory."
+        "MockVLM datasets; no Megatron-Core code fails on variable-width rows with EP>1 for the alltoall/allgather "
+        "dispatchers (they take any token count), so for GPT SFT this is a consistency/performance advisory; "
+        "HybridEP, which does need equal counts, is moe.hybridep_uneven_inputs."
     ),
 )
 def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
@@ -313,5 +314,47 @@ def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
             "Megatron-Bridge pads rows to full width under expert parallelism for its HF/VLM datasets; GPT SFT "
             "rows stay variable-width",
             assignments=ctx.pad_to_max_length_fix(),
+        )
+    ]
+
+
+@rule(
+    "moe.hybridep_uneven_inputs",
+    "HybridEP dispatch over variable-width GPT SFT rows needs moe_hybridep_pad_uneven_dispatch_inputs.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/token_dispatcher.py _HybridEPManager.setup_metadata: 'HybridEP dispatch "
+        "expects equal per-rank input sizes' and pads to the group maximum only when "
+        "moe_hybridep_pad_uneven_dispatch_inputs is set; Megatron-Bridge 0.6.2 sets it itself only for THD "
+        "packing without CUDA graphs (models/transformer_config.py _enable_safe_hybridep_dispatch). Unequal "
+        "token counts across the EP group hang HybridEP's buffer all-gather or corrupt routing "
+        "(deepseek-ai/DeepEP#604)."
+    ),
+)
+def hybridep_uneven_inputs(ctx: RuleContext) -> list[Violation] | None:
+    model = ctx.model
+    if (
+        getattr(model, "moe_token_dispatcher_type", None) != "flex"
+        or getattr(model, "moe_flex_dispatcher_backend", None) != "hybridep"
+        or ctx.topology.ep <= 1
+        or not ctx.dataset_is("gpt_sft")
+    ):
+        return None
+    if getattr(model, "moe_hybridep_pad_uneven_dispatch_inputs", False) or ctx.pad_to_max_length:
+        return []
+    if (ctx.offline_packing or ctx.in_batch_packing) and getattr(model, "cuda_graph_impl", "none") in (None, "none"):
+        return []  # Megatron-Bridge turns the padding on for THD packing without CUDA graphs
+    return [
+        Violation(
+            "moe.hybridep_uneven_inputs",
+            {
+                "model.moe_flex_dispatcher_backend": "hybridep",
+                "model.expert_model_parallel_size": ctx.topology.ep,
+                ctx.pad_to_max_length_path: False,
+                "model.moe_hybridep_pad_uneven_dispatch_inputs": False,
+            },
+            "each EP rank dispatches its own micro batch, as wide as its longest row; HybridEP expects the same "
+            "token count on every rank and hangs or mis-routes otherwise",
+            assignments={"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
         )
     ]

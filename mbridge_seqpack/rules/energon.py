@@ -6,6 +6,7 @@ from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.rules.registry import rule
 
 BUFFER = "dataset.packing_buffer_size"
@@ -88,7 +89,8 @@ def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
         ctx,
         "energon.no_mtp",
         {"model.mtp_num_layers": ctx.mtp_layers},
-        "MTP label rolling crosses packed boundaries",
+        "Megatron-Bridge main refused Energon packing with MTP for a while (the guard was removed as stale in "
+        "NVIDIA-NeMo/Megatron-Bridge#5990); Megatron-Core 0.19.2 rolls MTP labels within each packed sequence",
         {"model.mtp_num_layers": None},
     )
 
@@ -157,7 +159,7 @@ def energon_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
         return None
     fields: dict[str, Any] = {}
     fix: dict[str, Any] = {}
-    if not getattr(ctx.model, "calculate_per_token_loss", False):
+    if not per_token_loss_after_finalize(ctx.model, ctx.topology.cp):
         fields["model.calculate_per_token_loss"] = False
         fix["model.calculate_per_token_loss"] = True
     if getattr(ctx.cfg.ddp, "average_in_collective", False):

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["QWEN3_NEXT", "GLM45", "QWEN35_VL", "detect_model_family", "looks_like_glm45"]
+__all__ = [
+    "QWEN3_NEXT",
+    "GLM45",
+    "QWEN35_VL",
+    "PER_TOKEN_LOSS_UNDER_CP",
+    "detect_model_family",
+    "looks_like_glm45",
+    "per_token_loss_after_finalize",
+]
 
 QWEN3_NEXT = "Qwen3-Next"
 GLM45 = "GLM-4.5"
@@ -21,6 +29,28 @@ def _qwen35_vl_provider_classes() -> tuple[type, ...]:
     from megatron.bridge.models.qwen_vl.qwen35_vl_provider import Qwen35VLModelProvider, Qwen35VLMoEModelProvider
 
     return (Qwen35VLModelProvider, Qwen35VLMoEModelProvider)
+
+
+#: providers whose ``finalize()`` turns per-token loss on whenever CP > 1 (models/qwen_vl/qwen3_vl_provider.py and
+#: qwen35_vl_provider.py); ``ConfigContainer.validate`` finalizes the model before its CP assertions
+PER_TOKEN_LOSS_UNDER_CP = (
+    "Qwen3VLModelProvider",
+    "Qwen3VLMoEModelProvider",
+    "Qwen35VLModelProvider",
+    "Qwen35VLMoEModelProvider",
+)
+
+
+def per_token_loss_after_finalize(model: Any, cp: int) -> bool:
+    """``model.calculate_per_token_loss`` as Megatron-Bridge's validate() will see it: the Qwen3-VL / Qwen3.5-VL
+    providers set it themselves at CP > 1, so a recipe that leaves it False still trains with per-token loss."""
+    if getattr(model, "calculate_per_token_loss", False):
+        return True
+    forced = cp > 1 and any(
+        klass.__name__ in PER_TOKEN_LOSS_UNDER_CP and klass.__module__.startswith("megatron.bridge.models.qwen_vl")
+        for klass in type(model).__mro__
+    )
+    return forced
 
 
 def looks_like_glm45(model: Any) -> bool:

@@ -39,8 +39,8 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
         Violation(
             "mtp.no_packing",
             {"model.mtp_num_layers": ctx.mtp_layers, **flags},
-            "MTP rolls labels across the whole row, so in a packed row it predicts the next sequence's tokens "
-            "(documented as unsupported for fine-tuning packing)",
+            "documented as unsupported for fine-tuning packing, but Megatron-Core 0.19.2 rolls MTP labels within "
+            "each packed sequence (at CP 1), so this trains correctly",
             fix="cfg.model.mtp_num_layers = None (or turn packing off: "
             + ", ".join(f"cfg.{k} = {False if isinstance(v, bool) else None!r}" for k, v in flags.items())
             + ")",

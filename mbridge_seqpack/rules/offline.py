@@ -370,3 +370,47 @@ def row_width_violations(ctx: RuleContext, rule_id: str, need: int, why: str) ->
             assignments=fix,
         )
     ]
+
+
+@rule(
+    "gpt_sft.row_width_alignment",
+    "Unpacked GPT SFT rows must be divisible by lcm(2*CP if CP>1, CP*TP if SP): dataset_kwargs"
+    "['pad_seq_length_to_mult'] for variable-width rows, and the seq_length a truncated row is cut to.",
+    severity=ERROR,
+    evidence=(
+        "data/datasets/gpt_sft.py GPTSFTDataset.collate_fn pads each batch to min(max_seq_length, "
+        "ceil(longest, pad_seq_length_to_mult)) (GPTSFTChatDataset: max(16, pad_seq_length_to_mult)); nothing in "
+        "0.6.2 ties that multiple to CP or TP (NVIDIA-NeMo/Megatron-Bridge#2642: CP=16 needs 32). "
+        "megatron/core/utils.py get_batch_on_this_cp_rank views each row as 2*CP chunks and "
+        "tensor_parallel/mappings.py _split_along_first_dim asserts divisibility by TP under SP."
+    ),
+)
+def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
+    need = ctx.topology.row_alignment
+    if not ctx.dataset_is("gpt_sft") or ctx.offline_packing or ctx.in_batch_packing or need == 1:
+        return None
+    fields: dict[str, object] = {}
+    fix: dict[str, object] = {}
+    seq = getattr(ctx.dataset, "seq_length", None)
+    two_cp = 2 * ctx.topology.cp if ctx.topology.cp > 1 else 1
+    if isinstance(seq, int) and seq % need and seq % two_cp == 0:  # cp.seq_length_divisible reports the rest
+        fields["dataset.seq_length"] = seq
+        fix.update({"dataset.seq_length": round_up(seq, need), "model.seq_length": round_up(seq, need)})
+    if not ctx.pad_to_max_length:
+        mult = _pad_seq_length_to_mult(ctx)
+        kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
+        effective = max(GPT_SFT_ROW_MULTIPLE, mult) if kwargs.get("chat") else mult
+        if effective % need:
+            fields[ROW_MULT] = mult
+            fix[ROW_MULT] = math.lcm(effective, need)
+    if not fields:
+        return []
+    return [
+        Violation(
+            "gpt_sft.row_width_alignment",
+            {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
+            "each batch is as wide as its longest row rounded up to pad_seq_length_to_mult (at most seq_length), "
+            f"then split across CP ranks and, with sequence parallelism, TP ranks, so it must be a multiple of {need}",
+            assignments=fix,
+        )
+    ]

@@ -6,6 +6,7 @@ import math
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.topology import round_up
 
@@ -116,13 +117,14 @@ def eval_cp_has_no_effect(ctx: RuleContext) -> list[Violation] | None:
     severity=ERROR,
     evidence=(
         "training/config.py ConfigContainer.validate asserts 'When finetuning with CP>1, "
-        "calculate_per_token_loss must be True' (GPT SFT, DirectHF, Energon, MockVLM datasets)."
+        "calculate_per_token_loss must be True' (GPT SFT, DirectHF, Energon, MockVLM datasets), after "
+        "model.finalize(): the Qwen3-VL / Qwen3.5-VL providers turn it on themselves at CP>1."
     ),
 )
 def finetune_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or not ctx.is_finetuning:
         return None
-    if getattr(ctx.model, "calculate_per_token_loss", False):
+    if per_token_loss_after_finalize(ctx.model, ctx.topology.cp):
         return []
     return [
         Violation(
@@ -169,9 +171,13 @@ def _comm_types(ctx: RuleContext) -> list[str]:
     return list(value) if isinstance(value, list) else [value or "p2p"]
 
 
-def _suggest_hierarchy(cp: int, tp: int) -> list[int]:
-    """A 2-level split that keeps the a2a level inside an 8-GPU node when it can."""
-    inner = math.gcd(cp, max(1, 8 // max(tp, 1)))
+def _suggest_hierarchy(ctx: RuleContext) -> list[int]:
+    """A 2-level split that keeps the a2a level inside an 8-GPU node when it can, and no larger than what each TP
+    rank's query and key/value heads divide by (the a2a level scatters heads: cp.a2a_heads_divisible)."""
+    cp, tp = ctx.topology.cp, max(ctx.topology.tp, 1)
+    heads = int(getattr(ctx.model, "num_attention_heads", 0) or 0)
+    groups = int(getattr(ctx.model, "num_query_groups", None) or heads)
+    inner = math.gcd(math.gcd(cp, max(1, 8 // tp)), math.gcd(heads // tp, groups // tp) or cp)
     return [inner, cp // inner]
 
 
@@ -191,7 +197,6 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
         return None
     if getattr(ctx.model, "hierarchical_context_parallel_sizes", None) is not None:
         return []
-    cp = ctx.topology.cp
     return [
         Violation(
             "cp.hierarchical_sizes_required",
@@ -201,7 +206,7 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
             },
             "without hierarchical sizes the a2a+p2p CP communication is silently disabled: each rank attends "
             "only to its local chunk (fast, and wrong)",
-            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(cp, ctx.topology.tp)},
+            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(ctx)},
         )
     ]
 
@@ -227,7 +232,7 @@ def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
             "cp.hierarchical_sizes_product",
             {"model.hierarchical_context_parallel_sizes": list(sizes), "model.context_parallel_size": cp},
             f"the hierarchical CP levels must multiply to context_parallel_size ({math.prod(sizes)} != {cp})",
-            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(cp, ctx.topology.tp)},
+            assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(ctx)},
         )
     ]
 

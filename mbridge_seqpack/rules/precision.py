@@ -9,7 +9,7 @@ from mbridge_seqpack.rules.offline import row_width_violations
 from mbridge_seqpack.rules.registry import rule
 
 #: tokens each rank's GEMM input must hold a multiple of, per TE FP8 recipe (Megatron-Core's fp8_recipe names)
-FP8_TOKEN_MULTIPLE = {"delayed": 16, "tensorwise": 16, "mxfp8": 32}
+FP8_TOKEN_MULTIPLE = {"delayed": 16, "tensorwise": 16, "blockwise": 16, "mxfp8": 32}
 
 
 def _row_split(ctx: RuleContext) -> int:
@@ -32,7 +32,9 @@ def fp8_row_multiple(ctx: RuleContext) -> int:
         "transformer_engine/pytorch/module/linear.py and layernorm_linear.py call utils.assert_dim_for_fp8_exec "
         "(ValueError unless the product of the leading dims is divisible by 8) on the rank-local input; the "
         "wgrad GEMM reduces over those tokens and cuBLASLt asserts 'lda % 16 == 0 ... for FP8 GEMM' "
-        "(NovaSky-AI/SkyRL#1828); MXFP8 quantizes in blocks of 32 tokens (tensor/mxfp8_tensor.py "
+        "(NovaSky-AI/SkyRL#1828), for every FP8 recipe including blockwise (NVIDIA-NeMo/RL#1884 pads blockwise "
+        "packs to 128; only the 8/16 requirement is traced in TE 2.20's code, so 16 is what is enforced); "
+        "MXFP8 quantizes in blocks of 32 tokens (tensor/mxfp8_tensor.py "
         "MXFP8Quantizer.is_quantizable, quantizer.cpp 'flat_first_dim % MXFP8_BLOCK_SIZE == 0', "
         "modelscope/ms-swift#9723). Packed rows are packed_sequence_size or pad_seq_length_to_mult (16) wide, "
         "split by CP and, with sequence parallelism, by TP."

@@ -1,0 +1,101 @@
+"""The ``dataset_kwargs`` Megatron-Bridge 0.6.2's GPT SFT prep accepts, checked before it sees them.
+
+``data/builders/gpt_sft.py`` ``build_gpt_sft_split`` pops its own keys and hands the rest to ``GPTSFTDataset``
+(or ``GPTSFTChatDataset``) as keyword arguments, and ``data/packing/offline.py`` ``tokenize_dataset`` pops
+``chat_template``: an unknown key is a ``TypeError`` deep inside the dataset, a wrongly typed one an
+``AssertionError`` or a ``KeyError``. ``tests/test_dataset_kwargs.py`` keeps this table equal to what the
+installed code reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from mbridge_seqpack.packing.sequences import InputError
+
+__all__ = ["DATASET_KWARGS", "MANAGED", "check_dataset_kwargs"]
+
+BOOL, INT, STR, MAPPING, TEXT_OR_MAPPING = "a boolean", "an integer", "a string", "an object", "a string or an object"
+
+#: every key a user may set, with the JSON type Megatron-Bridge's code expects
+DATASET_KWARGS: dict[str, str] = {
+    # popped by build_gpt_sft_split
+    "chat": BOOL,
+    "use_hf_tokenizer_chat_template": BOOL,
+    "chat_loss_mode": STR,
+    "tool_schemas": TEXT_OR_MAPPING,
+    "hf_dataset": BOOL,
+    "global_sample_mapping": BOOL,
+    "add_bos": BOOL,
+    "add_eos": BOOL,
+    "add_sep": BOOL,
+    "label_key": STR,
+    "answer_only_loss": BOOL,
+    "truncation_field": STR,
+    "pad_to_max_length": BOOL,
+    "prompt_template": STR,
+    "truncation_method": STR,
+    "get_attention_mask_from_fusion": BOOL,
+    # popped by tokenize_dataset
+    "chat_template": STR,
+    # passed through to GPTSFTDataset.__init__
+    "min_seq_length": INT,
+    "pad_seq_length_to_mult": INT,
+    "sep_id": INT,
+    "max_num_samples": INT,
+    "virtual_tokens": INT,
+    "tokens_to_generate": INT,
+    "special_tokens": MAPPING,
+    "output_original_text": BOOL,
+    "ceil_to_power_2": BOOL,
+}
+
+#: keys the prep sets itself (from the pack's own options), so a user value would be overridden or clash
+MANAGED = {
+    "file_path": "the input file",
+    "tokenizer": "--tokenizer",
+    "max_seq_length": "--pack-size (or --max-seq-length)",
+    "seed": "--seed",
+    "memmap_workers": "the prep",
+    "index_mapping_dir": "the prep (a private directory)",
+    "is_test": "the prep",
+    "prompt_completion_config": "dataset.preprocessing on the recipe (not JSON)",
+}
+
+_MAY_BE_ZERO = {"sep_id", "virtual_tokens", "tokens_to_generate"}
+_CHOICES = {"truncation_method": ("left", "right"), "chat_loss_mode": ("assistant", "last_turn", "full")}
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == MAPPING:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return isinstance(value, (str, dict))
+
+
+def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs") -> None:
+    """Refuse unknown, managed and wrongly typed keys with the key, the value and the fix."""
+    for key, value in kwargs.items():
+        if key in MANAGED:
+            raise InputError(f"{source}: {key!r} is set by {MANAGED[key]}; remove it from {source}")
+        if key not in DATASET_KWARGS:
+            near = difflib.get_close_matches(key, [*DATASET_KWARGS, *MANAGED], n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise InputError(
+                f"{source}: unknown key {key!r}{hint}; Megatron-Bridge's GPT SFT dataset takes "
+                f"{', '.join(sorted(DATASET_KWARGS))}"
+            )
+        kind = DATASET_KWARGS[key]
+        if value is not None and not _is(kind, value):
+            raise InputError(f"{source}: {key!r} must be {kind}, got {type(value).__name__} {value!r:.60}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise InputError(f"{source}: {key!r} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+        least = 0 if key in _MAY_BE_ZERO else 1
+        if kind == INT and value is not None and value < least:
+            raise InputError(f"{source}: {key!r} must be an integer >= {least}, got {value}")

@@ -1,0 +1,301 @@
+"""Where Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 consume, at run time, each config field the rules read.
+
+A rule about a field nothing consumes would reject configs that run (the eval-CP lesson): every field the rules
+read is listed here with the run-time code that uses it, and ``tests/test_field_uses.py`` checks that the cited
+file really names the field in the installed packages. ``python -m mbridge_seqpack.rules.field_uses`` prints
+``docs/field-audit.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldUse:
+    """One field: the installed file (under the ``megatron`` package) and function that consume it at run time,
+    the identifier that file uses for it, or ``consumer=None`` with the reason it is consumed nowhere."""
+
+    field: str
+    consumer: str | None
+    function: str
+    needle: str = ""
+
+    @property
+    def used(self) -> bool:
+        return self.consumer is not None
+
+
+_SPECS = "dataset.offline_packing_specs"
+
+FIELD_USES: tuple[FieldUse, ...] = (
+    FieldUse(
+        "model.seq_length", "bridge/training/train.py", "train: forward_backward_func(seq_length=...)", "seq_length"
+    ),
+    FieldUse(
+        "model.tensor_model_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "tensor_model_parallel_size",
+    ),
+    FieldUse(
+        "model.pipeline_model_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "pipeline_model_parallel_size",
+    ),
+    FieldUse(
+        "model.virtual_pipeline_model_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "virtual_pipeline_model_parallel_size",
+    ),
+    FieldUse(
+        "model.context_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "context_parallel_size",
+    ),
+    FieldUse(
+        "model.expert_model_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "expert_model_parallel_size",
+    ),
+    FieldUse(
+        "model.expert_tensor_parallel_size",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "expert_tensor_parallel_size",
+    ),
+    FieldUse(
+        "model.hierarchical_context_parallel_sizes",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "hierarchical_context_parallel_sizes",
+    ),
+    FieldUse(
+        "model.sequence_parallel",
+        "core/tensor_parallel/layers.py",
+        "ColumnParallelLinear / RowParallelLinear",
+        "sequence_parallel",
+    ),
+    FieldUse(
+        "model.calculate_per_token_loss",
+        "core/pipeline_parallel/schedules.py",
+        "forward_step: loss scaling",
+        "calculate_per_token_loss",
+    ),
+    FieldUse(
+        "model.cp_comm_type", "core/extensions/transformer_engine.py", "TEDotProductAttention.__init__", "cp_comm_type"
+    ),
+    FieldUse(
+        "model.window_size", "core/extensions/transformer_engine.py", "TEDotProductAttention.__init__", "window_size"
+    ),
+    FieldUse(
+        "model.num_attention_heads", "core/transformer/attention.py", "Attention.__init__", "num_attention_heads"
+    ),
+    FieldUse("model.num_query_groups", "core/transformer/attention.py", "Attention.__init__", "num_query_groups"),
+    FieldUse(
+        "model.softmax_type", "core/extensions/transformer_engine.py", "TEDotProductAttention.__init__", "softmax_type"
+    ),
+    FieldUse(
+        "model.transformer_layer_spec",
+        "bridge/models/gpt_provider.py",
+        "GPTModelProvider.provide",
+        "transformer_layer_spec",
+    ),
+    FieldUse(
+        "model.deterministic_mode",
+        "core/extensions/transformer_engine.py",
+        "TEDotProductAttention.__init__",
+        "deterministic_mode",
+    ),
+    FieldUse(
+        "model.cuda_graph_impl",
+        "core/transformer/transformer_layer.py",
+        "TransformerLayer.__call__ / _te_cuda_graph_replay",
+        "cuda_graph_impl",
+    ),
+    FieldUse(
+        "model.cuda_graph_modules",
+        "core/transformer/transformer_layer.py",
+        "TransformerLayer._te_cuda_graph_replay",
+        "cuda_graph_modules",
+    ),
+    FieldUse(
+        "model.cuda_graph_scope",
+        "bridge/training/train.py",
+        "train: FullCudaGraphWrapper for full_iteration",
+        "cuda_graph_scope",
+    ),
+    FieldUse("model.mtp_num_layers", "core/models/gpt/gpt_model.py", "GPTModel.__init__ / forward", "mtp_num_layers"),
+    FieldUse(
+        "model.moe_token_dispatcher_type",
+        "core/transformer/moe/moe_layer.py",
+        "MoELayer.__init__",
+        "moe_token_dispatcher_type",
+    ),
+    FieldUse(
+        "model.moe_flex_dispatcher_backend",
+        "core/transformer/moe/token_dispatcher.py",
+        "MoEFlexTokenDispatcher",
+        "moe_flex_dispatcher_backend",
+    ),
+    FieldUse(
+        "model.moe_hybridep_pad_uneven_dispatch_inputs",
+        "core/transformer/moe/token_dispatcher.py",
+        "_HybridEPManager.setup_metadata",
+        "moe_hybridep_pad_uneven_dispatch_inputs",
+    ),
+    FieldUse(
+        "model.variable_seq_lengths",
+        "core/pipeline_parallel/p2p_communication.py",
+        "P2PCommunicator._communicate",
+        "variable_seq_lengths",
+    ),
+    FieldUse(
+        "mixed_precision", "bridge/training/mixed_precision.py", "update_config_with_precision_overrides", "fp8_recipe"
+    ),
+    FieldUse(
+        "ddp.average_in_collective",
+        "core/distributed/param_and_grad_buffer.py",
+        "gradient reduce-scatter / all-reduce",
+        "average_in_collective",
+    ),
+    FieldUse("ddp.use_megatron_fsdp", "bridge/training/setup.py", "setup: model wrapping", "use_megatron_fsdp"),
+    FieldUse("dist.use_megatron_fsdp", "bridge/training/setup.py", "setup: model wrapping", "use_megatron_fsdp"),
+    FieldUse(
+        "dist.eval_context_parallel_size",
+        None,
+        "nothing assigns GlobalState._eval_pgs (training/state.py), so evaluation runs at the training CP",
+    ),
+    FieldUse(
+        "train.micro_batch_size", "bridge/training/utils/train_utils.py", "micro-batch calculator", "micro_batch_size"
+    ),
+    FieldUse(
+        "train.global_batch_size",
+        "bridge/training/utils/train_utils.py",
+        "micro-batch calculator",
+        "global_batch_size",
+    ),
+    FieldUse("validation.eval_micro_batch_size", "bridge/training/eval.py", "evaluate", "eval_micro_batch_size"),
+    FieldUse("validation.eval_global_batch_size", "bridge/training/eval.py", "evaluate", "eval_global_batch_size"),
+    FieldUse(
+        "env_vars",
+        "bridge/training/config.py",
+        "runtime_config_update: exports them before the model is built",
+        "env_vars",
+    ),
+    FieldUse(
+        "dataset.seq_length", "bridge/data/builders/gpt_sft.py", "GPT SFT dataset build (max_seq_length)", "seq_length"
+    ),
+    FieldUse("dataset.seed", "bridge/data/builders/gpt_sft.py", "GPT SFT dataset build", "seed"),
+    FieldUse(
+        "dataset.max_train_samples", "bridge/data/builders/gpt_sft.py", "GPT SFT dataset build", "max_train_samples"
+    ),
+    FieldUse("dataset.dataloader_type", "bridge/data/loaders.py", "build_pretraining_data_loader", "dataloader_type"),
+    FieldUse("dataset.micro_batch_size", "bridge/data/builders/energon.py", "Energon loader", "micro_batch_size"),
+    FieldUse(
+        "dataset.enable_offline_packing",
+        "bridge/training/gpt_step.py",
+        "get_batch / packed metadata",
+        "enable_offline_packing",
+    ),
+    FieldUse(
+        "dataset.enable_in_batch_packing",
+        "bridge/training/vlm_step.py",
+        "get_batch: in-batch packing",
+        "enable_in_batch_packing",
+    ),
+    FieldUse(
+        "dataset.defer_in_batch_packing_to_step",
+        "bridge/training/vlm_step.py",
+        "get_batch",
+        "defer_in_batch_packing_to_step",
+    ),
+    FieldUse(
+        "dataset.pad_to_max_length", "bridge/data/builders/mock_vlm_sft.py", "collate padding", "pad_to_max_length"
+    ),
+    FieldUse(
+        "dataset.packing_buffer_size",
+        "bridge/data/builders/energon.py",
+        "Energon online packing",
+        "packing_buffer_size",
+    ),
+    FieldUse(
+        "dataset.dataset_kwargs['pad_to_max_length']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset.collate_fn",
+        "pad_to_max_length",
+    ),
+    FieldUse(
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset.collate_fn",
+        "pad_seq_length_to_mult",
+    ),
+    FieldUse(
+        f"{_SPECS}.packed_sequence_size",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset build",
+        "packed_sequence_size",
+    ),
+    FieldUse(
+        f"{_SPECS}.pad_seq_to_mult",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset build / prep",
+        "pad_seq_to_mult",
+    ),
+    FieldUse(
+        f"{_SPECS}.max_single_sequence_length",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset prep",
+        "max_single_sequence_length",
+    ),
+    FieldUse(
+        f"{_SPECS}.pad_cu_seqlens",
+        "bridge/data/packing/gpt_sft.py",
+        "GPTSFTPackedDataset.collate_fn",
+        "pad_cu_seqlens",
+    ),
+    FieldUse(
+        f"{_SPECS}.packed_train_data_path",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset paths",
+        "packed_train_data_path",
+    ),
+    FieldUse(
+        f"{_SPECS}.packed_val_data_path",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset paths",
+        "packed_val_data_path",
+    ),
+    FieldUse(
+        f"{_SPECS}.packed_metadata_path",
+        "bridge/data/builders/gpt_sft.py",
+        "packed dataset paths",
+        "packed_metadata_path",
+    ),
+)
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Fields the rules read, and where they are consumed at run time",
+        "",
+        "Generated from `mbridge_seqpack/rules/field_uses.py` (`python -m mbridge_seqpack.rules.field_uses`);",
+        "`tests/test_field_uses.py` checks that every field a rule names is listed and that each cited file of the",
+        "installed Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 names it. Paths are under the `megatron` package.",
+        "",
+        "| field | consumed in | where |",
+        "|---|---|---|",
+    ]
+    for use in FIELD_USES:
+        where = f"`{use.consumer}`" if use.consumer else "**nowhere**"
+        lines.append(f"| `{use.field}` | {where} | {use.function} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,92 @@
+"""``--dataset-kwargs`` and input files are refused with a message before Megatron-Bridge's prep sees them; the
+accepted keys are exactly what the installed prep reads."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack.cli.main import main
+from mbridge_seqpack.packing.dataset_kwargs import DATASET_KWARGS, MANAGED, check_dataset_kwargs
+from mbridge_seqpack.packing.sequences import InputError, check_jsonl
+
+
+def test_the_table_is_what_megatron_bridges_prep_reads(megatron_bridge: Any) -> None:
+    from megatron.bridge.data.builders import gpt_sft as builder
+    from megatron.bridge.data.datasets.gpt_sft import GPTSFTDataset
+    from megatron.bridge.data.packing import offline
+
+    popped = set(re.findall(r'options\.pop\("(\w+)"', inspect.getsource(builder.build_gpt_sft_split)))
+    taken = set(inspect.signature(GPTSFTDataset.__init__).parameters) - {"self"}
+    popped_by_prep = set(re.findall(r'dataset_kwargs\.pop\("(\w+)"', inspect.getsource(offline.tokenize_dataset)))
+    assert set(DATASET_KWARGS) | set(MANAGED) == popped | taken | popped_by_prep
+    assert not set(DATASET_KWARGS) & set(MANAGED)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"add_eso": True}, "unknown key 'add_eso' (did you mean 'add_eos'?)"),
+        ({"add_eos": "yes"}, "'add_eos' must be a boolean, got str 'yes'"),
+        ({"pad_seq_length_to_mult": 0}, "'pad_seq_length_to_mult' must be an integer >= 1, got 0"),
+        ({"pad_seq_length_to_mult": True}, "'pad_seq_length_to_mult' must be an integer, got bool True"),
+        ({"truncation_method": "middle"}, "'truncation_method' must be one of left, right, got 'middle'"),
+        ({"special_tokens": {"system": 1}}, "'special_tokens' must be an object, got dict"),
+        ({"seed": 3}, "'seed' is set by --seed; remove it from --dataset-kwargs"),
+        ({"prompt_completion_config": {}}, "'prompt_completion_config' is set by dataset.preprocessing"),
+    ],
+)
+def test_bad_dataset_kwargs_are_refused_with_the_key(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError) as info:
+        check_dataset_kwargs(kwargs)
+    assert message in str(info.value)
+
+
+def test_good_dataset_kwargs_pass() -> None:
+    check_dataset_kwargs({"add_eos": False, "prompt_template": "{q} {a}", "sep_id": 0, "tool_schemas": {}})
+
+
+def test_cli_pack_refuses_bad_kwargs_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    code = main(
+        [
+            "pack",
+            str(data),
+            "--pack-size",
+            "4096",
+            "--output",
+            str(tmp_path / "o"),
+            "--dataset-kwargs",
+            '{"lable_key": "x"}',
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "mbridge-seqpack: error: --dataset-kwargs: unknown key 'lable_key' (did you mean 'label_key'?)" in err
+    assert "Traceback" not in err
+
+
+def test_a_pipe_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "in.jsonl"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer came
+    with pytest.raises(InputError, match=r"in\.jsonl: is a pipe, not a regular file"):
+        check_jsonl(fifo, {})
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory, not a regular file"):
+        check_jsonl(tmp_path, {})
+
+
+def test_a_deeply_nested_line_is_refused_with_its_line(tmp_path: Path) -> None:
+    data = tmp_path / "deep.jsonl"
+    data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n" + "[" * 200_000 + "\n")
+    with pytest.raises(InputError, match=r"deep\.jsonl:2: JSON nested too deeply"):
+        check_jsonl(data, {})
