@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
-from mbridge_seqpack.packing.artifact import ArtifactError
+from mbridge_seqpack.packing.artifact import ENTRY_SEAL, ArtifactError, entry_digest
 from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
 from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+from mbridge_seqpack.packing.sequences import InputError
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
 pytestmark = pytest.mark.slow
@@ -227,6 +228,7 @@ def test_a_pack_from_before_the_sampler_was_recorded_counts_as_laid_out_in_file_
     entries = json.loads(meta.read_text())
     for key in ("sampler", "sampler_seed", "read_order_sha256", "straggler_ratio_later_epochs"):
         del entries[0]["balance"][key]
+    entries[0][ENTRY_SEAL] = entry_digest(entries[0])  # as that (sealed) pack wrote it
     meta.write_text(json.dumps(entries))
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
@@ -486,7 +488,10 @@ def test_cli_errors_have_no_traceback(tmp_path: Path) -> None:
     cases = [
         (["pack", str(bad), "--pack-size", "64"], f"{bad}:2: not UTF-8"),
         (["pack", "--pack-size", "64", "--tokenizer", str(tmp_path / "nope")], "tokenizer"),
-        (["pack", "--pack-size", "64", "--pad-seq-to-mult", "3"], "--pack-size 64 must be a multiple of"),
+        (
+            ["pack", "--pack-size", "64", "--pad-seq-to-mult", "128", "--output", str(tmp_path / "o")],
+            "--pad-seq-to-mult 128 must be at most --pack-size 64",
+        ),
         (["pack", "--pack-size", "64", "--output", str(bad)], "is a file, not a directory"),
         (["inspect", str(tmp_path / "missing")], "no such file or directory"),
         (["pack"], "pack needs --pack-size N"),
@@ -701,3 +706,257 @@ def test_tokenization_scratch_stays_inside_the_staging_directory(
     result = _pack({"training": _small_jsonl(tmp_path / "small.jsonl")}, tmp_path / "out")
     assert (result.directory / "training_4096.idx.parquet").is_file()
     assert not (tmp_path / "no-such-tmp").exists()
+
+
+def _chat_tokenizer(tmp_path: Path) -> Path:
+    tok = tmp_path / "tok"
+    shutil.copytree(TOKENIZER, tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    return tok
+
+
+def test_byte_identical_to_megatron_bridge_prep_sharegpt(tmp_path: Path, megatron_bridge: Any) -> None:
+    """ShareGPT ``conversations`` records, which Megatron-Bridge's chat dataset normalises, pack as it packs them."""
+    tok = _chat_tokenizer(tmp_path)
+    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:200]]
+    share = tmp_path / "share.jsonl"
+    share.write_text(
+        "".join(
+            json.dumps(
+                {"conversations": [{"from": "User", "value": r["input"]}, {"from": "Assistant", "value": r["output"]}]}
+            )
+            + "\n"
+            for r in rows
+        )
+    )
+    kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
+    ours = _pack({"training": share}, tmp_path / "ours", pack_size=2048, dataset_kwargs=kwargs, tokenizer=tok)
+    mine = _sequences(ours.directory / "training_2048.idx.parquet")
+    assert sum(mine.values()) == 200
+    assert mine == _sequences(_megatron_bridge_prep(share, tok, tmp_path, 2048, 1, kwargs))
+
+
+@pytest.mark.parametrize("loss_mode", ["completion", "full"])
+def test_dataset_preprocessing_is_honoured_byte_for_byte(tmp_path: Path, megatron_bridge: Any, loss_mode: str) -> None:
+    """A recipe's ``dataset.preprocessing`` (prompt/completion columns, loss mode) reaches the pack exactly as
+    Megatron-Bridge's builder folds it in (``normalize_gpt_sft_dataset_kwargs``)."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
+    from megatron.bridge.data.sft_processing import PromptCompletionSFTPreprocessingConfig
+
+    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+
+    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:200]]
+    data = tmp_path / "pc.jsonl"
+    data.write_text("".join(json.dumps({"question": r["input"], "reply": r["output"]}) + "\n" for r in rows))
+    dataset = GPTSFTDatasetConfig(
+        seq_length=4096,
+        dataset_root=str(tmp_path),
+        preprocessing=PromptCompletionSFTPreprocessingConfig(
+            prompt_column="question", completion_column="reply", loss_mode=loss_mode
+        ),
+    )
+    kwargs = config_dataset_kwargs(dataset)
+    assert kwargs["prompt_completion_config"].loss_mode == loss_mode
+    ours = _pack({"training": data}, tmp_path / "ours", dataset_kwargs=kwargs)
+    mine = _sequences(ours.directory / "training_4096.idx.parquet")
+    assert sum(mine.values()) == 200
+    assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 4096, 1, kwargs))
+    masks = [sum(mask) == len(mask) - 1 for (_, mask) in mine]  # "full": every token but the last is trained
+    assert all(masks) if loss_mode == "full" else not any(masks)
+
+
+def _assert_the_hook_refuses(cfg: Any) -> None:
+    """Through install() and Megatron-Bridge's own runtime_config_update(), as a launch would."""
+    import copy
+    import os
+
+    from megatron.bridge.training.config import runtime_config_update
+
+    import mbridge_seqpack
+    from mbridge_seqpack.errors import PackingConfigError
+
+    os.environ["WORLD_SIZE"] = "8"  # the conftest fixture restores the environment
+    with mbridge_seqpack.install(), pytest.raises(PackingConfigError) as info:
+        runtime_config_update(copy.deepcopy(cfg))
+    assert info.value.rule_ids == ["artifact.fingerprint_mismatch"]
+
+
+def test_a_pack_made_with_other_content_settings_is_refused(tmp_path: Path, packed_cfg: Any) -> None:
+    """dataset_kwargs that change tokens or loss masks, and the longest sequence kept, must match the config."""
+    (tmp_path / "root").mkdir()
+    small = _small_jsonl(tmp_path / "root" / "training.jsonl")
+    packed_cfg.dataset.dataset_root = str(tmp_path / "root")  # the data the packs are made from
+    other = _pack({"training": small}, tmp_path / "eos", dataset_kwargs={"add_eos": False})
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.packed_train_data_path = str(other.directory / "training_4096.idx.parquet")
+    (v,) = _pack_rule(packed_cfg)
+    assert "add_eos: pack false, config true" in v.rule
+    assert v.fields["dataset.dataset_kwargs.add_eos"] == "true"
+    _assert_the_hook_refuses(packed_cfg)
+    packed_cfg.dataset.dataset_kwargs = {**(packed_cfg.dataset.dataset_kwargs or {}), "add_eos": False}
+    assert _pack_rule(packed_cfg) == []
+    shorter = _pack({"training": small}, tmp_path / "short", max_seq_length=2048, dataset_kwargs={"add_eos": False})
+    specs.packed_train_data_path = str(shorter.directory / "training_4096.idx.parquet")
+    (v,) = _pack_rule(packed_cfg)
+    assert v.fields["artifact max_seq_length"] == 2048
+    assert "kept sequences up to 2048 tokens" in v.rule
+
+
+def _point(cfg: Any, directory: Path) -> None:
+    specs = cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(directory / "training_4096.idx.parquet")
+    specs.packed_val_data_path = str(directory / "validation_4096.idx.parquet")
+    specs.packed_metadata_path = str(directory / "4096_metadata.jsonl")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["rewrite", "remove", "rewrite_and_reseal"],
+)
+def test_the_metadata_megatron_bridge_reads_is_sealed(
+    artifact: Path, packed_cfg: Any, tmp_path: Path, edit: str
+) -> None:
+    """max_samples_per_bin sizes the static cu_seqlens: rewriting or dropping it is refused by inspect and by the
+    config-time rule, and a resealed wrong value is caught against the rows."""
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    meta = copy / "4096_metadata.jsonl"
+    entries = json.loads(meta.read_text())
+    if edit == "remove":
+        del entries[0]["max_samples_per_bin"]
+    else:
+        entries[0]["max_samples_per_bin"] += 3
+    if edit == "rewrite_and_reseal":
+        entries[0][ENTRY_SEAL] = entry_digest(entries[0])
+    meta.write_text(json.dumps(entries))
+    report = inspect_artifact(copy)
+    assert not report.ok
+    problems = " ".join(p for s in report.splits for p in s.problems)
+    if edit == "rewrite_and_reseal":
+        assert "metadata disagrees with the rows on what Megatron-Bridge reads: max_samples_per_bin=" in problems
+    else:
+        assert "was edited or is unsealed" in problems
+        _point(packed_cfg, copy)
+        assert any("was edited or is unsealed" in v.rule for v in _pack_rule(packed_cfg))
+
+
+def test_swapped_split_files_are_refused(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    train, val = copy / "training_4096.idx.parquet", copy / "validation_4096.idx.parquet"
+    train.rename(tmp_path / "t")
+    val.rename(train)
+    (tmp_path / "t").rename(val)
+    report = inspect_artifact(copy)
+    assert not report.ok
+    assert any("named for another split" in p for s in report.splits for p in s.problems)
+    _point(packed_cfg, copy)
+    assert _pack_rule(packed_cfg)
+
+
+def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
+    """One flipped bit anywhere in the three files: inspect and the config-time rule both refuse the pack."""
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    _point(packed_cfg, copy)
+    assert inspect_artifact(copy).ok and _pack_rule(packed_cfg) == []
+    files = [copy / "training_4096.idx.parquet", copy / "validation_4096.idx.parquet", copy / "4096_metadata.jsonl"]
+    rng = random.Random(20)
+    missed = []
+    for trial in range(300):
+        path = files[trial % 3]
+        data = bytearray(path.read_bytes())
+        offset, bit = rng.randrange(len(data)), 1 << rng.randrange(8)
+        data[offset] ^= bit
+        path.write_bytes(bytes(data))
+        try:
+            caught_by_inspect = not inspect_artifact(copy).ok
+            caught_by_check = bool(_pack_rule(packed_cfg))
+        finally:
+            data[offset] ^= bit
+            path.write_bytes(bytes(data))
+        if not (caught_by_inspect and caught_by_check):
+            missed.append((path.name, offset, bit, caught_by_inspect, caught_by_check))
+    assert missed == []
+
+
+def test_a_pack_size_that_is_not_a_multiple_packs_as_megatron_bridge_does(
+    tmp_path: Path, megatron_bridge: Any
+) -> None:
+    """4094 with pad_seq_to_mult=4: Megatron-Bridge pads sequences to at most the largest multiple below (4092);
+    the pack holds the same sequences."""
+    ours = _pack({"training": DATA / "training.jsonl"}, tmp_path / "ours", pack_size=4094, pad_seq_to_mult=4)
+    mine = _sequences(ours.directory / "training_4094.idx.parquet")
+    assert sum(mine.values()) == 1799
+    assert mine == _sequences(_megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4094, 4, {}))
+    assert inspect_artifact(ours.directory).ok
+
+
+def test_chat_records_longer_than_the_pack_are_refused_or_dropped_as_megatron_bridge_drops_them(
+    tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture
+) -> None:
+    """Chat records are not truncated: Megatron-Bridge's prep skips those longer than max_seq_length
+    (create_hist); the pack refuses by default and, with overflow="drop", keeps exactly the same sequences and
+    records how many it dropped."""
+    from mbridge_seqpack.cli.main import main
+
+    tok = _chat_tokenizer(tmp_path)
+    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:120]]
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(
+        "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": r["input"]}, {"role": "assistant", "content": r["output"]}]}
+            )
+            + "\n"
+            for r in rows
+        )
+    )
+    kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
+    with pytest.raises(InputError, match=r"sequence\(s\) longer than 128 tokens .* pass --overflow drop"):
+        _pack({"training": chat}, tmp_path / "refused", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok)
+    ours = _pack(
+        {"training": chat}, tmp_path / "ours", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok, overflow="drop"
+    )
+    mine = _sequences(ours.directory / "training_128.idx.parquet")
+    assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 128, 1, kwargs))
+    (entry,) = json.loads((ours.directory / "128_metadata.jsonl").read_text())
+    assert entry["dropped_sequences"] == 120 - sum(mine.values()) > 0
+    code = main(
+        ["pack", str(chat), "--chat", "--tokenizer", str(tok), "--pack-size", "128", "--overflow", "drop"]
+        + ["--output", str(tmp_path / "cli")]
+    )
+    assert code == 0
+    said = " ".join(capsys.readouterr().out.split())  # the summary wraps at 100 columns
+    assert f"{entry['dropped_sequences']} dropped (longer than the pack)" in said
+
+
+def test_a_pack_of_other_data_than_the_configured_dataset_is_refused(
+    artifact: Path, packed_cfg: Any, tmp_path: Path
+) -> None:
+    """dataset_root/<split>.jsonl changed since packing (or names another dataset): the pack is stale."""
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
+    assert _pack_rule(packed_cfg) == []  # packed from the embedded data, which dataset_root names
+    (tmp_path / "root").mkdir()
+    _small_jsonl(tmp_path / "root" / "training.jsonl")
+    packed_cfg.dataset.dataset_root = str(tmp_path / "root")
+    (v,) = _pack_rule(packed_cfg)
+    assert "the pack was made from another training file than" in v.rule
+    assert v.fields["dataset.dataset_root"] == str(tmp_path / "root")
+
+
+def test_a_pack_made_without_the_configured_preprocessing_is_refused(artifact: Path, packed_cfg: Any) -> None:
+    """dataset.preprocessing (here: chat) changes what the prep tokenizes: a prompt/answer pack is stale for it."""
+    from megatron.bridge.data.sft_processing import ChatSFTPreprocessingConfig
+
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
+    assert _pack_rule(packed_cfg) == []
+    packed_cfg.dataset.preprocessing = ChatSFTPreprocessingConfig(loss_mode="full")
+    (v,) = _pack_rule(packed_cfg)
+    assert "chat: pack false, config true" in v.rule and "chat_loss_mode" in v.rule

@@ -36,6 +36,7 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
 
 def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep)."""
+    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
     from mbridge_seqpack.packing.pipeline import PackOptions
     from mbridge_seqpack.recipes.targets import build_target
 
@@ -61,7 +62,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
         pack_size=int(specs.packed_sequence_size),
         pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
         max_seq_length=specs.max_single_sequence_length or None,
-        dataset_kwargs=dict(cfg.dataset.dataset_kwargs or {}),
+        dataset_kwargs=config_dataset_kwargs(cfg.dataset),
         seed=int(cfg.dataset.seed),
         balance=not args.no_balance,
         data_parallel=dp,
@@ -71,6 +72,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
         sampler_seed=int(ctx.sampler_seed or 0),
         cost=CostModel.from_provider(cfg.model),
         max_sequences_per_row=args.max_sequences_per_row,
+        overflow=args.overflow,
     )
     return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options
 
@@ -110,6 +112,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             max_sequences_per_row=args.max_sequences_per_row,
             sampler=args.sampler,
             sampler_seed=args.sampler_seed,
+            overflow=args.overflow,
         )
     output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
     result = pack_jsonl(
@@ -131,7 +134,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
         lines += wrap(
             f"{name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
             f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-            f"max {entry['max_samples_per_bin']} per row",
+            f"max {entry['max_samples_per_bin']} per row"
+            + (
+                f", {entry['dropped_sequences']} dropped (longer than the pack)"
+                if entry.get("dropped_sequences")
+                else ""
+            ),
             "  ",
             hang="    ",
         )
@@ -215,6 +223,13 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--chat", action="store_true", help="records hold a 'messages' list; use the tokenizer's chat template"
     )
     p.add_argument("--dataset-kwargs", default=None, help="JSON object of Megatron-Bridge dataset_kwargs")
+    p.add_argument(
+        "--overflow",
+        choices=("error", "drop"),
+        default="error",
+        help="a sequence longer than --max-seq-length (untruncated chat): refuse (default), or drop it as "
+        "Megatron-Bridge's prep does, counted in the output and metadata",
+    )
     p.add_argument("--workers", type=positive_int, default=None, help="tokenizer processes (default: every core)")
     p.add_argument(
         "--no-balance",

@@ -328,10 +328,23 @@ def write_split(
     return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": digests.hexdigests()}
 
 
+#: each metadata entry carries the sha256 of the rest of it: the fields Megatron-Bridge's packed dataset reads
+#: (max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen size the static cu_seqlens) cannot be edited or
+#: dropped unnoticed
+ENTRY_SEAL = "entry_sha256"
+
+
+def entry_digest(entry: dict[str, Any]) -> str:
+    """sha256 of a metadata entry without its own seal, in canonical JSON."""
+    body = {key: value for key, value in entry.items() if key != ENTRY_SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Write the metadata JSON list (inside the staging directory: the rename commits it)."""
+    """Write the metadata JSON list, each entry sealed (inside the staging directory: the rename commits it)."""
+    sealed = [{**entry, ENTRY_SEAL: entry_digest(entry)} for entry in entries]
     try:
-        path.write_text(json.dumps(entries, indent=1, sort_keys=True))
+        path.write_text(json.dumps(sealed, indent=1, sort_keys=True))
     except OSError as exc:
         raise ArtifactError(
             f"{path}: cannot be written ({exc.strerror}); free space or choose another --output"

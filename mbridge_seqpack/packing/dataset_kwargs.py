@@ -14,7 +14,7 @@ from typing import Any
 
 from mbridge_seqpack.packing.sequences import InputError
 
-__all__ = ["DATASET_KWARGS", "MANAGED", "check_dataset_kwargs"]
+__all__ = ["DATASET_KWARGS", "MANAGED", "check_dataset_kwargs", "config_dataset_kwargs", "content_kwargs"]
 
 BOOL, INT, STR, MAPPING, TEXT_OR_MAPPING = "a boolean", "an integer", "a string", "an object", "a string or an object"
 
@@ -99,3 +99,45 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
         least = 0 if key in _MAY_BE_ZERO else 1
         if kind == INT and value is not None and value < least:
             raise InputError(f"{source}: {key!r} must be an integer >= {least}, got {value}")
+
+
+def config_dataset_kwargs(dataset: Any) -> dict[str, Any]:
+    """The dataset_kwargs Megatron-Bridge's own prep uses for a dataset config: ``dataset.preprocessing`` (chat or
+    prompt/completion) folded in by its ``normalize_gpt_sft_dataset_kwargs``, as ``GPTSFTDatasetBuilder`` does."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig, normalize_gpt_sft_dataset_kwargs
+
+    if isinstance(dataset, GPTSFTDatasetConfig):
+        return normalize_gpt_sft_dataset_kwargs(dataset)
+    return dict(getattr(dataset, "dataset_kwargs", None) or {})
+
+
+#: what build_gpt_sft_split / GPTSFTDataset use when a key is absent, for the keys that change the tokens and
+#: loss masks a pack holds (collate-only keys such as pad_to_max_length do not)
+CONTENT_DEFAULTS: dict[str, Any] = {
+    "chat": False,
+    "use_hf_tokenizer_chat_template": False,
+    "chat_loss_mode": "assistant",
+    "tool_schemas": None,
+    "chat_template": None,
+    "add_bos": False,
+    "add_eos": True,
+    "add_sep": False,
+    "sep_id": None,
+    "label_key": "output",
+    "answer_only_loss": True,
+    "truncation_field": "input",
+    "prompt_template": "{input} {output}",
+    "truncation_method": "right",
+    "special_tokens": None,
+    "prompt_completion_config": None,
+    "min_seq_length": 1,
+    "max_num_samples": None,
+}
+
+
+def content_kwargs(kwargs: dict[str, Any]) -> dict[str, str]:
+    """The content-changing keys with Megatron-Bridge's defaults filled in, as comparable strings."""
+    import json
+
+    merged = {**CONTENT_DEFAULTS, **kwargs}
+    return {key: json.dumps(merged.get(key), sort_keys=True, default=str) for key in CONTENT_DEFAULTS}

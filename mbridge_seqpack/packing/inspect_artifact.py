@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from mbridge_seqpack.packing.artifact import (
+    ENTRY_SEAL,
     ArtifactError,
     digest_columns,
+    entry_digest,
     list_column,
     read_parquet_fingerprint,
     split_paths,
@@ -193,6 +195,7 @@ def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | 
 
 
 REPACK = "re-run mbridge-seqpack pack"
+SPLIT_NAMES = ("training", "validation", "test")
 
 
 def entry_for(entries: list[dict[str, Any]] | None, info: dict[str, Any]) -> dict[str, Any] | None:
@@ -228,6 +231,16 @@ def seal_problems(
         return [f"its split {info.get('split')!r} is not in {meta.name}: stale or mixed files - {REPACK}"]
     if entry.get("fingerprint") != info.get("fingerprint"):
         return [f"fingerprint differs from {meta.name}: the files come from different pack runs - {REPACK}"]
+    if entry.get(ENTRY_SEAL) != entry_digest(entry):
+        return [
+            f"its entry in {meta.name} was edited or is unsealed (Megatron-Bridge sizes cu_seqlens from "
+            f"max_samples_per_bin / dataset_max_seqlen / min_packed_seqlen there) - {REPACK}"
+        ]
+    named = path.name.split("_")[0]
+    if named in SPLIT_NAMES and named != info.get("split"):  # a renamed file is fine, a swapped one is not
+        return [
+            f"the file is named for another split than the {info.get('split')!r} rows it holds (swapped?) - {REPACK}"
+        ]
     sums = entry.get("checksums") or {}
     if not isinstance(sums, dict) or "file_sha256" not in sums:
         return [f"{meta.name} has no checksums for it - {REPACK}"]
@@ -245,6 +258,7 @@ def _check_rows(
     fp: dict[str, Any],
     stats: dict[str, Any],
     balance: dict[str, Any] | None = None,
+    entry: dict[str, Any] | None = None,
 ) -> None:
     problems = report.problems
     row_off, ids = columns["input_ids"]
@@ -272,6 +286,20 @@ def _check_rows(
         )
         return
     runtime = np.bincount(row_of_seq, weights=seg - 1, minlength=len(per_row)).astype(np.int64)
+    # the runtime lengths (input_ids minus the label shift) Megatron-Bridge's packing metadata counts
+    if entry is not None:
+        read_by_megatron = {
+            "max_samples_per_bin": int(per_row.max()),
+            "dataset_max_seqlen": int((seg - 1).max()),
+            "min_packed_seqlen": int(runtime.min()),
+        }
+        wrong = {k: (entry.get(k), v) for k, v in read_by_megatron.items() if entry.get(k) != v}
+        if wrong:
+            problems.append(
+                "metadata disagrees with the rows on what Megatron-Bridge reads: "
+                + ", ".join(f"{k}={meta} (rows: {rows})" for k, (meta, rows) in wrong.items())
+            )
+            return
     report.balance = _balance_report(seg - 1, row_of_seq, len(per_row), balance or {})
     report.tokens = int(runtime.sum())
     hist_k, hist_v = np.unique(per_row, return_counts=True)
@@ -392,7 +420,7 @@ def _inspect_file(path: Path, meta: Path | None, entries: list[dict[str, Any]] |
         if bad:
             report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")
             return report, fp
-    _check_rows(report, columns, fp, info.get("stats", {}) if info else {}, (info or {}).get("balance"))
+    _check_rows(report, columns, fp, info.get("stats", {}) if info else {}, (info or {}).get("balance"), entry)
     return report, fp
 
 

@@ -67,6 +67,9 @@ class PackOptions:
     # GPTSFTDatasetConfig defaults, "batch" and 1234
     sampler: str = "batch"
     sampler_seed: int = 1234
+    # a sequence longer than max_seq_length (chat records are not truncated): refuse, or drop it as Megatron-Bridge's
+    # prep does (data/packing/algorithms.py create_hist skips it), counting it in the metadata
+    overflow: str = "error"
 
     def validate(self) -> None:
         if self.max_sequences_per_row is not None and (
@@ -77,16 +80,27 @@ class PackOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.overflow not in ("error", "drop"):
+            raise InputError(f"--overflow must be 'error' or 'drop', got {self.overflow!r}")
         if self.sampler not in SAMPLERS:
             raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not isinstance(self.sampler_seed, int) or isinstance(self.sampler_seed, bool) or self.sampler_seed < 0:
             raise InputError(f"--sampler-seed must be a non-negative integer, got {self.sampler_seed!r}")
-        if self.pack_size % self.pad_seq_to_mult:
+        if self.pad_seq_to_mult > self.pack_size:  # Megatron-Bridge's tokenize_dataset raises the same
+            raise InputError(f"--pad-seq-to-mult {self.pad_seq_to_mult} must be at most --pack-size {self.pack_size}")
+        # a pack size that is not a multiple is fine: Megatron-Bridge pads sequences to at most the largest
+        # multiple below it (data/packing/offline.py tokenize_dataset, max_runtime_pad_cap), and so does the pack
+        if self.pack_size > MAX_PACK_SIZE:
             raise InputError(
-                f"--pack-size {self.pack_size} must be a multiple of --pad-seq-to-mult {self.pad_seq_to_mult}"
+                f"--pack-size {self.pack_size} is beyond {MAX_PACK_SIZE} tokens per row, more than any row fits "
+                "in GPU memory; use the training seq_length"
             )
         if self.max_seq_length is not None and not 0 < self.max_seq_length <= self.pack_size:
             raise InputError(f"--max-seq-length {self.max_seq_length} must be in 1..--pack-size ({self.pack_size})")
+
+
+#: the largest row a pack accepts: a bound against a mistyped size, far above any trainable row (32M tokens)
+MAX_PACK_SIZE = 1 << 25
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,20 @@ class PackResult:
     directory: Path
     metadata: Path
     splits: dict[str, dict[str, Any]]
+
+
+def _pack_or_drop(lengths: np.ndarray, max_seq_length: int, options: PackOptions, source: Any) -> np.ndarray:
+    """Bins for every sequence; one longer than ``max_seq_length`` is refused or, with ``overflow="drop"``,
+    left out (bin -1) exactly where Megatron-Bridge's ``create_hist`` skips it."""
+    too_long = lengths > max_seq_length
+    if too_long.any() and options.overflow == "error":
+        raise InputError(
+            f"{source}: {int(too_long.sum())} sequence(s) longer than {max_seq_length} tokens (the longest "
+            f"{int(lengths.max())}; chat records are not truncated). Megatron-Bridge's prep drops them: pass "
+            "--overflow drop to do the same (counted in the metadata), or raise --pack-size / --max-seq-length"
+        )
+    capped = np.where(too_long, options.pack_size + 1, lengths) if too_long.any() else lengths
+    return pack_lengths(capped, options.pack_size, seed=options.seed, overflow="drop")
 
 
 def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerprint: Fingerprint) -> dict[str, Any]:
@@ -252,11 +280,12 @@ def pack_jsonl(
                     records=records[split],
                     spill_dir=spill,
                 )
-                bins = pack_lengths(seqs.lengths, options.pack_size, seed=options.seed, overflow="error")
+                bins = _pack_or_drop(seqs.lengths, max_seq_length, options, source)
                 balance = None
                 if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
                     bins, balance = _balanced(seqs.lengths, bins, options)
                 entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
+                entry["dropped_sequences"] = int((bins < 0).sum())
                 if balance is not None:
                     entry["balance"] = balance
                 entry["checksums"] = write_split(

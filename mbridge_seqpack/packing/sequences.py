@@ -130,6 +130,28 @@ def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, record
 
 
+def _check_chat(path: Path, number: int, record: dict) -> None:
+    """A conversation in any schema Megatron-Bridge's chat dataset reads (datasets/utils.py
+    _convert_to_openai_messages): ``messages`` or ``conversation`` ({role, content}), or ShareGPT
+    ``conversations`` ({from, value})."""
+    if record.get("conversations"):
+        turns, role, content = record["conversations"], "from", "value"
+        name = "conversations"
+    else:
+        name = "messages" if record.get("messages") else "conversation"
+        turns, role, content = record.get(name), "role", "content"
+    if not isinstance(turns, list) or not turns:
+        raise InputError(
+            f"{path}:{number}: a chat record needs a non-empty 'messages' list of {{role, content}} objects "
+            f"(or ShareGPT 'conversations' of {{from, value}})"
+        )
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict) or role not in turn or content not in turn:
+            raise InputError(f"{path}:{number}: {name}[{i}] must be an object with {role!r} and {content!r}")
+        _check_text(path, number, f"{name}[{i}].{content}", turn[content], "the data")
+        _check_text(path, number, f"{name}[{i}].{role}", turn[role], "the data")
+
+
 def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> None:
     if not isinstance(value, str):
         raise InputError(
@@ -149,23 +171,22 @@ def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
     template fields; chat records (``chat: true``) need a ``messages`` list of {role, content} strings."""
     path = Path(path)
     chat = bool(dataset_kwargs.get("chat", False))
+    completion = dataset_kwargs.get("prompt_completion_config")  # Megatron-Bridge's dataset.preprocessing
     fields = template_fields(dataset_kwargs)
     count = 0
     for number, record in _iter_records(path):
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}: each line must be a JSON object, got {type(record).__name__}")
         if chat:
-            messages = record.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise InputError(
-                    f"{path}:{number}: field 'messages' must be a non-empty list of "
-                    f"{{role, content}} objects (chat format)"
-                )
-            for i, message in enumerate(messages):
-                if not isinstance(message, dict) or "role" not in message or "content" not in message:
-                    raise InputError(f"{path}:{number}: messages[{i}] must be an object with 'role' and 'content'")
-                _check_text(path, number, f"messages[{i}].content", message["content"], "the data")
-                _check_text(path, number, f"messages[{i}].role", message["role"], "the data")
+            _check_chat(path, number, record)
+        elif completion is not None:
+            for name in (completion.prompt_column, completion.completion_column):
+                if name not in record:
+                    raise InputError(
+                        f"{path}:{number}: missing field {name!r} (dataset.preprocessing reads prompt_column="
+                        f"{completion.prompt_column!r}, completion_column={completion.completion_column!r})"
+                    )
+                _check_text(path, number, name, record[name], "dataset.preprocessing's prompt/completion columns")
         else:
             for name in fields:
                 if name not in record:

@@ -137,6 +137,8 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
                 f"re-pack with --tokenizer {ctx.cfg.tokenizer.tokenizer_model}",
             )
         )
+    found += _content_differences(ctx, field, spec, fp, fix)
+    found += _input_differs(ctx, field, spec, split, fp, fix)
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
@@ -154,6 +156,74 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
                 )
             )
     return found
+
+
+def _content_differences(ctx: RuleContext, field: str, spec: str, fp: dict[str, Any], fix: str) -> list[Violation]:
+    """What the pack was tokenized with against what Megatron-Bridge's prep would use for this config: the
+    content-changing dataset_kwargs (with ``dataset.preprocessing`` folded in) and the longest sequence kept."""
+    import json
+
+    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs, content_kwargs
+
+    found = []
+    try:
+        packed = json.loads(fp.get("dataset_kwargs") or "{}")
+    except (TypeError, ValueError):
+        packed = None
+    if isinstance(packed, dict):
+        ours, theirs = content_kwargs(config_dataset_kwargs(ctx.dataset)), content_kwargs(packed)
+        differ = [key for key in ours if ours[key] != theirs[key]]
+        if differ:
+            said = "; ".join(f"{key}: pack {theirs[key]}, config {ours[key]}" for key in differ)
+            found.append(
+                _violation(
+                    field,
+                    spec,
+                    f"the pack was tokenized with other dataset_kwargs / dataset.preprocessing ({said}); it holds "
+                    "other tokens or loss masks than this config would train on",
+                    fix,
+                    **{f"dataset.dataset_kwargs.{key}": ours[key] for key in differ},
+                )
+            )
+    configured = ctx.specs.max_single_sequence_length or getattr(ctx.dataset, "seq_length", None)
+    if fp.get("max_seq_length") is not None and configured is not None and fp["max_seq_length"] != configured:
+        found.append(
+            _violation(
+                field,
+                spec,
+                f"the pack kept sequences up to {fp['max_seq_length']} tokens, the config's prep keeps up to "
+                f"{configured} (max_single_sequence_length, else dataset.seq_length)",
+                fix,
+                **{"artifact max_seq_length": fp["max_seq_length"], f"{SPECS}.max_single_sequence_length": configured},
+            )
+        )
+    return found
+
+
+def _input_differs(
+    ctx: RuleContext, field: str, spec: str, split: str, fp: dict[str, Any], fix: str
+) -> list[Violation]:
+    """The pack against the JSONL the config names for this split (``dataset_root/<split>.jsonl``, where
+    Megatron-Bridge's builder prepares from): another digest means the data changed since packing. Rank 0 reads
+    the file; the other ranks skip it, as for the pack's own contents."""
+    root = getattr(ctx.dataset, "dataset_root", None)
+    source = Path(str(root)) / f"{split}.jsonl" if root else None
+    if source is None or not source.is_file() or not fp.get("input_sha256") or not is_rank_zero():
+        return []
+    from mbridge_seqpack.packing.sequences import file_sha256
+
+    if file_sha256(source) == fp["input_sha256"]:
+        return []
+    return [
+        _violation(
+            field,
+            spec,
+            f"the pack was made from another {split} file than {source} (sha256 differs): the data changed since "
+            "packing, or the pack belongs to another dataset",
+            fix,
+            **{"dataset.dataset_root": str(root)},
+        )
+    ]
 
 
 @rule(

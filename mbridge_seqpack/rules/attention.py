@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
@@ -39,41 +38,6 @@ def _window_layers(model: Any, layers: int) -> list[int]:
     return [n for n in range(1, layers + 1) if is_layer_window_attention(window, skip, n)]
 
 
-def _core_attention_classes(model: Any) -> set[type]:
-    """The core-attention classes the provider's layer spec builds (empty when the spec cannot be resolved
-    offline: then nothing is claimed)."""
-    from megatron.core.transformer.spec_utils import ModuleSpec
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
-
-    spec = getattr(model, "transformer_layer_spec", None)
-    if callable(spec) and not isinstance(spec, ModuleSpec):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                spec = spec(model)
-        except Exception:  # noqa: BLE001 - a spec that needs the finalized model or a GPU says nothing here
-            return set()
-    layers = spec.layer_specs if isinstance(spec, TransformerBlockSubmodules) else [spec]
-    found: set[type] = set()
-    for layer in layers:
-        attention = getattr(getattr(layer, "submodules", None), "self_attention", None)
-        core = getattr(getattr(attention, "submodules", None), "core_attention", None)
-        core = getattr(core, "module", core)
-        if isinstance(core, type):
-            found.add(core)
-    return found
-
-
-def non_te_core_attention(model: Any) -> list[str]:
-    """Names of the core-attention classes in the layer spec that are not Transformer Engine's: Megatron-Core's
-    local DotProductAttention and Gemma-2's own both refuse packed (THD) input and context parallelism."""
-    try:
-        from megatron.core.extensions.transformer_engine import TEDotProductAttention
-    except ImportError:
-        return []
-    return sorted(c.__name__ for c in _core_attention_classes(model) if not issubclass(c, TEDotProductAttention))
-
-
 def _packing_flag(ctx: RuleContext) -> str:
     return "dataset.enable_in_batch_packing" if ctx.in_batch_packing else "dataset.enable_offline_packing"
 
@@ -99,7 +63,7 @@ def _packing_off(ctx: RuleContext) -> dict[str, Any]:
 def core_attention_packing(ctx: RuleContext) -> list[Violation] | None:
     if not (ctx.offline_packing or ctx.in_batch_packing):
         return None
-    refusing = non_te_core_attention(ctx.model)
+    refusing = ctx.non_te_core_attention
     if not refusing:
         return []
     return [
@@ -126,7 +90,7 @@ def core_attention_packing(ctx: RuleContext) -> list[Violation] | None:
 def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1:
         return None
-    refusing = non_te_core_attention(ctx.model)
+    refusing = ctx.non_te_core_attention
     if not refusing:
         return []
     return [
@@ -154,7 +118,7 @@ def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
 )
 def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
     layers = int(getattr(ctx.model, "num_layers", 0) or 0)
-    if ctx.topology.cp <= 1 or layers <= 0 or non_te_core_attention(ctx.model):
+    if ctx.topology.cp <= 1 or layers <= 0 or ctx.non_te_core_attention:
         return None  # a non-TE core attention refuses CP altogether: model.core_attention_cp
     windowed = _window_layers(ctx.model, layers)
     if not windowed:
@@ -199,7 +163,7 @@ def _windowed_cp_comm_type(model: Any) -> str:
 def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
     softmax = getattr(ctx.model, "softmax_type", "vanilla") or "vanilla"
     layers = max(1, int(getattr(ctx.model, "num_layers", 1) or 1))
-    if ctx.topology.cp <= 1 or softmax == "vanilla" or non_te_core_attention(ctx.model):
+    if ctx.topology.cp <= 1 or softmax == "vanilla" or ctx.non_te_core_attention:
         return None
     types = sorted(set(_layer_comm_types(ctx.model, layers)) - {"a2a"})
     if not types:

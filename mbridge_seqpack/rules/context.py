@@ -67,6 +67,14 @@ class RuleContext:
 
     # ---- layout ------------------------------------------------------------------------------
     @cached_property
+    def non_te_core_attention(self) -> list[str]:
+        """Core-attention classes of the layer spec that are not Transformer Engine's (resolved once per check:
+        three attention rules ask)."""
+        from mbridge_seqpack.rules.model_family import non_te_core_attention
+
+        return non_te_core_attention(self.model)
+
+    @cached_property
     def topology(self) -> Topology:
         m = self.model
         return Topology(

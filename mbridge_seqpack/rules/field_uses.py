@@ -188,6 +188,9 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "env_vars",
     ),
     FieldUse(
+        "dataset.dataset_root", "bridge/data/builders/gpt_sft.py", "resolve_gpt_sft_dataset_root", "dataset_root"
+    ),
+    FieldUse(
         "dataset.seq_length", "bridge/data/builders/gpt_sft.py", "GPT SFT dataset build (max_seq_length)", "seq_length"
     ),
     FieldUse("dataset.seed", "bridge/data/builders/gpt_sft.py", "GPT SFT dataset build", "seed"),

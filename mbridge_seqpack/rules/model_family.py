@@ -1,4 +1,5 @@
-"""Identify model families that Megatron-Bridge 0.6.2 ships with packing turned off.
+"""Identify model families that Megatron-Bridge 0.6.2 ships with packing turned off, and the core attention a
+provider's layer spec builds (Transformer Engine's, or one that refuses packed rows and CP).
 
 Detection uses the provider class or the provider's structure, never the model's name or checkpoint id.
 ``AutoBridge`` (from a hub id or an in-code config) returns a plain ``GPTModelProvider``, so GLM-4.5 and
@@ -8,6 +9,7 @@ Qwen3-Next are recognised by the fields their bridges set, which are dataclass f
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "detect_model_family",
     "looks_like_glm45",
     "per_token_loss_after_finalize",
+    "non_te_core_attention",
 ]
 
 QWEN3_NEXT = "Qwen3-Next"
@@ -77,3 +80,38 @@ def detect_model_family(model: Any) -> str | None:
     if looks_like_glm45(model):
         return GLM45
     return None
+
+
+def _core_attention_classes(model: Any) -> set[type]:
+    """The core-attention classes the provider's layer spec builds (empty when the spec cannot be resolved
+    offline: then nothing is claimed)."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    spec = getattr(model, "transformer_layer_spec", None)
+    if callable(spec) and not isinstance(spec, ModuleSpec):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                spec = spec(model)
+        except Exception:  # noqa: BLE001 - a spec that needs the finalized model or a GPU says nothing here
+            return set()
+    layers = spec.layer_specs if isinstance(spec, TransformerBlockSubmodules) else [spec]
+    found: set[type] = set()
+    for layer in layers:
+        attention = getattr(getattr(layer, "submodules", None), "self_attention", None)
+        core = getattr(getattr(attention, "submodules", None), "core_attention", None)
+        core = getattr(core, "module", core)
+        if isinstance(core, type):
+            found.add(core)
+    return found
+
+
+def non_te_core_attention(model: Any) -> list[str]:
+    """Names of the core-attention classes in the layer spec that are not Transformer Engine's: Megatron-Core's
+    local DotProductAttention and Gemma-2's own both refuse packed (THD) input and context parallelism."""
+    try:
+        from megatron.core.extensions.transformer_engine import TEDotProductAttention
+    except ImportError:
+        return []
+    return sorted(c.__name__ for c in _core_attention_classes(model) if not issubclass(c, TEDotProductAttention))
