@@ -116,25 +116,8 @@ def test_byte_identical_to_megatron_bridge_prep_prompt_answer(
 
 
 def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_bridge: Any) -> None:
-    tok = tmp_path / "tok"
-    shutil.copytree(TOKENIZER, tok)
-    config = json.loads((tok / "tokenizer_config.json").read_text())
-    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
-    chat = tmp_path / "chat.jsonl"
-    with open(chat, "w") as f:
-        for line in (DATA / "training.jsonl").read_text().splitlines()[:300]:
-            r = json.loads(line)
-            f.write(
-                json.dumps(
-                    {
-                        "messages": [
-                            {"role": "user", "content": r["input"]},
-                            {"role": "assistant", "content": r["output"]},
-                        ]
-                    }
-                )
-                + "\n"
-            )
+    tok = _chat_tokenizer(tmp_path)
+    chat = _chat_corpus(tmp_path / "chat.jsonl", 300)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
     ours = _pack(
         {"training": chat}, tmp_path / "ours", pack_size=2048, pad_seq_to_mult=4, dataset_kwargs=kwargs, tokenizer=tok
@@ -716,20 +699,24 @@ def _chat_tokenizer(tmp_path: Path) -> Path:
     return tok
 
 
+def _chat_corpus(path: Path, n: int, *, sharegpt: bool = False) -> Path:
+    """The first ``n`` embedded prompt/answer records as chat records: ``messages`` or ShareGPT ``conversations``."""
+    with open(path, "w") as f:
+        for line in (DATA / "training.jsonl").read_text().splitlines()[:n]:
+            r = json.loads(line)
+            if sharegpt:
+                turns = [{"from": "User", "value": r["input"]}, {"from": "Assistant", "value": r["output"]}]
+                f.write(json.dumps({"conversations": turns}) + "\n")
+            else:
+                turns = [{"role": "user", "content": r["input"]}, {"role": "assistant", "content": r["output"]}]
+                f.write(json.dumps({"messages": turns}) + "\n")
+    return path
+
+
 def test_byte_identical_to_megatron_bridge_prep_sharegpt(tmp_path: Path, megatron_bridge: Any) -> None:
     """ShareGPT ``conversations`` records, which Megatron-Bridge's chat dataset normalises, pack as it packs them."""
     tok = _chat_tokenizer(tmp_path)
-    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:200]]
-    share = tmp_path / "share.jsonl"
-    share.write_text(
-        "".join(
-            json.dumps(
-                {"conversations": [{"from": "User", "value": r["input"]}, {"from": "Assistant", "value": r["output"]}]}
-            )
-            + "\n"
-            for r in rows
-        )
-    )
+    share = _chat_corpus(tmp_path / "share.jsonl", 200, sharegpt=True)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
     ours = _pack({"training": share}, tmp_path / "ours", pack_size=2048, dataset_kwargs=kwargs, tokenizer=tok)
     mine = _sequences(ours.directory / "training_2048.idx.parquet")
@@ -903,17 +890,7 @@ def test_chat_records_longer_than_the_pack_are_refused_or_dropped_as_megatron_br
     from mbridge_seqpack.cli.main import main
 
     tok = _chat_tokenizer(tmp_path)
-    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:120]]
-    chat = tmp_path / "chat.jsonl"
-    chat.write_text(
-        "".join(
-            json.dumps(
-                {"messages": [{"role": "user", "content": r["input"]}, {"role": "assistant", "content": r["output"]}]}
-            )
-            + "\n"
-            for r in rows
-        )
-    )
+    chat = _chat_corpus(tmp_path / "chat.jsonl", 120)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
     with pytest.raises(InputError, match=r"sequence\(s\) longer than 128 tokens .* pass --overflow drop"):
         _pack({"training": chat}, tmp_path / "refused", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok)
