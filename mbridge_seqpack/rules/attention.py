@@ -1,6 +1,8 @@
-"""What Transformer Engine's DotProductAttention asserts of a config when the model is built or first runs: the
-context-parallel communication type with sliding-window layers, attention heads under all-to-all CP, and the
-determinism environment. Megatron-Bridge 0.6.2's validate() checks none of them."""
+"""What the attention a model builds asserts of a config when the model is built or first runs: a core attention
+that is not Transformer Engine's refuses packed rows and CP; Transformer Engine's refuses windowed or
+non-vanilla-softmax layers over the wrong CP communication type and all-to-all CP over heads it cannot scatter;
+Megatron-Core refuses deterministic mode without the TE variable. Megatron-Bridge 0.6.2's validate() checks none
+of them."""
 
 from __future__ import annotations
 
