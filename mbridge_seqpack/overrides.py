@@ -67,7 +67,28 @@ def apply_overrides(cfg: Any, overrides: Sequence[str], config_file: str | None 
     except FileNotFoundError as exc:
         raise ValueError(f"--config-file: {exc}") from None
     except Exception as exc:  # noqa: BLE001  (OverridesError, omegaconf errors)
-        raise ValueError(f"Megatron-Bridge rejected the overrides: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"Megatron-Bridge rejected the overrides: {first}{_did_you_mean(cfg, first)}") from None
+
+
+def _did_you_mean(cfg: Any, message: str) -> str:
+    """`` (did you mean 'model.context_parallel_size'?)`` for a misspelt field Megatron-Bridge could not override."""
+    import dataclasses
+    import difflib
+    import re
+
+    found = re.search(r"override '([\w.]+)'", message)
+    if not found:
+        return ""
+    *parents, leaf = found.group(1).lstrip("+~").split(".")
+    node = cfg
+    for name in parents:
+        node = getattr(node, name, None)
+        if node is None:
+            return ""
+    names = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else list(vars(node))
+    near = difflib.get_close_matches(leaf, names, n=1)
+    return f" (did you mean {'.'.join([*parents, near[0]])!r}?)" if near else ""
 
 
 def _merge(assignments: Iterable[tuple[str, Any]]) -> dict[str, Any]:

@@ -96,6 +96,23 @@ def test_cli_check_broken_override_fails_with_the_fix(
     assert out.rstrip().endswith("result: 2 violation(s)")
 
 
+def test_cli_check_names_a_misspelt_field_and_a_mistyped_value(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt field gets "did you mean"; a value of the wrong type is config.types' report (with the field),
+    not a bare ``invalid literal for int()``."""
+    assert main(["check", "llama3_8b_sft_packed_8k", "model.context_paralel_size=2", "--rules-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(
+        "Could not override 'model.context_paralel_size'. (did you mean 'model.context_parallel_size'?)"
+    )
+    assert main(["check", "llama3_8b_sft_packed_8k", "model.context_parallel_size=two", "--rules-only"]) == 1
+    out = capsys.readouterr().out
+    assert "layout   not derived: a field has the wrong type (see config.types below)" in out
+    assert "fields:   model.context_parallel_size='two', type='str'" in out
+    assert "invalid literal" not in out
+
+
 def test_cli_check_json_and_megatron_failure(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "small_gpt_smoke_4k", "--world-size", "4", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -48,13 +48,18 @@ def check_target(
     """Build ``target``, run the rule catalog and (optionally) Megatron-Bridge's validation."""
     from mbridge_seqpack.cli.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
+    from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
     cfg, info = build_target(target, overrides, config_file)
     world = resolve_world(world_size, info)
     ctx = RuleContext.build(cfg, world)
     results = evaluate(ctx)
+    typed = all(r.status != "fail" for r in results if r.rule.rule_id == TYPES_RULE_ID)
     report = CheckReport(
-        target=f"{target} (world size {world})", derived=derived_values(ctx), results=results, megatron_ran=megatron
+        target=f"{target} (world size {world})",
+        derived=derived_values(ctx) if typed else {},  # a mistyped field: config.types names it
+        results=results,
+        megatron_ran=megatron,
     )
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)

@@ -85,14 +85,12 @@ class CheckReport:
             indent=2,
         )
 
-    def to_text(self) -> str:
-        """The report for people, at most 100 columns (long values wrap under their label)."""
+    @staticmethod
+    def _layout_lines(d: dict[str, Any]) -> list[str]:
         from mbridge_seqpack.textout import wrap
 
-        d = self.derived
         dp = d["dp"] if d["dp"] is not None else "n/a (world size does not divide)"
-        lines = [f"mbridge-seqpack check: {self.target}"]
-        lines += wrap(
+        lines = wrap(
             f"world={d['world_size']} TP={d['tp']} PP={d['pp']} CP={d['cp']} EP={d['ep']} DP={dp} "
             f"SP={'on' if d['sequence_parallel'] else 'off'}",
             "  layout   ",
@@ -109,6 +107,18 @@ class CheckReport:
             "  batch    ",
             hang=" " * 11,
         )
+        return lines
+
+    def to_text(self) -> str:
+        """The report for people, at most 100 columns (long values wrap under their label)."""
+        from mbridge_seqpack.textout import wrap
+
+        d = self.derived
+        lines = [f"mbridge-seqpack check: {self.target}"]
+        if not d:  # a field of the wrong type: config.types reports it, nothing can be derived
+            lines.append("  layout   not derived: a field has the wrong type (see config.types below)")
+        else:
+            lines += self._layout_lines(d)
         lines.append("rules:")
         for r in self.results:
             mark = {
