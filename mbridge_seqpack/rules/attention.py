@@ -20,6 +20,15 @@ SWA_REFUSING_COMM_TYPES = ("p2p", "a2a+p2p")
 NONDETERMINISTIC_ENV = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
 
 
+def _num_layers(model: Any) -> int:
+    return max(1, int(getattr(model, "num_layers", 1) or 1))
+
+
+def _softmax_type(model: Any) -> str:
+    """Megatron-Core's TransformerConfig.softmax_type ('vanilla', 'off-by-one' or 'learnable')."""
+    return getattr(model, "softmax_type", None) or "vanilla"
+
+
 def _layer_comm_types(model: Any, layers: int) -> list[str]:
     """Each layer's CP communication type (Megatron-Core takes a string, or one entry per layer)."""
     value = getattr(model, "cp_comm_type", None)
@@ -147,7 +156,7 @@ def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
 
 def _windowed_cp_comm_type(model: Any) -> str:
     """all_gather for windowed layers, unless a non-vanilla softmax needs a2a (which takes windows too)."""
-    return "all_gather" if getattr(model, "softmax_type", "vanilla") == "vanilla" else "a2a"
+    return "all_gather" if _softmax_type(model) == "vanilla" else "a2a"
 
 
 @rule(
@@ -163,8 +172,8 @@ def _windowed_cp_comm_type(model: Any) -> str:
     ),
 )
 def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
-    softmax = getattr(ctx.model, "softmax_type", "vanilla") or "vanilla"
-    layers = max(1, int(getattr(ctx.model, "num_layers", 1) or 1))
+    softmax = _softmax_type(ctx.model)
+    layers = _num_layers(ctx.model)
     if ctx.topology.cp <= 1 or softmax == "vanilla" or ctx.non_te_core_attention:
         return None
     types = sorted(set(_layer_comm_types(ctx.model, layers)) - {"a2a"})
@@ -199,7 +208,7 @@ def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
 )
 def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
-    types = set(_layer_comm_types(ctx.model, max(1, int(getattr(ctx.model, "num_layers", 1) or 1))))
+    types = set(_layer_comm_types(ctx.model, _num_layers(ctx.model)))
     if topo.cp <= 1 or not types & {"a2a", "a2a+p2p"}:
         return None
     group = topo.cp
@@ -236,9 +245,9 @@ def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
 def _a2a_heads_fix(ctx: RuleContext, local: dict[str, int]) -> dict[str, Any]:
     """Ring CP (all_gather where layers are windowed), or, where a non-vanilla softmax needs a2a, the largest CP
     size the heads divide by."""
-    if getattr(ctx.model, "softmax_type", "vanilla") not in (None, "vanilla"):
+    if _softmax_type(ctx.model) != "vanilla":
         return {"model.context_parallel_size": math.gcd(ctx.topology.cp, *local.values())}
-    layers = max(1, int(getattr(ctx.model, "num_layers", 1) or 1))
+    layers = _num_layers(ctx.model)
     return {"model.cp_comm_type": "all_gather" if _window_layers(ctx.model, layers) else "p2p"}
 
 
