@@ -15,6 +15,7 @@ import contextlib
 import functools
 import hashlib
 import warnings
+import weakref
 from typing import Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError
@@ -71,9 +72,39 @@ def is_installed() -> bool:
 
 #: the ConfigContainer methods the hook wraps, in the order runtime_config_update() calls them:
 #: set_data_parallel_size() raises Megatron's bare AssertionError / ZeroDivisionError on a world size or CP the
-#: rules report, so the rules run there first (errors only); validate() then warns (from the same result)
-_WRAPPED = ("set_data_parallel_size", "validate")
+#: rules report, so the rules run there first (errors only); validate() then warns (from the same result).
+#: to_yaml() is where a dry run ends: Megatron-Bridge's run_recipe.py --dry-run builds the config and writes it
+#: (save_config) without runtime_config_update(); the rules run there for a config not validated in this process
+#: (a validated one, e.g. at checkpoint saves, is not checked again)
+_WRAPPED = ("set_data_parallel_size", "validate", "to_yaml")
+_INHERITED = object()  # marks a wrapped method that ConfigContainer itself does not define
 _checked: dict[str, Any] = {"key": None, "violations": None}
+_validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def dry_run_world_size(cfg: Any) -> int | None:
+    """The world a dry run checks against: the installed or launched one (``WORLD_SIZE``, a process group) when
+    there is one, else the smallest world the config's layout fits (a login node has no ``WORLD_SIZE``)."""
+    import math
+    import os
+
+    if _state["world_size"] is not None or os.environ.get("WORLD_SIZE"):
+        return _state["world_size"]
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return None
+        m = cfg.model
+        tp, pp, cp = (
+            int(getattr(m, k, 1) or 1)
+            for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+        )
+        ep = int(getattr(m, "expert_model_parallel_size", 1) or 1)
+        etp = int(getattr(m, "expert_tensor_parallel_size", None) or (1 if ep > 1 else tp))
+        return math.lcm(tp * pp * cp, etp * ep * pp)
+    except Exception:  # noqa: BLE001  (a mistyped layout: config.types reports it at the resolved world)
+        return None
 
 
 def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
@@ -85,7 +116,7 @@ def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
     return id(cfg), digest, _state["world_size"]
 
 
-def _violations(cfg: Any, *, keep: bool) -> list[Any]:
+def _violations(cfg: Any, *, keep: bool, world_size: int | None = None) -> list[Any]:
     """The rules' verdict on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
     set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update())."""
     from mbridge_seqpack.rules import check
@@ -94,17 +125,17 @@ def _violations(cfg: Any, *, keep: bool) -> list[Any]:
     if key is not None and _checked["key"] == key:
         violations = _checked["violations"]
     else:
-        violations = check(cfg, world_size=_state["world_size"])
+        violations = check(cfg, world_size=world_size if world_size is not None else _state["world_size"])
     _checked.update(key=key if keep else None, violations=violations if keep else None)
     return violations
 
 
-def run_hook_rules(cfg: Any, *, announce: bool = True) -> None:
+def run_hook_rules(cfg: Any, *, announce: bool = True, world_size: int | None = None) -> None:
     """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest (``announce``)."""
     mode = current_mode()
     if mode in (None, "off"):
         return
-    violations = _violations(cfg, keep=not announce)
+    violations = _violations(cfg, keep=not announce, world_size=world_size)
     if not violations:
         return
     if mode == "error":
@@ -116,13 +147,28 @@ def run_hook_rules(cfg: Any, *, announce: bool = True) -> None:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
 
 
+def _was_validated(cfg: Any) -> bool:
+    try:
+        return cfg in _validated
+    except TypeError:  # not weak-referenceable: check it
+        return False
+
+
 def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    announce = original.__name__ == "validate"
+    name = original.__name__
 
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_hook_rules(self, announce=announce)
-        return original(self, *args, **kwargs)
+        if name == "to_yaml":
+            if not _was_validated(self):
+                run_hook_rules(self, announce=True, world_size=dry_run_world_size(self))
+            return original(self, *args, **kwargs)
+        run_hook_rules(self, announce=name == "validate")
+        result = original(self, *args, **kwargs)
+        if name == "validate":
+            with contextlib.suppress(TypeError):
+                _validated.add(self)
+        return result
 
     setattr(wrapper, _WRAPPER_FLAG, True)
     return wrapper
@@ -170,11 +216,11 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
     if _state["original"] is None:
         originals = {}
         for name in _WRAPPED:
-            current = cls.__dict__[name]
+            current = cls.__dict__.get(name, _INHERITED)  # to_yaml is Megatron-Core's container's
             if getattr(current, _WRAPPER_FLAG, False):  # a reloaded module left a wrapper behind
                 current = current.__wrapped__
             originals[name] = current
-            setattr(cls, name, _make_wrapper(current))
+            setattr(cls, name, _make_wrapper(getattr(cls, name) if current is _INHERITED else current))
         _state["original"] = originals
     from mbridge_seqpack.thd import inject
 
@@ -203,6 +249,9 @@ def uninstall() -> None:
     inject.uninstall()
     cls = _config_container()
     for name, original in _state["original"].items():
-        setattr(cls, name, original)
+        if original is _INHERITED:
+            delattr(cls, name)  # back to the inherited method, as before install()
+        else:
+            setattr(cls, name, original)
     _checked.update(key=None, violations=None)
     _state.update(original=None, mode=None, world_size=None, strict=False)

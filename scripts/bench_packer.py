@@ -12,7 +12,7 @@
 4. Packing plus row building vs Megatron-Bridge's create_packing_strategy + fill_packing_strategy.
 
 Writes ``--out`` (JSON) and the PNG next to it (time vs n, log-log, one line per system, one panel per
-capacity); the README's packer table is rendered from the JSON with ``--table``.
+capacity); the packer table in docs/packing.md is rendered from the JSON with ``--table``.
 
     uv run python scripts/bench_packer.py [--capacities 4096,32768,131072] [--sizes 10000,100000,1000000,10000000]
     uv run python scripts/bench_packer.py --table out/bench_packer.json
@@ -282,7 +282,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def table(report: dict) -> str:
-    """The README's packer table from a bench JSON."""
+    """The packer table of docs/packing.md from a bench JSON."""
     lines = [
         "| capacity | n | mbridge_seqpack | LightBinPack obfd | LightBinPack bfd | Megatron-Bridge FFD | "
         "ratio vs fastest peer | bins (ours = MB) |",
@@ -301,7 +301,7 @@ def table(report: dict) -> str:
 
 
 def balance_table(rows: list[dict]) -> str:
-    """The README's work-balance table from the bench JSON's ``balance`` section."""
+    """The work-balance table of docs/packing.md from the bench JSON's ``balance`` section."""
     lines = [
         "| set | capacity | rows/rank | MB, file order | ours | closer to 1 | MB, batch sampler epoch 0 | ours | "
         "closer to 1 | epochs 1-4 MB / ours | rows MB / ours | balance + leveling |",
@@ -326,7 +326,7 @@ def main() -> None:
     parser.add_argument("--mb-max-n", type=int, default=1_000_000, help="largest n given to Megatron-Bridge's FFD")
     parser.add_argument("--fill-size", type=int, default=100_000)
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_packer.json"))
-    parser.add_argument("--table", default=None, help="print the README tables from this JSON and exit")
+    parser.add_argument("--table", default=None, help="print the docs/packing.md tables from this JSON and exit")
     parser.add_argument(
         "--only-balance", action="store_true", help="re-measure only the work balance into the existing --out JSON"
     )

@@ -5,6 +5,9 @@ Megatron-Bridge's import (~40 s on CPU) is paid once per session, on first use.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import warnings
 
 import pytest
@@ -12,6 +15,10 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped on CPU")
+    # remembered digests (packing/digests.py) go to a directory of this run, not the user's ~/.cache
+    cache = tempfile.mkdtemp(prefix="mbridge_seqpack_cache_")
+    os.environ["MBRIDGE_SEQPACK_CACHE_DIR"] = cache
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -937,3 +937,55 @@ def test_a_pack_made_without_the_configured_preprocessing_is_refused(artifact: P
     packed_cfg.dataset.preprocessing = ChatSFTPreprocessingConfig(loss_mode="full")
     (v,) = _pack_rule(packed_cfg)
     assert "chat: pack false, config true" in v.rule and "chat_loss_mode" in v.rule
+
+
+def _untruncated_lengths(src: Path, tmp: Path, kwargs: dict[str, Any]) -> np.ndarray:
+    """Every example's length as Megatron-Bridge's own dataset makes it when nothing needs cutting."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+
+    dataset = build_gpt_sft_split(
+        src,
+        tokenizer=load_megatron_tokenizer(TOKENIZER),
+        seq_length=1 << 20,
+        memmap_workers=1,
+        seed=0,
+        packed_sequence_size=-1,
+        is_test=True,
+        dataset_kwargs={**kwargs, "index_mapping_dir": str(tmp / "index-whole")},
+    )
+    return np.array([dataset[i]["token_count"] for i in range(len(dataset))])
+
+
+@pytest.mark.parametrize("form", ["template", "prompt_completion"])
+def test_truncated_examples_are_counted_and_packed_as_megatron_bridge_truncates_them(
+    tmp_path: Path, megatron_bridge: Any, form: str
+) -> None:
+    """Megatron-Bridge's prep cuts examples longer than max_seq_length silently; the pack holds the same cut
+    sequences and its metadata says how many were cut and by how many tokens (its own dataset, uncut, tells)."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
+    from megatron.bridge.data.sft_processing import PromptCompletionSFTPreprocessingConfig
+
+    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+
+    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:300]]
+    data = tmp_path / "data.jsonl"
+    kwargs: dict[str, Any] = {}
+    if form == "prompt_completion":
+        data.write_text("".join(json.dumps({"question": r["input"], "reply": r["output"]}) + "\n" for r in rows))
+        preprocessing = PromptCompletionSFTPreprocessingConfig(prompt_column="question", completion_column="reply")
+        kwargs = config_dataset_kwargs(
+            GPTSFTDatasetConfig(seq_length=256, dataset_root=str(tmp_path), preprocessing=preprocessing)
+        )
+    else:
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    whole = _untruncated_lengths(data, tmp_path, kwargs)
+    assert (whole > 256).sum() > 10  # the corpus does need cutting at this size
+    ours = _pack({"training": data}, tmp_path / "ours", pack_size=256, dataset_kwargs=kwargs)
+    entry = ours.splits["training"]
+    assert entry["truncated_sequences"] == int((whole > 256).sum())
+    assert entry["truncated_tokens"] == int(np.maximum(whole - 256, 0).sum())
+    mine = _sequences(ours.directory / "training_256.idx.parquet")
+    assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 256, 1, kwargs))
+    assert inspect_artifact(ours.directory).ok  # the counts are sealed with the rest of the entry

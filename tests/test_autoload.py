@@ -16,7 +16,7 @@ RUNNER = Path(__file__).with_name("scripts") / "recipe_runner.py"
 
 
 def _run(
-    site_dir: Path, *overrides: str, mode: str | None, script: Path | None = RUNNER
+    site_dir: Path, *overrides: str, mode: str | None, script: Path | None = RUNNER, world_size: str | None = "8"
 ) -> subprocess.CompletedProcess:
     """A fresh interpreter whose site-packages holds the .pth (site.addsitedir processes it as at start-up)."""
     run = (
@@ -25,8 +25,10 @@ def _run(
     )
     loaded = "import sys; print(sorted(m for m in sys.modules if m.startswith('mbridge')))"
     code = f"import site; site.addsitedir({str(site_dir)!r}); " + (run if script else loaded)
-    env = {k: v for k, v in os.environ.items() if k != "MBRIDGE_SEQPACK_MODE"}
-    env.update(WORLD_SIZE="8", PYTHONPATH=str(ROOT))
+    env = {k: v for k, v in os.environ.items() if k not in ("MBRIDGE_SEQPACK_MODE", "WORLD_SIZE")}
+    env["PYTHONPATH"] = str(ROOT)
+    if world_size is not None:
+        env["WORLD_SIZE"] = world_size
     if mode is not None:
         env["MBRIDGE_SEQPACK_MODE"] = mode
     return subprocess.run(
@@ -92,3 +94,23 @@ def test_a_bad_value_warns_and_never_breaks_startup(site_dir: Path) -> None:
     done = _run(site_dir, mode="loud", script=None)
     assert done.returncode == 0
     assert "MBRIDGE_SEQPACK_MODE must be error, warn or off; got 'loud' - not activated" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_dry_run_checks_the_config_it_writes(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_recipe.py --dry-run writes the config's YAML and never calls runtime_config_update(): with the variable
+    set the rules run at to_yaml(), against the smallest world the layout fits (no WORLD_SIZE on a login node)."""
+    yaml_path = tmp_path / "ConfigContainer.yaml"
+    monkeypatch.setenv("DRY_RUN_YAML", str(yaml_path))
+    script = Path(__file__).with_name("scripts") / "dry_run.py"
+    bad = _run(site_dir, "model.context_parallel_size=2", mode="error", script=script, world_size=None)
+    assert bad.returncode == 1 and not yaml_path.exists()
+    assert "[cp.finetune_per_token_loss]" in bad.stderr and "[offline.alignment_multiple]" in bad.stderr
+    fixed = ("model.calculate_per_token_loss=true", "dataset.offline_packing_specs.pad_seq_to_mult=4")
+    good = _run(site_dir, "model.context_parallel_size=2", *fixed, mode="error", script=script, world_size=None)
+    assert good.returncode == 0 and good.stdout.strip().endswith("written"), good.stderr[-2000:]
+    assert "context_parallel_size: 2" in yaml_path.read_text()
+    unset = _run(site_dir, "model.context_parallel_size=2", mode=None, script=script, world_size=None)
+    assert unset.returncode == 0  # Megatron-Bridge's dry run alone writes it

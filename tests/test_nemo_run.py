@@ -124,18 +124,46 @@ def test_partial_with_a_config_container(base: Any, monkeypatch: pytest.MonkeyPa
     executor = run.LocalExecutor()
     SequencePacking(mixins=[ContextParallel(2)]).setup(task, executor)
     assert executor.env_vars["MBRIDGE_SEQPACK_MODE"] == "error"
-    assert snapshot(task.config) == snapshot(apply(copy.deepcopy(base), ContextParallel(2)))
+    # NeMo-Run turns the dataclass into a run.Config; the plugin keeps it one (serializable), built where it runs
+    assert snapshot(fdl.build(task.config)) == snapshot(apply(copy.deepcopy(base), ContextParallel(2)))
     trained = fdl.build(task)()  # Megatron-Bridge's own validation accepts the applied config
     assert trained.model.context_parallel_size == 2
 
 
 def test_partial_with_a_run_config_of_a_recipe(megatron_bridge: Any) -> None:
+    import fiddle as fdl
+
     from mbridge_seqpack.recipes import build_recipe
 
     task = run.Partial(train, config=run.Config(build_recipe, "llama3_8b_sft_packed_8k"))
     SequencePacking(mixins=[LongContext(16384, 2)]).setup(task, run.LocalExecutor())
-    assert (task.config.dataset.seq_length, task.config.model.context_parallel_size) == (16384, 2)
-    assert task.config.dataset.offline_packing_specs.pad_seq_to_mult == 4
+    built = fdl.build(task.config)
+    assert (built.dataset.seq_length, built.model.context_parallel_size) == (16384, 2)
+    assert built.dataset.offline_packing_specs.pad_seq_to_mult == 4
+
+
+def test_a_partial_task_survives_nemo_runs_serialization(
+    megatron_bridge: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.run(..., dryrun=True) serializes the task; NeMo-Run's fdl_runner deserializes, builds and calls it where
+    it trains. Both work with the plugin (a live ConfigContainer in the task could not be serialized)."""
+    import fiddle as fdl
+    import nemo_run.config
+    from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
+
+    from mbridge_seqpack.recipes import build_recipe
+
+    monkeypatch.setattr(nemo_run.config, "_NEMORUN_HOME", str(tmp_path))
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    task = run.Partial(train, config=run.Config(build_recipe, "llama3_8b_sft_packed_8k"))
+    plugin = SequencePacking(mixins=[LongContext(16384, 2)])
+    run.run(task, executor=run.LocalExecutor(), plugins=[plugin], dryrun=True)
+    task = run.Partial(train, config=run.Config(build_recipe, "llama3_8b_sft_packed_8k"))
+    plugin.setup(task, run.LocalExecutor())
+    shipped = ZlibJSONSerializer().serialize(task)  # what the executor hands to fdl_runner
+    trained = fdl.build(fdl.cast(run.Partial, ZlibJSONSerializer().deserialize(shipped)))()
+    assert (trained.dataset.seq_length, trained.model.context_parallel_size) == (16384, 2)
+    assert trained.model.calculate_per_token_loss is True
 
 
 def test_plugin_runs_inside_nemo_run(

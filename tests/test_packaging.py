@@ -45,14 +45,15 @@ def _run_installed(wheel: Path, site: Path, code: str) -> str:
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
-        "mbridge_seqpack/recipes/packaged/llama3_8b_sft.py",
-        "mbridge_seqpack/recipes/packaged/qwen25_vl_in_batch.py",
         "mbridge_seqpack/data/tokenizer/tokenizer.json",
         "mbridge_seqpack/data/sft_sample/training.jsonl",
         "mbridge_seqpack/rules/catalog.py",
     ):
         assert required in names, required
-    assert not any(name.startswith("tests/") for name in names)
+    # the checkout's top-level recipes/ are what the wheel ships, file for file
+    top_level = {f"mbridge_seqpack/recipes/packaged/{p.name}" for p in (ROOT / "recipes").glob("*.py")}
+    assert top_level and {n for n in names if n.startswith("mbridge_seqpack/recipes/packaged/")} == top_level
+    assert not any(name.startswith(("tests/", "recipes/")) for name in names)
     assert "mbridge_seqpack_autoload.pth" in names  # the zero-code startup hook lands in site-packages
     assert "mbridge_seqpack/packing/native/_bfd.so" in names  # the packer's C kernel, built by hatch_build.py
     assert "mbridge_seqpack/packing/native/bfd.c" in names

@@ -139,8 +139,8 @@ def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pyt
 def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "no_such_recipe"]) == 2
     assert (
-        "mbridge-seqpack: error: unknown recipe 'no_such_recipe'; packaged recipes: llama31_8b_sft_128k_cp8"
-        in capsys.readouterr().err
+        "mbridge-seqpack: error: recipe 'no_such_recipe' not found in megatron.bridge.recipes (nor its "
+        "<family>.h100 modules); packaged recipes: llama31_8b_sft_128k_cp8" in capsys.readouterr().err
     )
     assert main(["check", "small_gpt_smoke_4k", "model.no_such_field=3"]) == 2
     assert capsys.readouterr().err == (
@@ -151,8 +151,29 @@ def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixtu
     assert "mbridge-seqpack: error: override 'justtext' is not valid Hydra override syntax" in capsys.readouterr().err
 
 
+def test_cli_recipes_lists_without_building_or_importing_megatron() -> None:
+    """``recipes`` reads the recipe files' markers only: a fresh interpreter lists them with Megatron unimported."""
+    code = (
+        "import sys, io, contextlib; from mbridge_seqpack.cli.main import main; out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out): rc = main(['recipes'])\n"
+        "print(rc, sorted(m for m in sys.modules if m.startswith('megatron'))); print(out.getvalue())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    first, *table = done.stdout.splitlines()
+    assert first == "0 []", done.stderr[-2000:]
+    assert max(map(len, table)) <= 100
+    assert table[0].split() == ["recipe", "/", "model,", "mode", "GPUs", "what", "it", "trains"]
+    at = next(i for i, line in enumerate(table) if line.startswith("llama31_8b_sft_32k_cp2 "))
+    assert table[at].split() == [
+        "llama31_8b_sft_32k_cp2",
+        "16",
+        *"32k packed rows, CP2 x TP2 (SP), DP4 on 16 GPUs.".split(),
+    ]
+    assert table[at + 1].strip() == "Llama-3.1-8B, offline packed, long context"
+
+
 def test_cli_recipes_table(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["recipes"]) == 0
+    assert main(["recipes", "--layout"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(map(len, lines)) <= 100
@@ -160,7 +181,7 @@ def test_cli_recipes_table(megatron_bridge: Any, capsys: pytest.CaptureFixture[s
     at = next(i for i, line in enumerate(lines) if line.startswith("llama31_8b_sft_32k_cp2 "))
     assert lines[at].split() == ["llama31_8b_sft_32k_cp2", "32768", "TP2", "CP2", "DP4", "16", "1", "16", "524,288"]
     assert lines[at + 1].strip() == "Llama-3.1-8B, offline packed, long context"
-    assert main(["recipes", "--json"]) == 0
+    assert main(["recipes", "--json", "--layout"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == EXPECTED_RECIPES
     vlm = next(r for r in rows if r["name"] == "qwen25_vl_3b_sft_in_batch_4k")
@@ -241,6 +262,7 @@ def test_cli_plan_marks_lengths_above_the_context_window(
         ["check", "model.context_parallel_size=3", "dataset.offline_packing_specs.pad_seq_to_mult=5", "--rules-only"],
         ["check", "qwen25_vl_3b_sft_in_batch_4k", "model.cuda_graph_impl=transformer_engine", "--rules-only"],
         ["recipes"],
+        ["recipes", "--layout"],
         ["plan", "--slots", "262144"],
     ],
 )

@@ -813,3 +813,13 @@ def test_world_size_defaults_to_environment(packed_cfg: Any, monkeypatch: pytest
     (v,) = check(packed_cfg)  # DP 32 > global batch 16
     assert v.rule_id == "batch.global_batch_min"
     assert v.fields["data_parallel_size"] == 32
+
+
+def test_the_rules_page_is_generated_from_the_catalog() -> None:
+    from pathlib import Path
+
+    from mbridge_seqpack.rules.catalog import all_rules, render_markdown
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
+    assert page == render_markdown()
+    assert all(f"| `{r.rule_id}` | {r.severity} |" in page for r in all_rules())

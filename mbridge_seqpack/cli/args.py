@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEFAULT_RECIPE", "positive_int", "int_list"]
+__all__ = ["DEFAULT_RECIPE", "positive_int", "int_list", "add_runner_flag"]
 
 DEFAULT_RECIPE = "llama3_8b_sft_packed_8k"
 
@@ -23,3 +23,14 @@ def positive_int(text: str) -> int:
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated positive integers."""
     return [positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def add_runner_flag(parser: argparse.ArgumentParser) -> None:
+    """``--runner/--no-runner``: model Megatron-Bridge's run_recipe.py (its pre-launch fixes applied first)."""
+    parser.add_argument(
+        "--runner",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply Megatron-Bridge's run_recipe.py pre-launch fixes (CP loss settings, packing alignment, "
+        "seq_length) before the rules, as that launch does (default: on for Megatron-Bridge recipe names)",
+    )

@@ -8,8 +8,8 @@ import sys
 import warnings
 from typing import Any, Sequence
 
-from mbridge_seqpack.cli.args import DEFAULT_RECIPE, positive_int
-from mbridge_seqpack.recipes.targets import build_target, resolve_world
+from mbridge_seqpack.cli.args import DEFAULT_RECIPE, add_runner_flag, positive_int
+from mbridge_seqpack.recipes.targets import build_launch, resolve_world
 
 __all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_command"]
 
@@ -44,14 +44,16 @@ def check_target(
     *,
     megatron: bool = True,
     config_file: str | None = None,
+    runner: bool | None = None,
 ) -> Any:
-    """Build ``target``, run the rule catalog and (optionally) Megatron-Bridge's validation."""
+    """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), run the rule catalog and
+    (optionally) Megatron-Bridge's validation."""
     from mbridge_seqpack.cli.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
     from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
-    cfg, info = build_target(target, overrides, config_file)
-    world = resolve_world(world_size, info)
+    launch = build_launch(target, overrides, config_file, runner=runner)
+    cfg, world = launch.cfg, resolve_world(world_size, launch)
     ctx = RuleContext.build(cfg, world)
     results = evaluate(ctx)
     typed = all(r.status != "fail" for r in results if r.rule.rule_id == TYPES_RULE_ID)
@@ -60,6 +62,7 @@ def check_target(
         derived=derived_values(ctx) if typed else {},  # a mistyped field: config.types names it
         results=results,
         megatron_ran=megatron,
+        notes=launch.notes(),
     )
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
@@ -78,8 +81,8 @@ def cmd_fix(args: argparse.Namespace) -> int:
     from mbridge_seqpack.overrides import converged_fix
     from mbridge_seqpack.rules import check
 
-    cfg, info = build_target(args.target, args.overrides, args.config_file)
-    world = resolve_world(args.world_size, info)
+    launch = build_launch(args.target, args.overrides, args.config_file, runner=args.runner)
+    cfg, world = launch.cfg, resolve_world(args.world_size, launch)
     fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
     print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
     for v in remaining:
@@ -92,7 +95,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.fix:
         return cmd_fix(args)
     report = check_target(
-        args.target, args.overrides, args.world_size, megatron=not args.rules_only, config_file=args.config_file
+        args.target,
+        args.overrides,
+        args.world_size,
+        megatron=not args.rules_only,
+        config_file=args.config_file,
+        runner=args.runner,
     )
     print(report.to_json() if args.json else report.to_text())
     return 0 if report.ok else 1
@@ -104,7 +112,8 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "target",
         nargs="?",
         default=DEFAULT_RECIPE,
-        help=f"packaged recipe name or path/to/file.py[:function] (default: {DEFAULT_RECIPE})",
+        help=f"packaged recipe, Megatron-Bridge recipe name (as run_recipe.py --recipe takes it) or "
+        f"path/to/file.py[:function] (default: {DEFAULT_RECIPE})",
     )
     p.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. model.context_parallel_size=2")
     p.add_argument(
@@ -113,6 +122,7 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         default=None,
         help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)",
     )
+    add_runner_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
     p.add_argument("--config-file", default=None, help="YAML merged before the overrides (as the recipe runner does)")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from mbridge_seqpack.cli.args import positive_int
+from mbridge_seqpack.cli.args import add_runner_flag, positive_int
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -38,9 +39,12 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep)."""
     from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
     from mbridge_seqpack.packing.pipeline import PackOptions
-    from mbridge_seqpack.recipes.targets import build_target
+    from mbridge_seqpack.recipes.targets import build_launch
 
-    cfg, info = build_target(args.recipe, args.overrides)
+    launch = build_launch(args.recipe, args.overrides, runner=args.runner)
+    cfg = launch.cfg
+    for note in launch.notes():  # the alignment the pack is sealed with is the one the launch will use
+        print(f"note: {note}", file=sys.stderr)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
         raise ValueError(
@@ -56,7 +60,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
-    ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, info))
+    ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
     dp = ctx.topology.data_parallel or 1
     options = PackOptions(
         pack_size=int(specs.packed_sequence_size),
@@ -139,6 +143,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
                 f", {entry['dropped_sequences']} dropped (longer than the pack)"
                 if entry.get("dropped_sequences")
                 else ""
+            )
+            + (
+                f", {entry['truncated_sequences']} truncated by Megatron-Bridge's prep "
+                f"({entry['truncated_tokens']} tokens cut; longer than --max-seq-length)"
+                if entry.get("truncated_sequences")
+                else ""
             ),
             "  ",
             hang="    ",
@@ -196,9 +206,10 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "--recipe",
         default=None,
-        help="take pack size, alignment, tokenizer and dataset_kwargs from "
-        "this recipe (packaged name or file.py:function), as Megatron-Bridge's own prep does",
+        help="take pack size, alignment, tokenizer and dataset_kwargs from this recipe (packaged name, "
+        "Megatron-Bridge recipe name or file.py:function), as Megatron-Bridge's own prep does",
     )
+    add_runner_flag(p)
     p.add_argument("--validation", default=None, help="validation JSONL")
     p.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer directory (default: embedded)")
     p.add_argument("--pack-size", type=positive_int, default=None, help="tokens per packed row")

@@ -1,11 +1,31 @@
-"""``recipes``: the packaged recipes as a table (100 columns) or JSON."""
+"""``recipes``: the packaged recipes as a table (100 columns) or JSON: names and what they train at once, from the
+recipe files' markers (no Megatron-Bridge import); ``--layout`` builds each for its derived layout."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-__all__ = ["recipe_rows", "cmd_recipes", "add_recipes_command"]
+__all__ = ["recipe_rows", "recipe_listing", "cmd_recipes", "add_recipes_command"]
+
+
+def recipe_listing() -> list[dict[str, Any]]:
+    """One row per packaged recipe from its ``@recipe`` marker alone: nothing is built or imported."""
+    from mbridge_seqpack.recipes import list_recipes, recipe_info
+
+    rows = []
+    for name in list_recipes():
+        info = recipe_info(name)
+        rows.append(
+            {
+                "name": name,
+                "model": info.model,
+                "mode": info.mode,
+                "world_size": info.world_size,
+                "description": info.description,
+            }
+        )
+    return rows
 
 
 def recipe_rows() -> list[dict[str, Any]]:
@@ -39,11 +59,18 @@ def _layout(derived: dict[str, Any]) -> str:
 def cmd_recipes(args: argparse.Namespace) -> int:
     import json
 
-    rows = recipe_rows()
+    from mbridge_seqpack.textout import table
+
+    rows = recipe_rows() if args.layout else recipe_listing()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from mbridge_seqpack.textout import table
+    if not args.layout:
+        columns = [("recipe / model, mode", "left"), ("GPUs", "right"), ("what it trains", "left")]
+        cells = [(f"{r['name']}\n  {r['model']}, {r['mode']}", r["world_size"], r["description"]) for r in rows]
+        print(table(columns, cells, keep_whole=(0,)))
+        print("(--layout builds each recipe for its row length, layout and batch; about 40 s for the import)")
+        return 0
 
     columns = [
         ("recipe / model, mode", "left"),
@@ -78,4 +105,5 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 def add_recipes_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("recipes", help="list the packaged recipes")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--layout", action="store_true", help="build each recipe: row length, layout, batch sizes")
     p.set_defaults(func=cmd_recipes)

@@ -4,7 +4,8 @@ For a ``run.Script`` task (Megatron-Bridge's recipe runner and other Hydra-style
 overrides of the chosen capability, the mixins' facts plus, given the ``base`` config the script builds, every
 field the mixins derive from it, and sets ``MBRIDGE_SEQPACK_MODE`` on the executor so the training process
 checks its final config (zero-code activation). For a ``run.Partial`` task it applies the mixins to the task's
-``config`` (a ``ConfigContainer``, or a ``run.Config`` of one, which is built first) and sets the variable too.
+``config``: a ``run.Config`` stays serializable (wrapped in ``with_capability``, built where the task runs, after a
+trial build refuses a capability that cannot hold); a live ``ConfigContainer`` is changed in place.
 ``nemo-run`` is an optional dependency: ``pip install mbridge-seqpack[nemo-run]``.
 """
 
@@ -25,7 +26,14 @@ except (ImportError, ModuleNotFoundError):  # the class still imports, so config
     Partial, Plugin, Script = object, object, object  # type: ignore[assignment,misc]
     HAVE_NEMO_RUN = False
 
-__all__ = ["SequencePacking", "SequencePackingScriptArgs", "script_overrides", "HAVE_NEMO_RUN", "MISSING_NEMO_RUN"]
+__all__ = [
+    "SequencePacking",
+    "SequencePackingScriptArgs",
+    "script_overrides",
+    "with_capability",
+    "HAVE_NEMO_RUN",
+    "MISSING_NEMO_RUN",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +177,13 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
         return apply_overrides(cfg, own)
 
     def _apply_to_partial(self, task: Any) -> None:
+        """A ``run.Config`` stays a configuration NeMo-Run can serialize: it is wrapped in
+        ``run.Config(with_capability, config=..., mixins=[run.Config(Mixin, ...)])``, built where the task runs,
+        after a trial build here refuses a capability that cannot hold. A live ConfigContainer is changed in place."""
+        import dataclasses
+
         import fiddle as fdl
+        from nemo_run import Config
 
         from mbridge_seqpack.compose.mixins import apply
 
@@ -180,6 +194,19 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
                 "e.g. run.Partial(finetune, config=cfg, forward_step_func=forward_step)"
             )
         if isinstance(config, fdl.Buildable):
-            config = fdl.build(config)
-        task.config = apply(config, *self.mixins)
+            apply(fdl.build(copy.deepcopy(config)), *self.mixins)  # raises PackingConfigError now, not at launch
+            mixins = [
+                Config(type(m), **{f.name: getattr(m, f.name) for f in dataclasses.fields(m)}) for m in self.mixins
+            ]
+            task.config = Config(with_capability, config=config, mixins=mixins)
+        else:
+            task.config = apply(config, *self.mixins)
         logger.info(f"{self.__class__.__name__} applied {', '.join(type(m).__name__ for m in self.mixins)}")
+
+
+def with_capability(config: Any, mixins: Sequence[Any]) -> Any:
+    """``config`` with the mixins applied: what a ``run.Partial``'s config becomes under :class:`SequencePacking`
+    (a module-level function, so NeMo-Run serializes it by name and builds it where the task runs)."""
+    from mbridge_seqpack.compose.mixins import apply
+
+    return apply(config, *mixins)

@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from mbridge_seqpack.packing.sequences import TokenizedSequences, file_sha256
+from mbridge_seqpack.packing.digests import date_back, file_sha256
+from mbridge_seqpack.packing.sequences import TokenizedSequences
 
 __all__ = [
     "Fingerprint",
@@ -325,6 +326,7 @@ def write_split(
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
+    date_back(path)  # a new file under the pack's lock: its seal can be remembered at once (packing/digests.py)
     return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": digests.hexdigests()}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from mbridge_seqpack.packing.artifact import (
     read_parquet_fingerprint,
     split_paths,
 )
-from mbridge_seqpack.packing.sequences import file_sha256
+from mbridge_seqpack.packing.digests import launch_sha256, verified_sha256
 
 __all__ = [
     "SplitReport",
@@ -222,9 +222,15 @@ def lost_fingerprint_problem(path: Path, meta: Path | None, entries: list[dict[s
 
 
 def seal_problems(
-    path: Path, info: dict[str, Any], entry: dict[str, Any] | None, meta: Path | None, *, hash_contents: bool = True
+    path: Path,
+    info: dict[str, Any],
+    entry: dict[str, Any] | None,
+    meta: Path | None,
+    *,
+    contents: Literal["verify", "launch", "size"] = "verify",
 ) -> list[str]:
-    """Compare one sealed file with its metadata entry before parsing it (size always, sha256 when asked)."""
+    """Compare one sealed file with its metadata entry before parsing it: its size always, its sha256 read now
+    (``verify``), or remembered from a full read of this very file when there is one (``launch``, O(metadata))."""
     if meta is None:
         return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
     if entry is None:
@@ -247,7 +253,8 @@ def seal_problems(
     size = path.stat().st_size
     if size != sums.get("file_bytes"):
         return [f"file is {size} bytes, the seal says {sums.get('file_bytes')}: truncated or modified - {REPACK}"]
-    if hash_contents and file_sha256(path) != sums["file_sha256"]:
+    digest = {"verify": verified_sha256, "launch": launch_sha256}.get(contents)
+    if digest is not None and digest(path) != sums["file_sha256"]:
         return [f"sha256 differs from the seal: the file was modified or corrupted - {REPACK}"]
     return []
 

@@ -31,12 +31,12 @@ from mbridge_seqpack.packing.balance import (
     row_costs,
     straggler_ratio,
 )
+from mbridge_seqpack.packing.digests import FileStamp, remember, verified_sha256
 from mbridge_seqpack.packing.level import level_steps
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
 from mbridge_seqpack.packing.sequences import (
     InputError,
     check_jsonl,
-    file_sha256,
     load_megatron_tokenizer,
     tokenize_split,
     tokenizer_files_sha256,
@@ -251,7 +251,7 @@ def pack_jsonl(
     with staged_directory(out, overwrite=overwrite) as staging:
         for split, source in inputs.items():
             fingerprint = Fingerprint(
-                input_sha256=file_sha256(source),
+                input_sha256=verified_sha256(source),
                 tokenizer=str(tokenizer),
                 tokenizer_sha256=tok_sha,
                 eos_id=int(mb_tokenizer.eos_id),
@@ -286,6 +286,8 @@ def pack_jsonl(
                     bins, balance = _balanced(seqs.lengths, bins, options)
                 entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
                 entry["dropped_sequences"] = int((bins < 0).sum())
+                entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
+                entry["truncated_tokens"] = seqs.truncated_tokens
                 if balance is not None:
                     entry["balance"] = balance
                 entry["checksums"] = write_split(
@@ -299,6 +301,9 @@ def pack_jsonl(
                 shutil.rmtree(spill, ignore_errors=True)
             entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries)
+    for entry in entries:  # sealed under the lock and dated back: a launch need not read them again
+        final = split_paths(out, options.pack_size)[entry["split"]]
+        remember(final, entry["checksums"]["file_sha256"], FileStamp.of(final))
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
 
 

@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from mbridge_seqpack.packing.digests import file_sha256
+
 __all__ = [
     "TokenizedSequences",
     "InputError",
@@ -34,15 +36,6 @@ __all__ = [
 
 class InputError(ValueError):
     """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback."""
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Content hash of a file (inputs, tokenizer files, packed splits)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 TOKENIZER_FILES = (
@@ -234,6 +227,8 @@ class TokenizedSequences:
     tokens: np.ndarray  # int64 (in memory or memory-mapped)
     loss_mask: np.ndarray  # int8 (in memory or memory-mapped)
     offsets: np.ndarray  # int64, len n+1
+    truncated_sequences: int = 0  # examples Megatron-Bridge's truncation shortened (packing/truncation.py)
+    truncated_tokens: int = 0  # tokens it removed from them
 
     @property
     def count(self) -> int:
@@ -338,9 +333,10 @@ def tokenize_split(
     import tempfile
     import time
 
-    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
     from tqdm import tqdm
+
+    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split, truncated_tokens
 
     path = Path(path)
     if records is None:
@@ -349,6 +345,7 @@ def tokenize_split(
     sink = _TokenSink(Path(spill_dir) if spill_dir is not None else None)
     sizes: list[np.ndarray] = []
     start, tokens = time.perf_counter(), 0
+    cut_sequences = cut_tokens = 0
     bar = tqdm(
         total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
     )
@@ -372,12 +369,15 @@ def tokenize_split(
                     kwargs,
                     pad_seq_to_mult=pad_seq_to_mult,
                     num_tokenizer_workers=workers,
-                    dataset_builder=build_gpt_sft_split,
+                    dataset_builder=counting_gpt_sft_split,
                 )
             chunk.unlink()
             bar.update(count)
             if len(items) == 0:
                 continue
+            cuts = [truncated_tokens(item) for item in items]
+            cut_sequences += sum(1 for cut in cuts if cut > 0)
+            cut_tokens += sum(cuts)
             chunk_ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
             sink.append(
                 np.concatenate(chunk_ids),
@@ -392,7 +392,7 @@ def tokenize_split(
     if sizes:
         np.cumsum(np.concatenate(sizes), out=offsets[1:])
     tokens, loss_mask = sink.finish()
-    return TokenizedSequences(tokens, loss_mask, offsets)
+    return TokenizedSequences(tokens, loss_mask, offsets, cut_sequences, cut_tokens)
 
 
 class _TokenSink:

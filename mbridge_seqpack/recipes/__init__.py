@@ -1,6 +1,7 @@
 """Recipes: the registry of packaged recipes and the loader for user recipe files (this module), the kit the
 recipes are written with (``kit``: providers built offline, SFT bases, the ``@recipe`` marker), building a
-target as Megatron-Bridge's runner does (``targets``), and the packaged recipe files (``packaged/``).
+target as Megatron-Bridge's runner does (``targets``) and its pre-launch fixes (``runner``); the recipe files
+themselves are the checkout's top-level ``recipes/`` (shipped in the wheel as ``packaged/``).
 
 Packaged recipes are plain Python files whose functions are marked with :func:`mbridge_seqpack.recipes.kit.recipe`.
 They import Megatron-Bridge inside their function bodies, so listing recipes stays fast.
@@ -20,8 +21,10 @@ __all__ = ["recipes_dir", "list_recipes", "recipe_info", "build_recipe", "load_r
 
 
 def recipes_dir() -> Path:
-    """The packaged recipe files (``mbridge_seqpack/recipes/packaged``, in a checkout and in the wheel)."""
-    return Path(__file__).resolve().parent / "packaged"
+    """The recipe files: ``recipes/`` at the top of a checkout, their one source, which the wheel ships as
+    ``mbridge_seqpack/recipes/packaged`` (``force-include`` in pyproject.toml)."""
+    shipped = Path(__file__).resolve().parent / "packaged"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "recipes"
 
 
 def _load_module(path: Path) -> ModuleType:

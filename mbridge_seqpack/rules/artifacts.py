@@ -76,11 +76,14 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
             if lost:
                 found.append(_violation(field, spec, f"{path}: {lost}", fix))
             continue
-        # every rank validates the config at start-up: only rank 0 reads whole files, the others check sizes
+        # every rank validates the config at start-up: rank 0 checks contents (remembered digests when the files
+        # were read in full since their last write: packing/digests.py), the others check sizes
         problems = (
             [problem]
             if problem
-            else seal_problems(path, info, entry_for(entries, info), meta, hash_contents=is_rank_zero())
+            else seal_problems(
+                path, info, entry_for(entries, info), meta, contents="launch" if is_rank_zero() else "size"
+            )
         )
         if problems:
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
@@ -210,9 +213,9 @@ def _input_differs(
     source = Path(str(root)) / f"{split}.jsonl" if root else None
     if source is None or not source.is_file() or not fp.get("input_sha256") or not is_rank_zero():
         return []
-    from mbridge_seqpack.packing.sequences import file_sha256
+    from mbridge_seqpack.packing.digests import launch_sha256
 
-    if file_sha256(source) == fp["input_sha256"]:
+    if launch_sha256(source) == fp["input_sha256"]:
         return []
     return [
         _violation(

@@ -25,7 +25,7 @@ from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import Rule, RuleResult, registered, run_rule
 from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
-__all__ = ["all_rules", "evaluate"]
+__all__ = ["all_rules", "evaluate", "render_markdown"]
 
 
 #: the catalog order: by module as listed above (whatever imported a module first), then as registered there
@@ -65,3 +65,36 @@ def evaluate(ctx: RuleContext, rules: Iterable[Rule] | None = None) -> list[Rule
         else:
             results.append(run_rule(entry, ctx))
     return results
+
+
+def render_markdown() -> str:
+    """``docs/rules.md``: the catalog as data says it (id, severity, statement, module, evidence)."""
+    rules = all_rules()
+    errors = sum(r.severity == "error" for r in rules)
+    lines = [
+        "# The rule catalog",
+        "",
+        "Generated from the registered rules (`python -m mbridge_seqpack.rules.catalog > docs/rules.md`);",
+        "`tests/test_rules.py` checks it is current. A rule is an `error` only where Megatron-Bridge 0.6.2 /",
+        "Megatron-Core 0.19.2 / Transformer Engine code fails for the config (crash, assert, or silently wrong",
+        "training), with the file and function named in its evidence; with only documentation or waste behind it,",
+        "it is an `advisory` (shown by `check`, warned by the hook, raised only with `install(strict=True)`).",
+        "Each violation carries its own fix (a Python statement, the assignments as data, and Hydra-style",
+        "overrides); `mbridge-seqpack check --fix` resolves them jointly.",
+        "",
+        f"{len(rules)} rules: {errors} errors, {len(rules) - errors} advisories, in the order they run.",
+        "",
+        "| id | severity | rule | module |",
+        "|---|---|---|---|",
+    ]
+    for r in rules:
+        module = r.fn.__module__.rsplit(".", 1)[-1]
+        lines.append(f"| `{r.rule_id}` | {r.severity} | {r.summary.replace('|', '/')} | `rules/{module}.py` |")
+    lines += ["", "## Evidence", ""]
+    for r in rules:
+        lines += [f"- **`{r.rule_id}`** ({r.severity}): {r.evidence}"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -110,9 +110,21 @@ def offline() -> Iterator[None]:
         (socket.socket, "connect", socket.socket.connect),
         (socket, "create_connection", socket.create_connection),
     ]
+
+    def local_or_refuse(owner: Any) -> Any:
+        original = owner.from_pretrained  # bound: a local directory is not the hub (the packer's tokenizer)
+
+        def load(*args: Any, **kwargs: Any) -> Any:
+            path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+            if path is not None and os.path.isdir(str(path)):
+                return original(*args, **kwargs)
+            return refuse(*args, **kwargs)
+
+        return staticmethod(load)
+
     AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
     for c in (AutoConfig, AutoTokenizer, AutoProcessor):
-        c.from_pretrained = staticmethod(refuse)
+        c.from_pretrained = local_or_refuse(c)
     socket.socket.connect = refuse
     socket.create_connection = refuse
     old_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}

@@ -32,8 +32,8 @@ def llama3_8b_sft_packed_8k(dataset_root=None, tokenizer_model=None):
     mode="offline packed + CUDA graphs",
     world_size=8,
     context_window=LLAMA3_CONTEXT,
-    description="The 8k packed recipe with TE CUDA graphs over attention: static cu_seqlens (pad_cu_seqlens) "
-    "and fixed-width rows.",
+    description="The 8k packed recipe with TE per-layer CUDA graphs of the MLP, the path Megatron-Core replays "
+    "over packed rows (attention runs eagerly on the packed boundaries).",
 )
 def llama3_8b_sft_packed_8k_cuda_graphs(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply

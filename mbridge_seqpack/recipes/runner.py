@@ -1,0 +1,234 @@
+"""Megatron-Bridge's recipe runner: how it finds a recipe by name, and what it changes before launch.
+
+``scripts/training/run_recipe.py`` (with ``recipe_runner.py`` and ``recipe_metadata.py`` beside it; release
+branch r0.6.0, commit 6124fbe) resolves ``--recipe NAME`` in ``megatron.bridge.recipes`` or its ``<family>.h100``
+modules, applies the overrides, and then repairs three things ``check`` would otherwise report:
+``sync_finetuning_cp_invariants`` (per-token loss and no in-collective averaging for SFT at CP > 1),
+``sync_offline_packing_alignment`` (``packed_sequence_size = dataset.seq_length`` and ``pad_seq_to_mult`` the lcm
+of 2*CP and CP*TP under sequence parallelism) and ``sync_model_dataset_sequence_length``.
+
+The runner is not in the wheel. When its directory is known (``$MBRIDGE_SEQPACK_RUNNER_DIR``, or the
+``scripts/training`` of an NGC container's ``/opt/Megatron-Bridge``), its own functions are used; otherwise they are
+restated here, function by function, and ``tests/runner_fixes.json`` (recorded from the script itself by
+``scripts/record_runner_fixes.py``) holds the two to the same results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import pkgutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+__all__ = [
+    "RUNNER_DIR_ENV",
+    "RunnerChange",
+    "infer_recipe_mode",
+    "find_megatron_recipe",
+    "build_megatron_recipe",
+    "runner_fixes",
+    "runner_module",
+]
+
+RUNNER_DIR_ENV = "MBRIDGE_SEQPACK_RUNNER_DIR"
+_CONTAINER_RUNNER = Path("/opt/Megatron-Bridge/scripts/training")
+
+
+@dataclass(frozen=True)
+class RunnerChange:
+    """One field the runner sets before launch: ``field`` from ``before`` to ``after``, by the runner's ``by``."""
+
+    field: str
+    before: Any
+    after: Any
+    by: str
+
+    def describe(self) -> str:
+        return f"the runner will set {self.field}={self.after} (was {self.before}; {self.by})"
+
+
+def runner_module() -> ModuleType | None:
+    """The runner's ``recipe_runner`` module when its directory is known, else None (the restatement is used)."""
+    directory = os.environ.get(RUNNER_DIR_ENV) or (str(_CONTAINER_RUNNER) if _CONTAINER_RUNNER.is_dir() else "")
+    if not directory or not (Path(directory) / "recipe_runner.py").is_file():
+        return None
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # it imports recipe_metadata from its own directory
+    try:
+        return importlib.import_module("recipe_runner")
+    except Exception:  # noqa: BLE001  (another runner version that cannot import here: use the restatement)
+        return None
+
+
+def infer_recipe_mode(name: str) -> str | None:
+    """``recipe_metadata.infer_recipe_mode``: the training mode a conventional recipe name encodes."""
+    normalized = f"_{name.lower().strip('_')}_"
+    if "_pretrain_" in normalized:
+        return "pretrain"
+    if "_sft_" in normalized or "_finetune_" in normalized:
+        return "sft"
+    if "_dora_" in normalized:
+        return "dora"
+    if "_peft_" in normalized or "_lora_" in normalized:
+        return "lora"
+    return None
+
+
+def train_mode(mode: str | None) -> str:
+    """``run_recipe._train_mode``: every mode but pretraining runs ``finetune()``."""
+    return "pretrain" if mode == "pretrain" else "finetune"
+
+
+def _h100_modules(package: ModuleType) -> list[str]:
+    names = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg and not info.name.startswith("_") and info.name != "utils":
+            names.append(f"{package.__name__}.{info.name}.h100")
+    return sorted(names)
+
+
+def find_megatron_recipe(name: str) -> Callable[..., Any] | None:
+    """``recipe_runner.find_library_recipe``: an attribute of ``megatron.bridge.recipes``, else of one of its
+    ``<family>.h100`` modules (benchmark recipes, indexed by the runner's own metadata, are not looked up)."""
+    import megatron.bridge.recipes as recipes
+
+    found = getattr(recipes, name, None)
+    if callable(found):
+        return found
+    for module_name in _h100_modules(recipes):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        found = getattr(module, name, None)
+        if callable(found):
+            return found
+    return None
+
+
+def _recipe_kwargs(builder: Callable[..., Any], peft_scheme: str | None) -> dict[str, Any]:
+    """``recipe_runner._recipe_kwargs_for_signature`` for the PEFT scheme (the runner passes no seq_length)."""
+    if peft_scheme is None:
+        return {}
+    try:
+        params = inspect.signature(builder).parameters
+    except (ValueError, TypeError):
+        return {"peft": peft_scheme}
+    if "peft_scheme" in params:
+        return {"peft_scheme": peft_scheme}
+    if "peft" in params or any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return {"peft": peft_scheme}
+    return {}
+
+
+def build_megatron_recipe(name: str) -> tuple[Callable[[], Any], str]:
+    """A builder for Megatron-Bridge recipe ``name`` as ``run_recipe.py --recipe NAME`` loads it, and the training
+    loop it runs (``pretrain`` or ``finetune``); ValueError when the runner would not find it either."""
+    builder = find_megatron_recipe(name)
+    if builder is None:
+        raise ValueError(f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules)")
+    mode = infer_recipe_mode(name)
+    kwargs = _recipe_kwargs(builder, mode if mode in ("lora", "dora") else None)
+    return (lambda: builder(**kwargs)), train_mode(mode)
+
+
+def _cp_sizes(config: Any) -> set[int]:
+    sizes = {getattr(config.model, "context_parallel_size", 1)}
+    eval_cp = getattr(getattr(config, "dist", None), "eval_context_parallel_size", None)
+    if eval_cp is not None:
+        sizes.add(eval_cp)
+    return sizes
+
+
+def _sync_finetuning_cp_invariants(config: Any, mode: str) -> None:
+    """``recipe_runner.sync_finetuning_cp_invariants``."""
+    dataset = getattr(config, "dataset", None)
+    finetuning = hasattr(dataset, "enable_offline_packing") or hasattr(dataset, "enable_in_batch_packing")
+    if mode != "finetune" or not finetuning:
+        return
+    if any(size > 1 for size in _cp_sizes(config)):
+        if hasattr(config.model, "calculate_per_token_loss"):
+            config.model.calculate_per_token_loss = True
+        ddp = getattr(config, "ddp", None)
+        if ddp is not None and hasattr(ddp, "average_in_collective"):
+            ddp.average_in_collective = False
+
+
+def _sync_offline_packing_alignment(config: Any) -> None:
+    """``recipe_runner.sync_offline_packing_alignment``."""
+    dataset = getattr(config, "dataset", None)
+    if not getattr(dataset, "enable_offline_packing", False):
+        return
+    from megatron.bridge.data.packing import PackedSequenceSpecs
+
+    specs = getattr(dataset, "offline_packing_specs", None)
+    if specs is None:
+        specs = dataset.offline_packing_specs = PackedSequenceSpecs()
+    elif isinstance(specs, dict):
+        specs = dataset.offline_packing_specs = PackedSequenceSpecs(**specs)
+    if getattr(dataset, "seq_length", None) is not None:
+        specs.packed_sequence_size = dataset.seq_length
+    tp = getattr(config.model, "tensor_model_parallel_size", 1)
+    sp = bool(getattr(config.model, "sequence_parallel", False))
+    sizes = _cp_sizes(config)
+    cp_multiples = [2 * size if size > 1 else 1 for size in sizes]
+    sp_multiples = [size * tp if sp and tp > 1 else 1 for size in sizes]
+    specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, *cp_multiples, *sp_multiples)
+
+
+def _sync_model_dataset_sequence_length(config: Any) -> None:
+    """``recipe_runner.sync_model_dataset_sequence_length``."""
+    model, dataset = getattr(config, "model", None), getattr(config, "dataset", None)
+    if model is None or dataset is None or not hasattr(model, "seq_length"):
+        return
+    length = getattr(dataset, "seq_length", None)
+    if length is None:
+        length = getattr(dataset, "sequence_length", None)
+    if length is not None and model.seq_length != length:
+        model.seq_length = length
+
+
+#: (field, the runner function that may set it), in the order run_recipe.main() calls them
+WATCHED = (
+    ("model.calculate_per_token_loss", "sync_finetuning_cp_invariants"),
+    ("ddp.average_in_collective", "sync_finetuning_cp_invariants"),
+    ("dataset.offline_packing_specs.packed_sequence_size", "sync_offline_packing_alignment"),
+    ("dataset.offline_packing_specs.pad_seq_to_mult", "sync_offline_packing_alignment"),
+    ("model.seq_length", "sync_model_dataset_sequence_length"),
+)
+
+
+def _read(config: Any, dotted: str) -> Any:
+    value = config
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def runner_fixes(config: Any, mode: str) -> list[RunnerChange]:
+    """Apply the runner's pre-launch repairs to ``config`` in place (its own functions when available) and say
+    what changed. ``mode`` is the training loop: ``"finetune"`` or ``"pretrain"``."""
+    before = {field: _read(config, field) for field, _ in WATCHED}
+    module = runner_module()
+    if module is not None:
+        module.sync_finetuning_cp_invariants(config, mode=mode)
+        module.sync_offline_packing_alignment(config)
+        module.sync_model_dataset_sequence_length(config)
+    else:
+        _sync_finetuning_cp_invariants(config, mode)
+        _sync_offline_packing_alignment(config)
+        _sync_model_dataset_sequence_length(config)
+    return [
+        RunnerChange(field, before[field], _read(config, field), by)
+        for field, by in WATCHED
+        if _read(config, field) != before[field]
+    ]
