@@ -1,6 +1,11 @@
-"""Violation records and the single error type the plugin raises.
+"""Violation records and the plugin's one error family.
 
-Kept free of Megatron imports so the CLI can format reports without paying ~40 s of import time.
+Every error the plugin raises on purpose is a :class:`SeqpackError` (a ``ValueError``): a config that breaks a rule
+(:class:`PackingConfigError`), bad input or usage (:class:`UsageError`; ``InputError`` for data files,
+``ArtifactError`` for packs, ``StaticShapeOverflowError`` / ``StaticShapeMismatchError`` at run time). Each message
+names the field, file or flag and the fix. The command line prints these and exits 1 (a config that breaks a rule)
+or 2; any other exception is a bug and is shown as one. Kept free of Megatron imports so the CLI can format reports
+without paying ~40 s of import time.
 """
 
 from __future__ import annotations
@@ -8,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Violation", "PackingConfigError", "format_assignment", "ERROR", "ADVISORY", "SEVERITIES"]
+__all__ = [
+    "Violation",
+    "SeqpackError",
+    "UsageError",
+    "PackingConfigError",
+    "format_assignment",
+    "ERROR",
+    "ADVISORY",
+    "SEVERITIES",
+]
 
 ERROR = "error"  # Megatron code fails (crash, assert, silently wrong training): the hook raises
 ADVISORY = "advisory"  # documented or wasteful, no failing code: shown and warned, raised only when strict
@@ -43,16 +57,23 @@ class Violation:
     @property
     def overrides(self) -> list[str]:
         """The fix as Hydra-style overrides Megatron-Bridge's recipe runner accepts (empty when not mechanical)."""
-        from mbridge_seqpack.overrides import render_override
+        from mbridge_seqpack.override_text import render_override
 
         return [render_override(path, value) for path, value in self.assignments.items()]
 
-    def describe(self) -> str:
-        """Multi-line text for one violation, as it appears inside the error message."""
+    def describe(self, width: int = 98) -> str:
+        """Multi-line text for one violation, as it appears inside the error message (indented by 2 there): at most
+        ``width`` columns, continuation lines under their label; overrides are never split inside one."""
+        from mbridge_seqpack.textout import wrap
+
         fields_text = ", ".join(f"{name}={value!r}" for name, value in self.fields.items())
         tag = self.rule_id if self.severity == ERROR else f"{self.rule_id} (advisory)"
-        text = f"[{tag}] {fields_text}\n    rule: {self.rule}\n    fix:  {self.fix}"
-        return text + (f"\n    override: {' '.join(self.overrides)}" if self.overrides else "")
+        lines = wrap(f"[{tag}] {fields_text}", hang="      ", width=width)
+        lines += wrap(self.rule, "    rule: ", hang=" " * 10, width=width)
+        lines += wrap(self.fix, "    fix:  ", hang=" " * 10, width=width)
+        if self.overrides:
+            lines += _pack_words(self.overrides, "    override: ", " " * 14, width)
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (values repr'd when not plain JSON scalars)."""
@@ -77,12 +98,31 @@ class Violation:
         }
 
 
-class PackingConfigError(ValueError):
+def _pack_words(words: list[str], indent: str, hang: str, width: int) -> list[str]:
+    """``words`` joined by spaces into lines of at most ``width`` (a longer word gets a line of its own)."""
+    lines, line, placed = [], indent, False
+    for word in words:
+        if placed and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line, placed = hang, False
+        line, placed = f"{line}{' ' if placed else ''}{word}", True
+    return [*lines, line]
+
+
+class SeqpackError(ValueError):
+    """The base of every error the plugin raises on purpose: something the user can fix, said with the fix."""
+
+
+class UsageError(SeqpackError):
+    """A bad argument, option, name or value given to the plugin (its API, its command line, a recipe name)."""
+
+
+class PackingConfigError(SeqpackError):
     """Every packing / context-parallel / CUDA-graph violation of one config, raised together."""
 
     def __init__(self, violations: list[Violation]):
         if not violations:
-            raise ValueError("PackingConfigError needs at least one violation")
+            raise TypeError("PackingConfigError needs at least one violation")
         self.violations = list(violations)
         noun = "violation" if len(self.violations) == 1 else "violations"
         lines = [f"mbridge_seqpack: {len(self.violations)} packing/long-context config {noun}:"]

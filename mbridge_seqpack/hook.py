@@ -18,7 +18,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
-from mbridge_seqpack.errors import ERROR, PackingConfigError
+from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
 from mbridge_seqpack.modes import MODE_ENV, MODES, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
 
@@ -45,7 +45,7 @@ class PackingConfigWarning(UserWarning):
 
 def _check_mode(mode: str, source: str) -> str:
     if mode not in MODES:
-        raise ValueError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Fix: {source}='error'")
+        raise UsageError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Fix: {source}='error'")
     return mode
 
 
@@ -209,7 +209,7 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
     Installing again only updates mode, world size and strictness.
     """
     if not isinstance(strict, bool):
-        raise ValueError(f"strict must be True or False, got {strict!r}")
+        raise UsageError(f"strict must be True or False, got {strict!r}")
     _check_mode(mode, "mode")
     cls = _config_container()
     previous = _snapshot()

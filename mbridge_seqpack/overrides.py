@@ -11,33 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
+from mbridge_seqpack.errors import UsageError
+from mbridge_seqpack.override_text import render_override, render_value
+
 __all__ = ["render_value", "render_override", "check_override_syntax", "apply_overrides", "converged_fix"]
-
-DICT_FIELDS = ("dataset.dataset_kwargs.", "env_vars.")
-
-
-def render_value(value: Any) -> str:
-    """A value in Hydra's override grammar: true/false/null, numbers, [lists], {dicts}, quoted strings."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(render_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{render_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    if text and all(c.isalnum() or c in "_-./" for c in text) and text.lower() not in ("true", "false", "null"):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def render_override(path: str, value: Any) -> str:
-    """``path=value`` as Megatron-Bridge's Hydra-style overrides take it (``++`` for keys inside dicts)."""
-    prefix = "++" if path.startswith(DICT_FIELDS) else ""
-    return f"{prefix}{path}={render_value(value)}"
 
 
 def check_override_syntax(overrides: Sequence[str]) -> None:
@@ -49,7 +26,7 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
         try:
             parser.parse_overrides([text])
         except Exception as exc:  # noqa: BLE001  (hydra raises its own OverrideParseException)
-            raise ValueError(
+            raise UsageError(
                 f"override {text!r} is not valid Hydra override syntax ({str(exc).splitlines()[0]}); "
                 f"write it as Megatron-Bridge's recipe runner takes it, e.g. model.seq_length=8192, "
                 f"++dataset.dataset_kwargs.pad_to_max_length=true"
@@ -65,10 +42,10 @@ def apply_overrides(cfg: Any, overrides: Sequence[str], config_file: str | None 
     try:
         return process_config_with_overrides(cfg, config_filepath=config_file, cli_overrides=list(overrides))
     except FileNotFoundError as exc:
-        raise ValueError(f"--config-file: {exc}") from None
+        raise UsageError(f"--config-file: {exc}") from None
     except Exception as exc:  # noqa: BLE001  (OverridesError, omegaconf errors)
         first = str(exc).splitlines()[0]
-        raise ValueError(f"Megatron-Bridge rejected the overrides: {first}{_did_you_mean(cfg, first)}") from None
+        raise UsageError(f"Megatron-Bridge rejected the overrides: {first}{_did_you_mean(cfg, first)}") from None
 
 
 def _did_you_mean(cfg: Any, message: str) -> str:

@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = ["split_path", "get_path", "set_path"]
 
 _TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]")
@@ -21,7 +23,7 @@ def split_path(path: str) -> list[tuple[str, Any]]:
     while pos < len(path):
         match = _TOKEN.match(path, pos)
         if match is None or (pos == 0 and path.startswith(".")):
-            raise ValueError(
+            raise UsageError(
                 f"bad config path {path!r} at character {pos}; use e.g. model.seq_length or "
                 "dataset.dataset_kwargs['pad_to_max_length']"
             )
@@ -31,17 +33,17 @@ def split_path(path: str) -> list[tuple[str, Any]]:
             parts.append(("key", ast.literal_eval(match.group(2))))
         pos = match.end()
     if not parts:
-        raise ValueError("empty config path; use e.g. model.seq_length")
+        raise UsageError("empty config path; use e.g. model.seq_length")
     return parts
 
 
 def _step(obj: Any, kind: str, name: Any, path: str) -> Any:
     if kind == "key" or isinstance(obj, Mapping):
         if not isinstance(obj, Mapping) or name not in obj:
-            raise ValueError(f"config path {path!r}: no key {name!r}")
+            raise UsageError(f"config path {path!r}: no key {name!r}")
         return obj[name]
     if not hasattr(obj, name):
-        raise ValueError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
+        raise UsageError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
     return getattr(obj, name)
 
 
@@ -62,9 +64,9 @@ def set_path(root: Any, path: str, value: Any) -> None:
     kind, name = parts[-1]
     if kind == "key" or isinstance(obj, dict):
         if not isinstance(obj, dict):
-            raise ValueError(f"config path {path!r}: {type(obj).__name__} is not a dict")
+            raise UsageError(f"config path {path!r}: {type(obj).__name__} is not a dict")
         obj[name] = value
         return
     if not hasattr(obj, name):
-        raise ValueError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
+        raise UsageError(f"config path {path!r}: {type(obj).__name__} has no field {name!r}")
     setattr(obj, name, value)

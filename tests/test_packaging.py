@@ -60,6 +60,25 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "-py3-none-any" not in wheel.name  # a platform wheel, since it carries a compiled library
 
 
+def test_the_wheel_is_manylinux_tagged_and_needs_no_newer_glibc(wheel: Path) -> None:
+    """A package index refuses ``linux_x86_64``; the kernel is loaded with ctypes (any CPython 3), and the glibc
+    symbol versions it needs (what ``auditwheel show`` reads: GLIBC_2.2.5 here) are within the tag's."""
+    import platform
+    import re
+
+    arch = platform.machine()
+    assert wheel.name == f"mbridge_seqpack-0.1.0-py3-none-manylinux_2_17_{arch}.whl"
+    tags = [
+        line
+        for line in zipfile.ZipFile(wheel).read("mbridge_seqpack-0.1.0.dist-info/WHEEL").decode().splitlines()
+        if line.startswith("Tag:")
+    ]
+    assert tags == [f"Tag: py3-none-manylinux_2_17_{arch}"]
+    library = zipfile.ZipFile(wheel).read("mbridge_seqpack/packing/native/_bfd.so")
+    needed = {int(m) for m in re.findall(rb"GLIBC_2\.(\d+)", library)}
+    assert needed and max(needed) <= 17
+
+
 def test_installed_wheel_packs_with_its_c_kernel(wheel: Path, tmp_path: Path) -> None:
     out = _run_installed(
         wheel,

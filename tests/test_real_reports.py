@@ -59,5 +59,13 @@ def test_report(report: Report, request: pytest.FixtureRequest) -> None:
     if report.pack_mult is not None:
         overrides += request.getfixturevalue("pack_of")(report.pack_mult)
     cfg: Any = process_config_with_overrides(copy.deepcopy(base), cli_overrides=overrides)
-    errors = sorted({v.rule_id for v in check(cfg, world_size=report.world) if v.severity == "error"})
+    found = check(cfg, world_size=report.world)
+    errors = sorted({v.rule_id for v in found if v.severity == "error"})
     assert errors == sorted(report.expected), report.title
+    if found:  # the message a launch prints fits 100 columns, every override whole on one line
+        from mbridge_seqpack.errors import PackingConfigError
+
+        lines = str(PackingConfigError(found)).splitlines()
+        assert max(map(len, lines)) <= 100, max(lines, key=len)
+        tokens = {token for line in lines for token in line.split()}
+        assert all(o in tokens for v in found for o in v.overrides)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mbridge_seqpack.cli.args import add_runner_flag, positive_int
+from mbridge_seqpack.errors import UsageError
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -17,12 +18,12 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
         try:
             kwargs = json.loads(args.dataset_kwargs)
         except json.JSONDecodeError as exc:
-            raise ValueError(
+            raise UsageError(
                 f"--dataset-kwargs must be a JSON object ({exc.msg}), e.g. "
                 f'\'{{"prompt_template": "{{input}} {{output}}"}}\''
             ) from None
         if not isinstance(kwargs, dict):
-            raise ValueError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
+            raise UsageError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
         from mbridge_seqpack.packing.dataset_kwargs import check_dataset_kwargs
 
         check_dataset_kwargs(kwargs)
@@ -47,7 +48,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
         print(f"note: {note}", file=sys.stderr)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
-        raise ValueError(
+        raise UsageError(
             f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
             f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size"
         )
@@ -88,12 +89,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.input and "=" in args.input and not Path(args.input).exists():  # `pack --recipe X key=value`
         args.overrides, args.input = [args.input, *args.overrides], None
     if args.overrides and not args.recipe:
-        raise ValueError(f"overrides {args.overrides} need --recipe NAME")
+        raise UsageError(f"overrides {args.overrides} need --recipe NAME")
     if args.recipe:
         inputs, tokenizer, options = _from_recipe(args)
     else:
         if args.pack_size is None:
-            raise ValueError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
+            raise UsageError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
         if args.input is None:  # the embedded corpus, both splits
             inputs = {
                 "training": embedded_data_dir() / "training.jsonl",

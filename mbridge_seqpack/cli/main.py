@@ -2,6 +2,10 @@
 
 Commands that do not need Megatron-Bridge (``pack`` checks its inputs first, ``inspect``, ``verify``, ``--help``)
 do not import it before they must: that import takes ~40 s on a CPU machine.
+
+Exit codes: 0 ok, 1 a config that breaks a rule (or a check that found one), 2 an error of the plugin's family
+(``errors.SeqpackError``: bad input, usage, artifact) or an exhausted resource, 3 a bug (shown as one, with the
+traceback and where to report it).
 """
 
 from __future__ import annotations
@@ -15,12 +19,9 @@ from mbridge_seqpack.cli.check import add_check_command
 from mbridge_seqpack.cli.data import add_data_commands
 from mbridge_seqpack.cli.plan import add_plan_command
 from mbridge_seqpack.cli.recipes import add_recipes_command
+from mbridge_seqpack.errors import PackingConfigError, SeqpackError, UsageError
 
 __all__ = ["build_parser", "main", "UsageError"]
-
-
-class UsageError(ValueError):
-    """Bad command-line input; exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `mbridge-seqpack inspect --json | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except UsageError as exc:
+    except PackingConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except SeqpackError as exc:
         print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:
@@ -64,14 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"mbridge-seqpack: error: {where}{exc.strerror or exc}; free the resource and run again", file=sys.stderr
         )
         return 2
-    except ValueError as exc:
-        from mbridge_seqpack.errors import PackingConfigError
+    except Exception:  # noqa: BLE001  (anything else is a bug in the plugin: say so, with what a report needs)
+        import traceback
 
-        if isinstance(exc, PackingConfigError):
-            print(str(exc), file=sys.stderr)
-            return 1
-        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
-        return 2
+        traceback.print_exc()
+        print(
+            "mbridge-seqpack: internal error (a bug in mbridge-seqpack, not in your input): please report it to its "
+            "issue tracker with the command line, `mbridge-seqpack --version` and the traceback above",
+            file=sys.stderr,
+        )
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

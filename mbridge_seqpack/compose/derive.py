@@ -12,7 +12,22 @@ from typing import Any
 
 from mbridge_seqpack.paths import set_path
 
-__all__ = ["derive", "ensure_specs"]
+__all__ = ["derive", "ensure_specs", "DERIVED_PATHS"]
+
+#: every field ``derive`` may set (the NeMo-Run plugin passes those that change as overrides)
+DERIVED_PATHS = (
+    "model.seq_length",
+    "dataset.seq_length",
+    "train.micro_batch_size",
+    "dataset.pad_to_max_length",
+    "dataset.offline_packing_specs.packed_sequence_size",
+    "dataset.offline_packing_specs.pad_seq_to_mult",
+    "dataset.offline_packing_specs.pad_cu_seqlens",
+    "dataset.dataset_kwargs.pad_to_max_length",
+    "dataset.dataset_kwargs.pad_seq_length_to_mult",
+    "model.calculate_per_token_loss",
+    "ddp.average_in_collective",
+)
 
 
 def ensure_specs(cfg: Any) -> Any:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 from mbridge_seqpack.compose.derive import derive, ensure_specs
-from mbridge_seqpack.errors import ERROR, PackingConfigError, Violation
+from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError, Violation
 from mbridge_seqpack.paths import set_path
 
 #: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
@@ -45,7 +45,7 @@ class Mixin(Protocol):
 
 def _positive(name: str, value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class InBatchPacking:
     def __post_init__(self) -> None:
         _positive("InBatchPacking.micro_batch_size", self.micro_batch_size)
         if self.micro_batch_size < 2:
-            raise ValueError(
+            raise UsageError(
                 f"InBatchPacking.micro_batch_size must be > 1 (it packs the sequences of one micro batch), got "
                 f"{self.micro_batch_size}; use OfflinePacking for micro batch 1"
             )
@@ -173,11 +173,11 @@ class PackedCudaGraphs:
 
     def __post_init__(self) -> None:
         if self.impl not in ("transformer_engine", "full_iteration"):
-            raise ValueError(
+            raise UsageError(
                 f"PackedCudaGraphs.impl must be 'transformer_engine' or 'full_iteration', got {self.impl!r}"
             )
         if self.impl == "transformer_engine" and (not self.modules or "attn" in self.modules):
-            raise ValueError(
+            raise UsageError(
                 f"PackedCudaGraphs.modules={tuple(self.modules)!r} puts attention inside a TE graph, which asserts on "
                 "packed_seq_params at the first replay; capture after attention, e.g. modules=('mlp',)"
             )

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.modes import MODE_ENV, MODES
 
 try:
@@ -39,21 +40,6 @@ logger = logging.getLogger(__name__)
 
 MISSING_NEMO_RUN = (
     "mbridge_seqpack.nemo_run needs NeMo-Run: pip install 'mbridge-seqpack[nemo-run]' (or pip install nemo-run)"
-)
-
-#: fields the mixins derive (mixins.derive); with a base config, those that change become overrides too
-DERIVED_PATHS = (
-    "model.seq_length",
-    "dataset.seq_length",
-    "train.micro_batch_size",
-    "dataset.pad_to_max_length",
-    "dataset.offline_packing_specs.packed_sequence_size",
-    "dataset.offline_packing_specs.pad_seq_to_mult",
-    "dataset.offline_packing_specs.pad_cu_seqlens",
-    "dataset.dataset_kwargs.pad_to_max_length",
-    "dataset.dataset_kwargs.pad_seq_length_to_mult",
-    "model.calculate_per_token_loss",
-    "ddp.average_in_collective",
 )
 
 
@@ -103,6 +89,8 @@ def script_overrides(mixins: Sequence[Any], base: Any = None) -> dict[str, Any]:
     from mbridge_seqpack.compose.mixins import apply
 
     derived = apply(copy.deepcopy(base), *mixins)
+    from mbridge_seqpack.compose.derive import DERIVED_PATHS
+
     for path in DERIVED_PATHS:
         before, after = _value(base, path), _value(derived, path)
         if after is not None and before != after:
@@ -135,7 +123,7 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"SequencePacking.mode must be 'error', 'warn' or 'off', got {self.mode!r}")
+            raise UsageError(f"SequencePacking.mode must be 'error', 'warn' or 'off', got {self.mode!r}")
         for mixin in self.mixins:
             if not hasattr(mixin, "facts"):
                 raise TypeError(
@@ -189,7 +177,7 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
 
         config = getattr(task, "config", None)
         if config is None:
-            raise ValueError(
+            raise UsageError(
                 "SequencePacking: the run.Partial has no `config` argument (a ConfigContainer), "
                 "e.g. run.Partial(finetune, config=cfg, forward_step_func=forward_step)"
             )

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.packing.digests import date_back, file_sha256
 from mbridge_seqpack.packing.sequences import TokenizedSequences
 
@@ -54,7 +55,7 @@ FORMAT = "mbridge_seqpack.packed/2"
 SPLITS = ("training", "validation")
 
 
-class ArtifactError(ValueError):
+class ArtifactError(SeqpackError):
     """A packed artifact that is missing, incomplete, corrupted, mixed or stale."""
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = [
     "CostModel",
     "BalanceResult",
@@ -284,7 +286,7 @@ def read_order(rows: int, sampler: str, seed: int, epoch: int = 0) -> np.ndarray
     if sampler == "single":
         return np.arange(rows, dtype=np.int64)
     if sampler != "batch":
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        raise UsageError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     import torch
 
     generator = torch.Generator()

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = ["PackedCollator"]
 
 
@@ -42,9 +44,9 @@ class PackedCollator:
 
     def __post_init__(self) -> None:
         if self.pad_cu_seqlens and not self.pack_metadata:
-            raise ValueError("pad_cu_seqlens=True needs pack_metadata (the entries of <N>_metadata.jsonl)")
+            raise UsageError("pad_cu_seqlens=True needs pack_metadata (the entries of <N>_metadata.jsonl)")
         if self.pad_cu_seqlens and not self.pad_to_max_length:
-            raise ValueError("pad_cu_seqlens=True requires pad_to_max_length=True")
+            raise UsageError("pad_cu_seqlens=True requires pad_to_max_length=True")
 
     def _row(self, item: dict[str, Any], max_length: int) -> dict[str, Any]:
         ids = np.asarray(item["input_ids"], dtype=np.int64)

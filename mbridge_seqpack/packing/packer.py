@@ -5,7 +5,8 @@ remaining space that holds it; bins with equal remaining space form a LIFO stack
 fits. Two implementations place every sequence identically (tested):
 
 - the C kernel (``native/bfd.c``, built by the wheel's build hook, loaded with ctypes): a counting sort
-  and a 64-ary bitset over remaining-space values, O(n + capacity), 8 bytes per sequence of work memory;
+  and a 64-ary bitset over remaining-space values, O(n + capacity), at most 8 bytes per sequence of work memory
+  (4 for the seeded order, 4 per bin);
 - the pure-Python path (no compiler, or ``MBRIDGE_SEQPACK_NATIVE=0``): every group of equal-length
   sequences is placed at once, with a Python big integer as the bitset of non-empty buckets; the work is
   proportional to the number of (length, bucket) groups.
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from mbridge_seqpack.errors import UsageError
 
 __all__ = [
     "pack_lengths",
@@ -66,13 +69,13 @@ def native_kernel() -> Any:
 def _as_lengths(lengths: object) -> np.ndarray:
     arr = np.asarray(lengths)
     if arr.ndim != 1:
-        raise ValueError(f"lengths must be a 1-D sequence of token counts, got an array of shape {arr.shape}")
+        raise UsageError(f"lengths must be a 1-D sequence of token counts, got an array of shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
+        raise UsageError(f"lengths must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64, copy=False)
     if arr.size and arr.min() < 1:
         bad = int(np.argmax(arr < 1))
-        raise ValueError(f"lengths[{bad}] = {int(arr[bad])}: every sequence must have at least 1 token")
+        raise UsageError(f"lengths[{bad}] = {int(arr[bad])}: every sequence must have at least 1 token")
     return arr
 
 
@@ -155,11 +158,11 @@ def pack_lengths(
     (``overflow="drop"``); it is never truncated.
     """
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+        raise UsageError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
     if overflow not in OVERFLOW_POLICIES:
-        raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}; got {overflow!r}")
+        raise UsageError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}; got {overflow!r}")
     if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
-        raise ValueError(f"capacity must be a positive integer (tokens per pack), got {capacity!r}")
+        raise UsageError(f"capacity must be a positive integer (tokens per pack), got {capacity!r}")
     capacity = int(capacity)
     arr = _as_lengths(lengths)
     n = arr.size
@@ -170,13 +173,13 @@ def pack_lengths(
     if too_long.any():
         first = int(np.argmax(too_long))
         if overflow == "error":
-            raise ValueError(
+            raise UsageError(
                 f"lengths[{first}] = {int(arr[first])} exceeds capacity {capacity} "
                 f"({int(too_long.sum())} sequence(s) too long); raise the pack size, filter them out, or pass "
                 f"overflow='drop'"
             )
     if n >= 2**31 - 1:
-        raise ValueError(f"pack_lengths takes fewer than 2**31 sequences, got {n}")
+        raise UsageError(f"pack_lengths takes fewer than 2**31 sequences, got {n}")
     rng = np.random.default_rng(seed)
     # the seeded order of the kept sequences: rng.permutation(k) values, as int32 (4 bytes per sequence)
     shuffled = np.arange(n, dtype=np.int32) if not too_long.any() else np.flatnonzero(~too_long).astype(np.int32)
@@ -289,7 +292,7 @@ def packing_stats(lengths: object, bins: np.ndarray, capacity: int) -> PackingSt
     arr = _as_lengths(lengths)
     bins = np.asarray(bins, dtype=np.int64)
     if bins.shape != arr.shape:
-        raise ValueError(f"bins has shape {bins.shape}, lengths has shape {arr.shape}; they must match")
+        raise UsageError(f"bins has shape {bins.shape}, lengths has shape {arr.shape}; they must match")
     placed = bins >= 0
     num_bins = int(bins.max()) + 1 if placed.any() else 0
     tokens = np.bincount(bins[placed], weights=arr[placed], minlength=num_bins).astype(np.int64)

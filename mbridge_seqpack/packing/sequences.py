@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.packing.digests import file_sha256
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class InputError(ValueError):
+class InputError(SeqpackError):
     """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback."""
 
 

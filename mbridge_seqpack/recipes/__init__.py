@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.recipes.kit import RecipeInfo
 
 __all__ = ["recipes_dir", "list_recipes", "recipe_info", "build_recipe", "load_recipe_target"]
@@ -33,7 +34,7 @@ def _load_module(path: Path) -> ModuleType:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ValueError(f"recipe file {path} cannot be imported; it must be a .py file")
+        raise UsageError(f"recipe file {path} cannot be imported; it must be a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -71,7 +72,7 @@ def recipe_info(name: str) -> RecipeInfo:
 def _lookup(name: str) -> Callable[..., Any]:
     table = _packaged()
     if name not in table:
-        raise ValueError(f"unknown recipe {name!r}; packaged recipes: {', '.join(sorted(table))}")
+        raise UsageError(f"unknown recipe {name!r}; packaged recipes: {', '.join(sorted(table))}")
     return table[name]
 
 
@@ -92,12 +93,12 @@ def load_recipe_target(target: str) -> tuple[Callable[..., Any], RecipeInfo | No
         return fn, fn.seqpack_recipe  # type: ignore[attr-defined]
     path = Path(path_part)
     if not path.is_file():
-        raise ValueError(f"recipe file {path} does not exist")
+        raise UsageError(f"recipe file {path} does not exist")
     module = _load_module(path.resolve())
     if fn_name:
         fn = getattr(module, fn_name, None)
         if not callable(fn):
-            raise ValueError(f"{path} has no function {fn_name!r}")
+            raise UsageError(f"{path} has no function {fn_name!r}")
         return fn, getattr(fn, "seqpack_recipe", None)
     marked = [v for v in vars(module).values() if isinstance(getattr(v, "seqpack_recipe", None), RecipeInfo)]
     if len(marked) == 1:
@@ -105,6 +106,6 @@ def load_recipe_target(target: str) -> tuple[Callable[..., Any], RecipeInfo | No
     for default in ("recipe", "config"):
         if callable(getattr(module, default, None)):
             return getattr(module, default), None
-    raise ValueError(
+    raise UsageError(
         f"{path} defines {len(marked)} marked recipes and no recipe()/config() function; name one as {path}:FUNCTION"
     )

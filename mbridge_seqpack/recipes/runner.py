@@ -27,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = [
     "RUNNER_DIR_ENV",
     "RunnerChange",
@@ -135,7 +137,7 @@ def build_megatron_recipe(name: str) -> tuple[Callable[[], Any], str]:
     loop it runs (``pretrain`` or ``finetune``); ValueError when the runner would not find it either."""
     builder = find_megatron_recipe(name)
     if builder is None:
-        raise ValueError(f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules)")
+        raise UsageError(f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules)")
     mode = infer_recipe_mode(name)
     kwargs = _recipe_kwargs(builder, mode if mode in ("lora", "dora") else None)
     return (lambda: builder(**kwargs)), train_mode(mode)

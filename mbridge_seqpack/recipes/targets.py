@@ -9,6 +9,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = ["quiet_megatron_import", "build_target", "build_launch", "Launch", "resolve_world"]
 
 
@@ -81,7 +83,7 @@ def build_launch(
         try:
             fn, mode = build_megatron_recipe(target)
         except ValueError as exc:
-            raise ValueError(
+            raise UsageError(
                 f"{exc}{_nearest_recipe(target)}; packaged recipes: {', '.join(list_recipes())}"
             ) from None
         info = None

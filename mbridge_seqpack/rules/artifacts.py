@@ -8,10 +8,9 @@ from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 
-SPECS = "dataset.offline_packing_specs"
 PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
 
@@ -98,6 +97,7 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
                 f"resolves to {len(files)} file(s) holding split(s) {sorted(splits)}; "
                 f"Megatron-Bridge would read all of them as {split} data",
                 fix,
+                **{"artifact split": sorted(splits), "read as": split},
             )
         )
     prints = {repr(sorted((k, v) for k, v in i["fingerprint"].items() if k != "input_sha256")) for _, i in infos}
@@ -138,6 +138,10 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
                 f"the pack was tokenized with another tokenizer ({fp.get('tokenizer')}) "
                 f"than tokenizer.tokenizer_model",
                 f"re-pack with --tokenizer {ctx.cfg.tokenizer.tokenizer_model}",
+                **{
+                    "artifact tokenizer": fp.get("tokenizer"),
+                    "tokenizer.tokenizer_model": str(ctx.cfg.tokenizer.tokenizer_model),
+                },
             )
         )
     found += _content_differences(ctx, field, spec, fp, fix)

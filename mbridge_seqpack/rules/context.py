@@ -10,16 +10,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.rules.topology import Topology
 
-__all__ = ["RuleContext", "resolve_world_size"]
+__all__ = ["RuleContext", "resolve_world_size", "SPECS"]
+
+#: where a config keeps its offline packing specs (the prefix of every field the packing rules name)
+SPECS = "dataset.offline_packing_specs"
 
 
 def resolve_world_size(world_size: int | None) -> int:
     """The world size to check against: explicit, else torch.distributed / WORLD_SIZE as Megatron-Bridge does."""
     if world_size is not None:
         if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-            raise ValueError(f"world_size must be a positive integer, got {world_size!r}; pass e.g. world_size=8")
+            raise UsageError(f"world_size must be a positive integer, got {world_size!r}; pass e.g. world_size=8")
         return world_size
     from megatron.bridge.utils.common_utils import get_world_size_safe
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.graph_paths import (
     FULL_ITER_READ,
     HOST_MAX_SEQLEN,
@@ -15,8 +15,6 @@ from mbridge_seqpack.rules.graph_paths import (
     graph_path,
 )
 from mbridge_seqpack.rules.registry import rule
-
-SPECS = "dataset.offline_packing_specs"
 
 
 @rule(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mbridge_seqpack.rules.context import SPECS
+
 
 @dataclass(frozen=True)
 class FieldUse:
@@ -25,8 +27,6 @@ class FieldUse:
     def used(self) -> bool:
         return self.consumer is not None
 
-
-_SPECS = "dataset.offline_packing_specs"
 
 FIELD_USES: tuple[FieldUse, ...] = (
     FieldUse(
@@ -239,43 +239,43 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "pad_seq_length_to_mult",
     ),
     FieldUse(
-        f"{_SPECS}.packed_sequence_size",
+        f"{SPECS}.packed_sequence_size",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset build",
         "packed_sequence_size",
     ),
     FieldUse(
-        f"{_SPECS}.pad_seq_to_mult",
+        f"{SPECS}.pad_seq_to_mult",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset build / prep",
         "pad_seq_to_mult",
     ),
     FieldUse(
-        f"{_SPECS}.max_single_sequence_length",
+        f"{SPECS}.max_single_sequence_length",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset prep",
         "max_single_sequence_length",
     ),
     FieldUse(
-        f"{_SPECS}.pad_cu_seqlens",
+        f"{SPECS}.pad_cu_seqlens",
         "bridge/data/packing/gpt_sft.py",
         "GPTSFTPackedDataset.collate_fn",
         "pad_cu_seqlens",
     ),
     FieldUse(
-        f"{_SPECS}.packed_train_data_path",
+        f"{SPECS}.packed_train_data_path",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset paths",
         "packed_train_data_path",
     ),
     FieldUse(
-        f"{_SPECS}.packed_val_data_path",
+        f"{SPECS}.packed_val_data_path",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset paths",
         "packed_val_data_path",
     ),
     FieldUse(
-        f"{_SPECS}.packed_metadata_path",
+        f"{SPECS}.packed_metadata_path",
         "bridge/data/builders/gpt_sft.py",
         "packed dataset paths",
         "packed_metadata_path",

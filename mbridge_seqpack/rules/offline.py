@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.topology import round_up
 
-SPECS = "dataset.offline_packing_specs"
 ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
 GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16), data/datasets/gpt_sft.py
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.modes import ACTIVE_MODES, env_mode
 
 __all__ = [
@@ -42,7 +43,7 @@ _FLAG = "__mbridge_seqpack_static_thd__"
 _original: Callable[..., Any] | None = None
 
 
-class StaticShapeMismatchError(ValueError):
+class StaticShapeMismatchError(SeqpackError):
     """A packed batch whose shapes or ``max_seqlen`` differ from the batch the graph was captured with."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from mbridge_seqpack.errors import SeqpackError, UsageError
+
 __all__ = [
     "StaticTHDLayout",
     "StaticShapeOverflowError",
@@ -32,7 +34,7 @@ CU_PADDED_KEYS = ("cu_seqlens_q_padded", "cu_seqlens_kv_padded")
 SEQUENCE_KEYS = {"tokens": 0, "input_ids": 0, "labels": -100, "loss_mask": 0, "position_ids": 0}
 
 
-class StaticShapeOverflowError(ValueError):
+class StaticShapeOverflowError(SeqpackError):
     """A row has more sequences than the static ``cu_seqlens`` capacity holds."""
 
 
@@ -46,13 +48,13 @@ class StaticTHDLayout:
 
     def __post_init__(self) -> None:
         if not isinstance(self.capacity, int) or self.capacity < 2:
-            raise ValueError(
+            raise UsageError(
                 f"StaticTHDLayout.capacity must be an int >= 2 (0 plus one boundary), got {self.capacity!r}"
             )
         if not isinstance(self.max_seqlen, int) or self.max_seqlen < 1:
-            raise ValueError(f"StaticTHDLayout.max_seqlen must be a positive int, got {self.max_seqlen!r}")
+            raise UsageError(f"StaticTHDLayout.max_seqlen must be a positive int, got {self.max_seqlen!r}")
         if self.width is not None and (not isinstance(self.width, int) or self.width < 1):
-            raise ValueError(f"StaticTHDLayout.width must be a positive int or None, got {self.width!r}")
+            raise UsageError(f"StaticTHDLayout.width must be a positive int or None, got {self.width!r}")
 
     @classmethod
     def from_pack_metadata(cls, path: str | Path, row_width: int) -> "StaticTHDLayout":
@@ -65,11 +67,11 @@ class StaticTHDLayout:
             max_seq = max(int(e["dataset_max_seqlen"]) for e in entries)
             min_packed = min(int(e["min_packed_seqlen"]) for e in entries)
         except FileNotFoundError:
-            raise ValueError(
+            raise UsageError(
                 f"pack metadata {path} does not exist; pass the <N>_metadata.jsonl written with the pack"
             ) from None
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(
+            raise UsageError(
                 f"pack metadata {path} must be a JSON list of objects with max_samples_per_bin, "
                 f"dataset_max_seqlen and min_packed_seqlen ({exc})"
             ) from None
@@ -79,26 +81,26 @@ class StaticTHDLayout:
 def validate_cu_seqlens(cu: torch.Tensor, *, name: str = "cu_seqlens", row_width: int | None = None) -> None:
     """Value checks for host-side boundaries: 1-D integers, start 0, non-decreasing, inside the row."""
     if not isinstance(cu, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+        raise UsageError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dim() != 1 or cu.numel() < 1:
-        raise ValueError(f"{name} must be a non-empty 1-D tensor of boundaries, got shape {tuple(cu.shape)}")
+        raise UsageError(f"{name} must be a non-empty 1-D tensor of boundaries, got shape {tuple(cu.shape)}")
     if cu.dtype.is_floating_point or cu.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {cu.dtype}")
+        raise UsageError(f"{name} must hold integers, got dtype {cu.dtype}")
     if cu.device.type != "cpu":
         return  # reading device values would synchronise; collate-time (CPU) callers get the checks
     values = cu.to(torch.int64)
     if values[0] != 0:
-        raise ValueError(f"{name}[0] must be 0 (the first sequence starts the row), got {int(values[0])}")
+        raise UsageError(f"{name}[0] must be 0 (the first sequence starts the row), got {int(values[0])}")
     if (values < 0).any():
-        raise ValueError(f"{name} has a negative boundary: {values.tolist()}")
+        raise UsageError(f"{name} has a negative boundary: {values.tolist()}")
     steps = values[1:] - values[:-1]
     if (steps < 0).any():
         i = int(torch.nonzero(steps < 0)[0]) + 1
-        raise ValueError(
+        raise UsageError(
             f"{name} must be non-decreasing; {name}[{i}] = {int(values[i])} < {name}[{i - 1}] = {int(values[i - 1])}"
         )
     if row_width is not None and values[-1] > row_width:
-        raise ValueError(f"{name}[-1] = {int(values[-1])} is beyond the row width {row_width}")
+        raise UsageError(f"{name}[-1] = {int(values[-1])} is beyond the row width {row_width}")
 
 
 def pad_cu_seqlens(cu: torch.Tensor, capacity: int, *, name: str = "cu_seqlens") -> torch.Tensor:
@@ -143,7 +145,7 @@ def static_cu_seqlens(
         padded = cu_seqlens_padded.reshape(-1) if cu_seqlens_padded.dim() == 2 else cu_seqlens_padded
         validate_cu_seqlens(padded, name="cu_seqlens_padded", row_width=row_width)
         if padded.shape != cu.shape:
-            raise ValueError(
+            raise UsageError(
                 f"cu_seqlens_padded has {padded.numel()} entries and cu_seqlens {cu.numel()}; they "
                 f"describe the same segments and must match"
             )
@@ -174,7 +176,7 @@ def static_packed_seq_params(
     from megatron.core.packed_seq_params import PackedSeqParams
 
     if not isinstance(max_seqlen, int) or max_seqlen < 1:
-        raise ValueError(f"max_seqlen must be a positive int (a fixed bound for the run), got {max_seqlen!r}")
+        raise UsageError(f"max_seqlen must be a positive int (a fixed bound for the run), got {max_seqlen!r}")
     cu, padded = static_cu_seqlens(
         cu_seqlens, capacity=capacity, cu_seqlens_padded=cu_seqlens_padded, row_width=row_width
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from mbridge_seqpack.errors import UsageError
+
 __all__ = [
     "segment_ids",
     "varlen_causal_attention",
@@ -52,7 +54,7 @@ def packed_token_loss(
 def thd_cp_partition_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
     """Token indices that CP rank ``cp_rank`` holds of a THD row (zigzag per document)."""
     if cp_size < 1 or not 0 <= cp_rank < cp_size:
-        raise ValueError(f"cp_rank must be in [0, {cp_size}) with cp_size >= 1, got rank {cp_rank} of {cp_size}")
+        raise UsageError(f"cp_rank must be in [0, {cp_size}) with cp_size >= 1, got rank {cp_rank} of {cp_size}")
     bounds = cu_seqlens_padded.to(torch.int64).tolist()
     chunks = 2 * cp_size
     parts = []
@@ -61,7 +63,7 @@ def thd_cp_partition_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_r
         if length == 0:
             continue
         if length % chunks:
-            raise ValueError(
+            raise UsageError(
                 f"segment [{start}, {end}) has length {length}, not a multiple of 2*CP = {chunks}; "
                 f"pad sequences to pad_seq_to_mult (THD would silently drop tokens)"
             )
@@ -80,9 +82,9 @@ def thd_cp_reassemble(shards: list[torch.Tensor], cu_seqlens_padded: torch.Tenso
     for rank, shard in enumerate(shards):
         index = thd_cp_partition_indices(cu_seqlens_padded, cp_size, rank)
         if filled[index].any():
-            raise ValueError("CP shards overlap: a token is held by two ranks")
+            raise UsageError("CP shards overlap: a token is held by two ranks")
         out[index] = shard
         filled[index] = True
     if not filled.all():
-        raise ValueError(f"CP shards miss {int((~filled).sum())} token(s)")
+        raise UsageError(f"CP shards miss {int((~filled).sum())} token(s)")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Iterator
 
+from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.thd.layout import StaticTHDLayout, static_thd_batch
 
 __all__ = ["StaticTHDBatches", "static_thd_forward_step", "layout_from_config", "static_forward_step"]
@@ -70,12 +71,12 @@ def layout_from_config(cfg: Any) -> StaticTHDLayout:
     metadata (``packed_metadata_path``) and the pack size, as Megatron-Bridge's own collate pads."""
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None or not getattr(specs, "pad_cu_seqlens", False):
-        raise ValueError(
+        raise UsageError(
             "the config asks for no static THD shapes: set dataset.offline_packing_specs.pad_cu_seqlens=True "
             "(offline packing, fixed width); in-batch packing cannot be CUDA-graphed in Megatron-Bridge 0.6.2"
         )
     if specs.packed_metadata_path is None:
-        raise ValueError(
+        raise UsageError(
             "cfg.dataset.offline_packing_specs.packed_metadata_path is None; static cu_seqlens are "
             "sized from the pack metadata - set it to the <N>_metadata.jsonl written with the pack"
         )
