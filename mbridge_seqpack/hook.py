@@ -85,7 +85,6 @@ _validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
 def dry_run_world_size(cfg: Any) -> int | None:
     """The world a dry run checks against: the installed or launched one (``WORLD_SIZE``, a process group) when
     there is one, else the smallest world the config's layout fits (a login node has no ``WORLD_SIZE``)."""
-    import math
     import os
 
     if _state["world_size"] is not None or os.environ.get("WORLD_SIZE"):
@@ -95,14 +94,9 @@ def dry_run_world_size(cfg: Any) -> int | None:
 
         if dist.is_available() and dist.is_initialized():
             return None
-        m = cfg.model
-        tp, pp, cp = (
-            int(getattr(m, k, 1) or 1)
-            for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
-        )
-        ep = int(getattr(m, "expert_model_parallel_size", 1) or 1)
-        etp = int(getattr(m, "expert_tensor_parallel_size", None) or (1 if ep > 1 else tp))
-        return math.lcm(tp * pp * cp, etp * ep * pp)
+        from mbridge_seqpack.rules.context import RuleContext
+
+        return RuleContext(cfg=cfg, world_size=1).topology.smallest_world
     except Exception:  # noqa: BLE001  (a mistyped layout: config.types reports it at the resolved world)
         return None
 

@@ -179,12 +179,12 @@ def _sync_offline_packing_alignment(config: Any) -> None:
         specs = dataset.offline_packing_specs = PackedSequenceSpecs(**specs)
     if getattr(dataset, "seq_length", None) is not None:
         specs.packed_sequence_size = dataset.seq_length
+    from mbridge_seqpack.rules.topology import alignment_multiple  # the runner's lcm(2*CP, CP*TP if SP) formula
+
     tp = getattr(config.model, "tensor_model_parallel_size", 1)
     sp = bool(getattr(config.model, "sequence_parallel", False))
-    sizes = _cp_sizes(config)
-    cp_multiples = [2 * size if size > 1 else 1 for size in sizes]
-    sp_multiples = [size * tp if sp and tp > 1 else 1 for size in sizes]
-    specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, *cp_multiples, *sp_multiples)
+    need = alignment_multiple(tp, tuple(sorted(_cp_sizes(config))), sp)
+    specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, need)
 
 
 def _sync_model_dataset_sequence_length(config: Any) -> None:

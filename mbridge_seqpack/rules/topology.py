@@ -67,6 +67,11 @@ class Topology:
         return self.expert_tensor_parallel * self.ep * self.pp
 
     @property
+    def smallest_world(self) -> int:
+        """The fewest GPUs the layout runs on: divisible by one model replica and by one expert replica."""
+        return math.lcm(self.model_parallel, self.expert_model_parallel)
+
+    @property
     def data_parallel(self) -> int | None:
         """DP size as Megatron computes it, or None when the world size does not divide."""
         if self.world_size % self.model_parallel:
