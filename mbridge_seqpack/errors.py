@@ -11,7 +11,7 @@ without paying ~40 s of import time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "Violation",
@@ -22,10 +22,13 @@ __all__ = [
     "ERROR",
     "ADVISORY",
     "SEVERITIES",
+    "Severity",
 ]
 
-ERROR = "error"  # Megatron code fails (crash, assert, silently wrong training): the hook raises
-ADVISORY = "advisory"  # documented or wasteful, no failing code: shown and warned, raised only when strict
+Severity = Literal["error", "advisory"]
+
+ERROR: Severity = "error"  # Megatron code fails (crash, assert, silently wrong training): the hook raises
+ADVISORY: Severity = "advisory"  # documented or wasteful, no failing code: shown and warned, raised only when strict
 SEVERITIES = (ERROR, ADVISORY)
 
 
@@ -48,7 +51,7 @@ class Violation:
     rule: str
     fix: str = ""
     assignments: dict[str, Any] = field(default_factory=dict)
-    severity: str = ERROR
+    severity: Severity = ERROR
 
     def __post_init__(self) -> None:
         if not self.fix:

@@ -16,10 +16,11 @@ import functools
 import hashlib
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
-from mbridge_seqpack.modes import MODE_ENV, MODES, env_mode
+from mbridge_seqpack.modes import MODE_ENV, MODES, Mode, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
 
 __all__ = [
@@ -35,8 +36,23 @@ __all__ = [
 
 _WRAPPER_FLAG = "__mbridge_seqpack_hook__"
 
-#: "original": the wrapped ConfigContainer methods by name (None when not installed)
-_state: dict[str, Any] = {"original": None, "mode": None, "world_size": None, "strict": False}
+
+@dataclass
+class _HookState:
+    """What install() set: the wrapped ConfigContainer methods by name (None when not installed), the mode, the
+    world size the rules assume and whether advisories raise too."""
+
+    original: dict[str, Any] | None = None
+    mode: Mode | None = None
+    world_size: int | None = None
+    strict: bool = False
+
+    def settings(self) -> tuple[Mode, int | None, bool] | None:
+        """(mode, world_size, strict) when installed, else None: what a context manager restores."""
+        return (self.mode, self.world_size, self.strict) if self.original is not None else None
+
+
+_state = _HookState()
 
 
 class PackingConfigWarning(UserWarning):
@@ -51,12 +67,12 @@ def _check_mode(mode: str, source: str) -> str:
 
 def current_mode() -> str | None:
     """Effective mode: ``MBRIDGE_SEQPACK_MODE`` overrides the installed one; None when not installed."""
-    if _state["original"] is None:
+    if _state.original is None:
         return None
     env = env_mode()
     if env:
         return _check_mode(env, MODE_ENV)
-    return _state["mode"]
+    return _state.mode
 
 
 def _config_container() -> type:
@@ -87,8 +103,8 @@ def dry_run_world_size(cfg: Any) -> int | None:
     there is one, else the smallest world the config's layout fits (a login node has no ``WORLD_SIZE``)."""
     import os
 
-    if _state["world_size"] is not None or os.environ.get("WORLD_SIZE"):
-        return _state["world_size"]
+    if _state.world_size is not None or os.environ.get("WORLD_SIZE"):
+        return _state.world_size
     try:
         import torch.distributed as dist
 
@@ -107,7 +123,7 @@ def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
         digest = hashlib.sha256(repr(cfg).encode()).hexdigest()
     except Exception:  # noqa: BLE001  (an odd repr only disables the reuse)
         return None
-    return id(cfg), digest, _state["world_size"]
+    return id(cfg), digest, _state.world_size
 
 
 def _violations(cfg: Any, *, keep: bool, world_size: int | None = None) -> list[Any]:
@@ -119,7 +135,7 @@ def _violations(cfg: Any, *, keep: bool, world_size: int | None = None) -> list[
     if key is not None and _checked["key"] == key:
         violations = _checked["violations"]
     else:
-        violations = check(cfg, world_size=world_size if world_size is not None else _state["world_size"])
+        violations = check(cfg, world_size=world_size if world_size is not None else _state.world_size)
     _checked.update(key=key if keep else None, violations=violations if keep else None)
     return violations
 
@@ -133,7 +149,7 @@ def run_hook_rules(cfg: Any, *, announce: bool = True, world_size: int | None = 
     if not violations:
         return
     if mode == "error":
-        raised = [v for v in violations if _state["strict"] or v.severity == ERROR]
+        raised = [v for v in violations if _state.strict or v.severity == ERROR]
         if raised:
             raise PackingConfigError(raised)
     if announce and is_rank_zero():
@@ -170,7 +186,7 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _snapshot() -> tuple[str, int | None, bool] | None:
     """(mode, world_size, strict) when installed, else None."""
-    return (_state["mode"], _state["world_size"], _state["strict"]) if _state["original"] is not None else None
+    return _state.settings()
 
 
 def _restore(previous: tuple[str, int | None, bool] | None) -> None:
@@ -207,7 +223,7 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
     _check_mode(mode, "mode")
     cls = _config_container()
     previous = _snapshot()
-    if _state["original"] is None:
+    if _state.original is None:
         originals = {}
         for name in _WRAPPED:
             current = cls.__dict__.get(name, _INHERITED)  # to_yaml is Megatron-Core's container's
@@ -215,11 +231,11 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
                 current = current.__wrapped__
             originals[name] = current
             setattr(cls, name, _make_wrapper(getattr(cls, name) if current is _INHERITED else current))
-        _state["original"] = originals
+        _state.original = originals
     from mbridge_seqpack.thd import inject
 
     inject.install()  # full-iteration graphs over packed batches get host-side max_seqlen
-    _state.update(mode=mode, world_size=world_size, strict=strict)
+    _state.mode, _state.world_size, _state.strict = mode, world_size, strict
     return InstalledHook(previous)
 
 
@@ -236,16 +252,16 @@ def suspended() -> Iterator[None]:
 
 def uninstall() -> None:
     """Restore the original ``ConfigContainer`` methods exactly; a no-op when not installed."""
-    if _state["original"] is None:
+    if _state.original is None:
         return
     from mbridge_seqpack.thd import inject
 
     inject.uninstall()
     cls = _config_container()
-    for name, original in _state["original"].items():
+    for name, original in _state.original.items():
         if original is _INHERITED:
             delattr(cls, name)  # back to the inherited method, as before install()
         else:
             setattr(cls, name, original)
     _checked.update(key=None, violations=None)
-    _state.update(original=None, mode=None, world_size=None, strict=False)
+    _state.original, _state.mode, _state.world_size, _state.strict = None, None, None, False

@@ -4,8 +4,11 @@ and the static-THD injection, which must agree on when the plugin is on)."""
 from __future__ import annotations
 
 import os
+from typing import Literal
 
-__all__ = ["MODES", "MODE_ENV", "ACTIVE_MODES", "env_mode"]
+__all__ = ["Mode", "MODES", "MODE_ENV", "ACTIVE_MODES", "env_mode"]
+
+Mode = Literal["error", "warn", "off"]
 
 MODES = ("error", "warn", "off")
 ACTIVE_MODES = ("error", "warn")

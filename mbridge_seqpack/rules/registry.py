@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
-from mbridge_seqpack.errors import SEVERITIES, Violation
+from mbridge_seqpack.errors import SEVERITIES, Severity, Violation
 from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule"]
 
 RuleFn = Callable[[RuleContext], "list[Violation] | None"]
+Status = Literal["ok", "fail", "n/a", "skipped"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Rule:
     rule_id: str
     summary: str
     fn: RuleFn
-    severity: str
+    severity: Severity
     evidence: str
 
 
@@ -41,14 +42,14 @@ class RuleResult:
     """Outcome of one rule on one config: ``status`` is "ok", "fail", "n/a" or "skipped"."""
 
     rule: Rule
-    status: str
+    status: Status
     violations: tuple[Violation, ...] = ()
 
 
 _CATALOG: list[Rule] = []
 
 
-def rule(rule_id: str, summary: str, *, severity: str, evidence: str) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, summary: str, *, severity: Severity, evidence: str) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` under ``rule_id``; ids are unique and keep registration order."""
     if severity not in SEVERITIES:
         raise RuntimeError(f"rule {rule_id!r}: severity must be one of {SEVERITIES}, got {severity!r}")
