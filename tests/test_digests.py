@@ -24,6 +24,8 @@ TRAIN = "training_4096.idx.parquet"
 
 def _file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every whole-file hash from now on (the plugin's own reader, not Megatron's)."""
+    import sys
+
     reads: list[str] = []
     real = digests.file_sha256
 
@@ -31,7 +33,9 @@ def _file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reads.append(Path(path).name)
         return real(path, chunk)
 
-    monkeypatch.setattr(digests, "file_sha256", counting)
+    for name, module in list(sys.modules.items()):  # every module that binds it (sequences re-exports it)
+        if name.startswith("mbridge_seqpack") and getattr(module, "file_sha256", None) is real:
+            monkeypatch.setattr(module, "file_sha256", counting)
     return reads
 
 
@@ -55,6 +59,7 @@ def packed(tmp_path: Path, packed_cfg: Any) -> tuple[Path, Any]:
     specs.packed_val_data_path = str(out / "validation_4096.idx.parquet")
     specs.packed_metadata_path = str(out / "4096_metadata.jsonl")
     packed_cfg.dataset.dataset_root = str(DATA)  # the input digests are compared too
+    packed_cfg.tokenizer.tokenizer_model = str(embedded_tokenizer_dir())  # and the tokenizer files
     return out, packed_cfg
 
 
@@ -62,7 +67,8 @@ def packed(tmp_path: Path, packed_cfg: Any) -> tuple[Path, Any]:
 def test_the_first_launch_after_pack_reads_no_whole_file(
     packed: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pack hashed its outputs and inputs in full; the launch compares stamps, sizes and 64 KiB tails only."""
+    """pack hashed its outputs, inputs and tokenizer files in full; the launch compares stamps, sizes and 64 KiB
+    tails only."""
     _, cfg = packed
     reads = _file_reads(monkeypatch)
     assert _pack_rule(cfg) == []

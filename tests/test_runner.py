@@ -43,12 +43,10 @@ def offline_hub(megatron_bridge: Any) -> Any:
 
 def _world(cfg: Any, recipe: str) -> int:
     """The GPU count in the name, grown to the smallest world the overridden layout fits."""
-    m = cfg.model
-    tp, pp, cp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size
-    ep = getattr(m, "expert_model_parallel_size", 1) or 1
-    etp = getattr(m, "expert_tensor_parallel_size", None) or (1 if ep > 1 else tp)
+    from mbridge_seqpack.rules.context import RuleContext
+
     declared = int(recipe.split("gpu")[0].rsplit("_", 1)[1])
-    return math.lcm(declared, tp * pp * cp, etp * ep * pp)
+    return math.lcm(declared, RuleContext(cfg=cfg, world_size=1).topology.smallest_world)
 
 
 @pytest.mark.parametrize("case", sorted(RECORD), ids=lambda c: c.replace(" ", "+"))

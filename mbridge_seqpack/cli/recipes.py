@@ -29,18 +29,18 @@ def recipe_listing() -> list[dict[str, Any]]:
 
 
 def recipe_rows() -> list[dict[str, Any]]:
-    """One row per packaged recipe, built at its declared world size."""
+    """:func:`recipe_listing`'s rows, each recipe built at its declared world size for its derived layout (the
+    recipe's own ``mode`` description kept over the packing mode the layout derives)."""
     from mbridge_seqpack.cli.report import derived_values
-    from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+    from mbridge_seqpack.recipes import build_recipe
     from mbridge_seqpack.recipes.targets import quiet_megatron_import
     from mbridge_seqpack.rules import RuleContext
 
     quiet_megatron_import()
     rows = []
-    for name in list_recipes():
-        info = recipe_info(name)
-        derived = derived_values(RuleContext.build(build_recipe(name), info.world_size))
-        rows.append({"name": name, "model": info.model, "description": info.description, **derived, "mode": info.mode})
+    for row in recipe_listing():
+        derived = derived_values(RuleContext.build(build_recipe(row["name"]), row["world_size"]))
+        rows.append({**row, **derived, "mode": row["mode"]})
     return rows
 
 

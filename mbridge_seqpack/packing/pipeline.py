@@ -242,7 +242,7 @@ def pack_jsonl(
         raise InputError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
     kwargs = dict(options.dataset_kwargs or {})
     records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()}
-    tok_sha = tokenizer_files_sha256(tokenizer)
+    tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # remembered: launches need not read them again
     check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
     mb_tokenizer = load_megatron_tokenizer(tokenizer)
     max_seq_length = options.max_seq_length or options.pack_size

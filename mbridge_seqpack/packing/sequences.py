@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -51,8 +51,10 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_files_sha256(directory: str | Path) -> str:
-    """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents)."""
+def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], str] | None = None) -> str:
+    """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents);
+    ``file_digest`` hashes one file (default: read it whole; a launch passes ``digests.launch_sha256``, the same
+    digest, remembered)."""
     root = Path(directory)
     if not root.is_dir():
         raise InputError(
@@ -67,7 +69,7 @@ def tokenizer_files_sha256(directory: str | Path) -> str:
             f"pass a Hugging Face tokenizer directory with --tokenizer"
         )
     for name in found:
-        digest.update(name.encode() + b"\0" + file_sha256(root / name).encode() + b"\0")
+        digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(root / name).encode() + b"\0")
     return digest.hexdigest()
 
 

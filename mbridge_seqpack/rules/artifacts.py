@@ -15,14 +15,16 @@ PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "va
 
 
 def _tokenizer_sha(cfg: Any) -> str | None:
-    """Hash of the configured tokenizer's files, when it is a local Hugging Face directory."""
+    """Hash of the configured tokenizer's files, when it is a local Hugging Face directory (every rank validates
+    at start-up: each file's digest is remembered from its first full read, packing/digests.py)."""
+    from mbridge_seqpack.packing.digests import launch_sha256
     from mbridge_seqpack.packing.sequences import InputError, tokenizer_files_sha256
 
     model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
     if model is None or not Path(str(model)).is_dir():
         return None  # a hub id or a non-HF tokenizer: nothing local to compare
     try:
-        return tokenizer_files_sha256(model)
+        return tokenizer_files_sha256(model, launch_sha256)
     except InputError:
         return None
 
