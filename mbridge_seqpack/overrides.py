@@ -60,10 +60,17 @@ def _did_you_mean(cfg: Any, message: str) -> str:
     *parents, leaf = found.group(1).lstrip("+~").split(".")
     node = cfg
     for name in parents:
-        node = getattr(node, name, None)
+        node = node.get(name) if isinstance(node, dict) else getattr(node, name, None)
         if node is None:
             return ""
-    names = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else list(vars(node))
+    if isinstance(node, dict):  # a free-form mapping (dataset_kwargs): Hydra adds a new key only with "+"
+        if leaf in node:
+            return ""
+        return f" ({'.'.join(parents)} is a mapping without the key {leaf!r}: add it with ++{found.group(1)}=...)"
+    if dataclasses.is_dataclass(node):
+        names = [f.name for f in dataclasses.fields(node)]
+    else:
+        names = list(getattr(node, "__dict__", {}))
     near = difflib.get_close_matches(leaf, names, n=1)
     return f" (did you mean {'.'.join([*parents, near[0]])!r}?)" if near else ""
 

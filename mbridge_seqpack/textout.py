@@ -26,6 +26,14 @@ def wrap(text: str, indent: str = "", *, hang: str | None = None, width: int = W
     ) or [indent.rstrip()]
 
 
+def labelled(label: str, value: str, *, hang: str = "  ", width: int = WIDTH) -> list[str]:
+    """``label`` then ``value`` (a path people copy) never split: on one line when it fits, else the value alone on
+    the next line after ``hang``, however long."""
+    if len(label) + len(value) <= width:
+        return [label + value]
+    return [label.rstrip(), hang + value]
+
+
 def table(
     columns: Sequence[tuple[str, str]],
     rows: Iterable[Sequence[object]],

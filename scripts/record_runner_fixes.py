@@ -35,6 +35,10 @@ RECIPES = (
     "gemma3_vl_4b_sft_1gpu_h100_bf16_config",
     "llama31_8b_peft_1gpu_h100_bf16_config",
     "llama3_8b_pretrain_2gpu_h100_bf16_config",
+    # benchmark recipes (megatron.bridge.perf_recipes): one exported by both packages, where the benchmark wins,
+    # and one only the benchmark package has
+    "llama3_70b_sft_32gpu_h100_bf16_config",
+    "llama3_8b_sft_8gpu_h100_bf16_config",
 )
 OVERRIDES = (
     (),
@@ -81,7 +85,9 @@ def main() -> int:
             for overrides in OVERRIDES:
                 peft = mode if mode in {"lora", "dora"} else None
                 config = recipe_runner.load_recipe(recipe, peft_scheme=peft)
-                builder = recipe_runner.find_library_recipe(recipe)
+                benchmark = recipe_metadata.resolved_benchmark_recipe_metadata(recipe) is not None
+                find = recipe_runner.find_benchmark_recipe if benchmark else recipe_runner.find_library_recipe
+                builder = find(recipe)  # what load_recipe built
                 config = recipe_runner.apply_cli_overrides(config, list(overrides))
                 config = recipe_runner.sync_model_pipeline_layout(config, cli_overrides=list(overrides))
                 config = recipe_runner.sync_finetuning_cp_invariants(config, mode=train)

@@ -106,6 +106,13 @@ def test_cli_check_names_a_misspelt_field_and_a_mistyped_value(
     assert err.strip().endswith(
         "Could not override 'model.context_paralel_size'. (did you mean 'model.context_parallel_size'?)"
     )
+    # a new key of a free-form mapping crashed the "did you mean" lookup (vars() of a dict) with a traceback
+    assert main(["check", "llama3_8b_sft_packed_8k", "dataset.dataset_kwargs.prompt_tempalte=x", "--rules-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "Could not override 'dataset.dataset_kwargs.prompt_tempalte'. (dataset.dataset_kwargs is a mapping "
+        "without the key 'prompt_tempalte': add it with ++dataset.dataset_kwargs.prompt_tempalte=...)"
+    )
     assert main(["check", "llama3_8b_sft_packed_8k", "model.context_parallel_size=two", "--rules-only"]) == 1
     out = capsys.readouterr().out
     assert "layout   not derived: a field has the wrong type (see config.types below)" in out
@@ -140,7 +147,8 @@ def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixtu
     assert main(["check", "no_such_recipe"]) == 2
     assert (
         "mbridge-seqpack: error: recipe 'no_such_recipe' not found in megatron.bridge.recipes (nor its "
-        "<family>.h100 modules); packaged recipes: llama31_8b_sft_128k_cp8" in capsys.readouterr().err
+        "<family>.h100 modules) or megatron.bridge.perf_recipes; packaged recipes: llama31_8b_sft_128k_cp8"
+        in capsys.readouterr().err
     )
     assert main(["check", "small_gpt_smoke_4k", "model.no_such_field=3"]) == 2
     assert capsys.readouterr().err == (

@@ -1,8 +1,9 @@
 """``check`` and ``pack`` model the job Megatron-Bridge's recipe runner launches (#21).
 
 ``tests/runner_fixes.json`` was recorded by running the runner's own functions (``scripts/record_runner_fixes.py``
-on Megatron-Bridge r0.6.0's ``scripts/training``) over 12 shipped recipes x 4 CP/TP/SP/seq_length overrides; the
-runner is not in the wheel, so the plugin's restatement (``recipes/runner.py``) is held to that record here.
+on Megatron-Bridge r0.6.0's ``scripts/training``) over 14 shipped recipes (two of them benchmark recipes) x 4
+CP/TP/SP/seq_length overrides; the runner is not in the wheel, so the plugin's restatement (``recipes/runner.py``)
+is held to that record here.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def test_an_unknown_name_lists_both_kinds_of_recipe(offline_hub: Any) -> None:
     with pytest.raises(
         ValueError,
         match=r"recipe 'llama3_8b_sft_cofnig' not found in megatron\.bridge\.recipes \(nor its <family>\.h100 "
-        r"modules\) \(did you mean 'llama3_8b_sft_config'\?\); packaged recipes: .*llama3_8b_sft_packed_8k",
+        r"modules\) or megatron\.bridge\.perf_recipes \(did you mean 'llama3_8b_sft_config'\?\); packaged "
+        r"recipes: .*llama3_8b_sft_packed_8k",
     ):
         build_launch("llama3_8b_sft_cofnig", [])

@@ -36,8 +36,9 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
-    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep)."""
+def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object, object]:
+    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
+    where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
     from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
     from mbridge_seqpack.packing.pipeline import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
@@ -79,7 +80,25 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object]:
         max_sequences_per_row=args.max_sequences_per_row,
         overflow=args.overflow,
     )
-    return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options
+    return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options, _builder_location(args, cfg, root)
+
+
+def _builder_location(args: argparse.Namespace, cfg: object, root: Path) -> object:
+    """Megatron-Bridge's own packed location for ``cfg``, when the pack is made from the config's JSONL and the
+    dataset root is not the package's embedded sample (never written into)."""
+    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.recipes.kit import embedded_data_dir
+
+    if args.input or args.validation:
+        return None  # another file than the builder would prepare from: a pack there would be stale for the config
+    if root.resolve() == embedded_data_dir().resolve():
+        print(
+            "note: the dataset root is the package's embedded sample; packing into --output (or ./packed_<N>_mult<M>)"
+            ", not beside it. Set dataset.dataset_root=DIR to pack where Megatron-Bridge's builder reads",
+            file=sys.stderr,
+        )
+        return None
+    return builder_location(cfg)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
@@ -90,8 +109,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
         args.overrides, args.input = [args.input, *args.overrides], None
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
+    location = None
     if args.recipe:
-        inputs, tokenizer, options = _from_recipe(args)
+        inputs, tokenizer, options, location = _from_recipe(args)
     else:
         if args.pack_size is None:
             raise UsageError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
@@ -119,21 +139,32 @@ def cmd_pack(args: argparse.Namespace) -> int:
             sampler_seed=args.sampler_seed,
             overflow=args.overflow,
         )
-    output = Path(args.output) if args.output else Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
+    if args.output:
+        output = Path(args.output)
+    elif location is not None:
+        output = location.directory
+    else:
+        output = Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
+    found_by_builder = location is not None and output.absolute() == location.directory.absolute()
     result = pack_jsonl(
         inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite, workers=args.workers
     )
     if args.json:
         print(
             json.dumps(
-                {"directory": str(result.directory), "metadata": str(result.metadata), "splits": result.splits},
+                {
+                    "directory": str(result.directory),
+                    "metadata": str(result.metadata),
+                    "found_by_megatron_bridge": found_by_builder,
+                    "splits": result.splits,
+                },
                 indent=2,
             )
         )
         return 0
-    from mbridge_seqpack.textout import wrap
+    from mbridge_seqpack.textout import labelled, wrap
 
-    lines = wrap(str(result.directory), "packed into ", hang="  ")
+    lines = labelled("packed into ", str(result.directory))
     for name, entry in result.splits.items():
         stats = entry["stats"]
         lines += wrap(
@@ -171,12 +202,20 @@ def cmd_pack(args: argparse.Namespace) -> int:
                 "    ",
                 hang="      ",
             )
-    lines += wrap(str(result.metadata), "  metadata: ", hang="    ")
-    lines.append("  use:")
-    lines.append(
-        "    dataset.offline_packing_specs.packed_train_data_path="
-        f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}"
-    )
+    lines += labelled("  metadata: ", str(result.metadata), hang="    ")
+    if found_by_builder:
+        lines += wrap(
+            "Megatron-Bridge's dataset builder reads it from there (its default_pack_path): no packed path "
+            "override needed",
+            "  ",
+            hang="    ",
+        )
+    else:
+        lines.append("  use:")
+        lines.append(
+            "    dataset.offline_packing_specs.packed_train_data_path="
+            f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}"
+        )
     print("\n".join(lines))
     return 0
 
@@ -226,7 +265,12 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         default=None,
         help="longest single sequence (Megatron-Bridge truncates longer prompts; default: pack size)",
     )
-    p.add_argument("--output", default=None, help="artifact directory (default: ./packed_<N>_mult<M>)")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="artifact directory (default with --recipe: where Megatron-Bridge's dataset builder looks, "
+        "<dataset_root>/packed/<tokenizer>_pad_seq_to_mult<M>_sft_<fingerprint>; else ./packed_<N>_mult<M>)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt-key", default="input", help="JSONL field of the prompt (default: input)")

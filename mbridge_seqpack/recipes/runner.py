@@ -1,8 +1,9 @@
 """Megatron-Bridge's recipe runner: how it finds a recipe by name, and what it changes before launch.
 
 ``scripts/training/run_recipe.py`` (with ``recipe_runner.py`` and ``recipe_metadata.py`` beside it; release
-branch r0.6.0, commit 6124fbe) resolves ``--recipe NAME`` in ``megatron.bridge.recipes`` or its ``<family>.h100``
-modules, applies the overrides, and then repairs three things ``check`` would otherwise report:
+branch r0.6.0, commit 6124fbe) resolves ``--recipe NAME`` in ``megatron.bridge.perf_recipes`` (flat benchmark names)
+or ``megatron.bridge.recipes`` and its ``<family>.h100`` modules, applies the overrides, and then repairs three
+things ``check`` would otherwise report:
 ``sync_finetuning_cp_invariants`` (per-token loss and no in-collective averaging for SFT at CP > 1),
 ``sync_offline_packing_alignment`` (``packed_sequence_size = dataset.seq_length`` and ``pad_seq_to_mult`` the lcm
 of 2*CP and CP*TP under sequence parallelism) and ``sync_model_dataset_sequence_length``.
@@ -21,6 +22,7 @@ import inspect
 import math
 import os
 import pkgutil
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ __all__ = [
     "RUNNER_DIR_ENV",
     "RunnerChange",
     "infer_recipe_mode",
+    "find_benchmark_recipe",
     "find_megatron_recipe",
     "build_megatron_recipe",
     "runner_fixes",
@@ -96,9 +99,51 @@ def _h100_modules(package: ModuleType) -> list[str]:
     return sorted(names)
 
 
+#: ``recipe_metadata.BENCHMARK_RECIPE_FAMILY_PREFIXES`` and ``BENCHMARK_RECIPE_PATTERN``: a flat benchmark name
+#: and the ``megatron.bridge.perf_recipes`` family package that exports it
+_BENCHMARK_FAMILIES = (
+    ("qwen3_vl_", "qwen_vl"),
+    ("qwen35_vl_", "qwen_vl"),
+    ("deepseek_", "deepseek"),
+    ("gpt_oss_", "gpt_oss"),
+    ("nemotron", "nemotronh"),
+    ("llama", "llama"),
+    ("qwen", "qwen"),
+    ("kimi_", "kimi"),
+    ("glm5", "glm_moe_dsa"),
+    ("wan_", "wan"),
+)
+_BENCHMARK_NAME = re.compile(
+    r"_(?P<task>pretrain|sft|peft)_(?P<num_gpus>[1-9][0-9]*)gpu_(?P<hardware>[a-z0-9]+)_"
+    r"(?P<precision>bf16|fp8cs|fp8mx|fp8sc|nvfp4)(?:_[a-z0-9_]+)?_config$"
+)
+
+
+def find_benchmark_recipe(name: str) -> Callable[..., Any] | None:
+    """``recipe_runner.find_benchmark_recipe`` for a name ``recipe_metadata.resolved_benchmark_recipe_metadata``
+    accepts: ``..._<N>gpu_<hardware>_<precision>[_...]_config`` exported by its family's package (the runner
+    indexes those exports from the packages' ``__init__.py`` source; the attribute is the same name)."""
+    if not _BENCHMARK_NAME.search(name):
+        return None
+    family = next((family for prefix, family in _BENCHMARK_FAMILIES if name.startswith(prefix)), None)
+    if family is None:
+        return None
+    try:
+        module = importlib.import_module(f"megatron.bridge.perf_recipes.{family}")
+    except ModuleNotFoundError:
+        return None
+    found = getattr(module, name, None)
+    return found if callable(found) else None
+
+
 def find_megatron_recipe(name: str) -> Callable[..., Any] | None:
-    """``recipe_runner.find_library_recipe``: an attribute of ``megatron.bridge.recipes``, else of one of its
-    ``<family>.h100`` modules (benchmark recipes, indexed by the runner's own metadata, are not looked up)."""
+    """``recipe_runner.load_recipe``'s lookup: a benchmark recipe of ``megatron.bridge.perf_recipes`` first (it wins
+    a name both packages export, e.g. ``llama3_70b_sft_32gpu_h100_bf16_config``), else
+    ``recipe_runner.find_library_recipe``: an attribute of ``megatron.bridge.recipes`` or of one of its
+    ``<family>.h100`` modules."""
+    benchmark = find_benchmark_recipe(name)
+    if benchmark is not None:
+        return benchmark
     import megatron.bridge.recipes as recipes
 
     found = getattr(recipes, name, None)
@@ -137,7 +182,10 @@ def build_megatron_recipe(name: str) -> tuple[Callable[[], Any], str]:
     loop it runs (``pretrain`` or ``finetune``); ValueError when the runner would not find it either."""
     builder = find_megatron_recipe(name)
     if builder is None:
-        raise UsageError(f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules)")
+        raise UsageError(
+            f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules) or "
+            "megatron.bridge.perf_recipes"
+        )
     mode = infer_recipe_mode(name)
     kwargs = _recipe_kwargs(builder, mode if mode in ("lora", "dora") else None)
     return (lambda: builder(**kwargs)), train_mode(mode)

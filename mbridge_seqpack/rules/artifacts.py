@@ -1,5 +1,6 @@
 """Stale, mixed or broken packs: explicit packed paths must resolve, as Megatron-Bridge resolves them, to one
-sealed, complete pack that agrees with the config."""
+sealed, complete pack that agrees with the config; so must a sealed pack in the builder's default location
+(packing/builder_location.py), which Megatron-Bridge trains on as it finds it."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def _repack_fix(ctx: RuleContext, field: str) -> str:
     )
 
 
-def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: list[Path]) -> list[Violation]:
+def _check_files(
+    ctx: RuleContext, field: str, spec: str, split: str, files: list[Path], fix: str | None = None
+) -> list[Violation]:
     from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
     from mbridge_seqpack.packing.inspect_artifact import (
         entry_for,
@@ -63,7 +66,7 @@ def _check_files(ctx: RuleContext, field: str, spec: str, split: str, files: lis
         seal_problems,
     )
 
-    fix = _repack_fix(ctx, field)
+    fix = fix or _repack_fix(ctx, field)
     found: list[Violation] = []
     infos = []
     for path in files:
@@ -237,13 +240,16 @@ def _input_differs(
 
 @rule(
     "artifact.fingerprint_mismatch",
-    "Explicit packed paths resolve to one sealed, complete pack matching pack size, alignment and tokenizer.",
+    "Packed paths (explicit, or the builder's default location) hold one sealed, complete pack matching the config.",
     severity=ERROR,
     evidence=(
         "data/packing/paths.py resolve_packed_parquet_paths reads every Parquet file of a directory or glob and "
         "data/packing/parquet.py GPTSFTPackedParquetDataset trains on all their rows; nothing in Megatron-Bridge "
         "compares them with the config or with each other, so a directory holding the validation split, a pack "
-        "of another size, alignment or tokenizer, or a corrupted file trains silently wrong."
+        "of another size, alignment or tokenizer, or a corrupted file trains silently wrong. With no packed path, "
+        "data/builders/gpt_sft.py GPTSFTDatasetBuilder._prepare_packed_split skips its prep when its "
+        "default_pack_path holds the file already (keyed by tokenizer name and config, not by the input data or "
+        "tokenizer files), so a pack left there from other data trains silently too."
     ),
 )
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
@@ -267,7 +273,34 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
             continue
         checked = checked or bool(files)
         found += _check_files(ctx, field, spec, split, files)
+    for split, path in _builder_default_files(ctx).items():
+        checked = True
+        fix = (
+            f"re-run `mbridge-seqpack pack --recipe ... --overwrite` with this config (it replaces the pack there), "
+            f"or delete {path.parent} to let Megatron-Bridge prepare it"
+        )
+        found += _check_files(ctx, "dataset.dataset_root", str(path), split, [path], fix)
     return found if (checked or found) else None
+
+
+def _builder_default_files(ctx: RuleContext) -> dict[str, Path]:
+    """The packed files Megatron-Bridge's builder will train on from its default location (no packed path set;
+    validation only under ``do_validation``) that exist already: a pack there is used as it is, never re-made."""
+    from mbridge_seqpack.packing.builder_location import builder_location
+
+    specs = ctx.specs
+    wanted = {"training": specs.packed_train_data_path is None}
+    wanted["validation"] = specs.packed_val_data_path is None and bool(getattr(ctx.dataset, "do_validation", True))
+    if not any(wanted.values()):
+        return {}
+    location = builder_location(ctx.cfg)
+    if location is None:
+        return {}
+    return {
+        split: location.split_path(split)
+        for split, default in wanted.items()
+        if default and location.split_path(split).is_file()
+    }
 
 
 def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
@@ -300,7 +333,9 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.packing.inspect_artifact import entry_for, find_metadata
 
     specs = ctx.specs
-    spec = getattr(specs, "packed_train_data_path", None) if specs is not None else None
+    if specs is None:
+        return None
+    spec = specs.packed_train_data_path or _builder_default_files(ctx).get("training")
     if spec is None:
         return None
     files, problem = _resolve(str(spec))
