@@ -43,15 +43,16 @@ class Violation:
 
     ``assignments`` holds the machine-applicable part of the fix (dotted path under ``cfg`` -> value);
     ``fix`` is the human sentence. ``fix`` defaults to the assignments rendered as statements.
-    ``severity`` is stamped from the rule's catalog entry when the rule runs.
+    ``rule_id`` and ``severity`` are stamped from the rule's catalog entry when the rule runs (``run_rule``), so a
+    rule never restates its own id.
     """
 
-    rule_id: str
     fields: dict[str, Any]
     rule: str
     fix: str = ""
     assignments: dict[str, Any] = field(default_factory=dict)
     severity: Severity = ERROR
+    rule_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.fix:

@@ -17,11 +17,14 @@ import hashlib
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
 from mbridge_seqpack.modes import MODE_ENV, MODES, Mode, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
     "install",
@@ -98,7 +101,7 @@ _checked: dict[str, Any] = {"key": None, "violations": None}
 _validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def dry_run_world_size(cfg: Any) -> int | None:
+def dry_run_world_size(cfg: ConfigContainer) -> int | None:
     """The world a dry run checks against: the installed or launched one (``WORLD_SIZE``, a process group) when
     there is one, else the smallest world the config's layout fits (a login node has no ``WORLD_SIZE``)."""
     import os
@@ -117,7 +120,7 @@ def dry_run_world_size(cfg: Any) -> int | None:
         return None
 
 
-def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
+def _config_key(cfg: ConfigContainer) -> tuple[int, str, int | None] | None:
     """Identity and content digest of ``cfg``: the rules' result is reused only for the same, unchanged config."""
     try:
         digest = hashlib.sha256(repr(cfg).encode()).hexdigest()
@@ -126,7 +129,7 @@ def _config_key(cfg: Any) -> tuple[int, str, int | None] | None:
     return id(cfg), digest, _state.world_size
 
 
-def _violations(cfg: Any, *, keep: bool, world_size: int | None = None) -> list[Any]:
+def _violations(cfg: ConfigContainer, *, keep: bool, world_size: int | None = None) -> list[Any]:
     """The rules' verdict on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
     set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update())."""
     from mbridge_seqpack.rules import check
@@ -140,7 +143,7 @@ def _violations(cfg: Any, *, keep: bool, world_size: int | None = None) -> list[
     return violations
 
 
-def run_hook_rules(cfg: Any, *, announce: bool = True, world_size: int | None = None) -> None:
+def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: int | None = None) -> None:
     """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest (``announce``)."""
     mode = current_mode()
     if mode in (None, "off"):
@@ -157,7 +160,7 @@ def run_hook_rules(cfg: Any, *, announce: bool = True, world_size: int | None = 
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
 
 
-def _was_validated(cfg: Any) -> bool:
+def _was_validated(cfg: ConfigContainer) -> bool:
     try:
         return cfg in _validated
     except TypeError:  # not weak-referenceable: check it

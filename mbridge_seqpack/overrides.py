@@ -9,10 +9,13 @@ override), since Megatron-Bridge's parser runs in struct mode; dataclass fields 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.override_text import render_override, render_value
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["render_value", "render_override", "check_override_syntax", "apply_overrides", "converged_fix"]
 
@@ -33,7 +36,7 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
             ) from None
 
 
-def apply_overrides(cfg: Any, overrides: Sequence[str], config_file: str | None = None) -> Any:
+def apply_overrides(cfg: ConfigContainer, overrides: Sequence[str], config_file: str | None = None) -> ConfigContainer:
     """Apply a YAML file and Hydra-style overrides with Megatron-Bridge's own ``process_config_with_overrides``."""
     if not overrides and not config_file:
         return cfg
@@ -95,7 +98,7 @@ def _merge(assignments: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def converged_fix(cfg: Any, check: Any, rounds: int = 5) -> tuple[list[str], list[Any]]:
+def converged_fix(cfg: ConfigContainer, check: Any, rounds: int = 5) -> tuple[list[str], list[Any]]:
     """One set of overrides that clears every violation: apply all fixes together (conflicts merged), re-check,
     repeat. Returns the overrides and whatever violations remain (empty when it converged)."""
     import copy

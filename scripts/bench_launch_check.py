@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_verify import write_pack  # noqa: E402
 
 from mbridge_seqpack.packing.digests import FileStamp, file_sha256, remember  # noqa: E402
-from mbridge_seqpack.packing.inspect_artifact import seal_problems  # noqa: E402
+from mbridge_seqpack.packing.seal import seal_problems  # noqa: E402
 
 
 def _timed(fn, repeat: int = 3) -> float:

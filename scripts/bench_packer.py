@@ -154,6 +154,7 @@ def bench_balance() -> list[dict]:
     from mbridge_seqpack.packing import pack_lengths
     from mbridge_seqpack.packing.balance import (
         DEFAULT_COST,
+        StepShape,
         balance_bins,
         file_layout,
         read_order,
@@ -180,7 +181,9 @@ def bench_balance() -> list[dict]:
             seconds = time.perf_counter() - start
             for micro in (1, 4):
                 start = time.perf_counter()
-                leveled, order = level_steps(lengths, result.bins, result.num_bins, cap, DEFAULT_COST, 8, micro)
+                leveled, order = level_steps(
+                    lengths, result.bins, result.num_bins, StepShape(cap, DEFAULT_COST, 8, micro)
+                )
                 level_seconds = time.perf_counter() - start
                 costs = row_costs(lengths, leveled, result.num_bins, DEFAULT_COST)
                 in_file = costs[file_layout(order, "batch", SAMPLER_SEED)]  # as `pack` writes it for that sampler

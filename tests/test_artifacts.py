@@ -279,9 +279,11 @@ def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) ->
 
 
 def test_inspect_and_verify_pass_on_a_good_pack(artifact: Path, tmp_path: Path) -> None:
+    from mbridge_seqpack.cli.histogram import draw_histogram
     from mbridge_seqpack.thd.verify import verify_artifact
 
-    report = inspect_artifact(artifact, png=tmp_path / "hist.png")
+    report = inspect_artifact(artifact)
+    draw_histogram(report, tmp_path / "hist.png")
     assert report.ok, report.to_text()
     assert [(s.name, s.sequences, s.sealed) for s in report.splits] == [
         ("training", 1799, True),

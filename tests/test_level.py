@@ -18,6 +18,7 @@ from mbridge_seqpack.packing import pack_lengths
 from mbridge_seqpack.packing.balance import (
     DEFAULT_COST,
     CostModel,
+    StepShape,
     balance_bins,
     row_costs,
     slot_order,
@@ -35,7 +36,7 @@ def test_the_slower_step_half_takes_from_the_reservoir_by_hand() -> None:
     # row 2 ([3]) is the reservoir. Best move: row 1 hands its 2 to the reservoir for the 3 (10 / 9.5);
     # row 0 giving its 4 for the 3 only reaches 9 / 8.5. After that, nothing helps.
     lengths = np.array([6, 4, 6, 2, 3])
-    exchange = ExchangePass(lengths, np.array([0, 0, 1, 1, 2]), 3, 10, TOKENS_ONLY, 2, 1, np.array([0, 1, 2]))
+    exchange = ExchangePass(lengths, np.array([0, 0, 1, 1, 2]), 3, StepShape(10, TOKENS_ONLY, 2), np.array([0, 1, 2]))
     assert exchange.run() == 1
     assert exchange.bins.tolist() == [0, 0, 1, 2, 1]
     assert exchange.ratio.tolist() == [10 / 9.5]
@@ -45,7 +46,7 @@ def test_a_full_row_trades_a_sequence_for_a_shorter_one_with_a_row_that_has_room
     # DP 2, two steps, no reservoir. Step 0: [5, 5] (10) vs [9]; step 1: [4, 4] vs [3, 4] (7, room 3).
     # Row 0 trades a 5 for row 3's 4: both steps become exactly even (9 / 9 and 8 / 8).
     lengths = np.array([5, 5, 9, 4, 4, 3, 4])
-    exchange = ExchangePass(lengths, np.array([0, 0, 1, 2, 2, 3, 3]), 4, 10, TOKENS_ONLY, 2, 1, np.arange(4))
+    exchange = ExchangePass(lengths, np.array([0, 0, 1, 2, 2, 3, 3]), 4, StepShape(10, TOKENS_ONLY, 2), np.arange(4))
     assert exchange.run() == 1
     assert exchange.bins.tolist() == [3, 0, 1, 2, 2, 3, 0]
     assert exchange.ratio.tolist() == [1.0, 1.0]
@@ -61,7 +62,7 @@ def test_a_moves_scored_change_is_the_recomputed_change_of_the_summed_ratios(see
     bins = np.repeat(np.arange(rows), 3)
     order = rng.permutation(rows)
     cost = CostModel(linear=float(rng.uniform(0.5, 2)), attention=float(rng.uniform(0, 0.1)))
-    exchange = ExchangePass(lengths, bins, rows, 200, cost, dp, micro, order)
+    exchange = ExchangePass(lengths, bins, rows, StepShape(200, cost, dp, micro), order)
     units = np.concatenate([np.arange(exchange.steps * dp), [-1]])
     givers, takers = rng.choice(units, 40), rng.choice(units, 40)
     amounts = rng.uniform(-30, 30, 40)
@@ -98,9 +99,8 @@ def test_leveled_rows_are_a_valid_pack_of_the_same_sequences(
     balanced = balance_bins(lengths, bins, capacity, DEFAULT_COST, max_per_bin=cap)
     before = row_costs(lengths, balanced.bins, balanced.num_bins, DEFAULT_COST)
     before_ratio = straggler_ratio(before[slot_order(before, dp, micro)], dp, micro)
-    leveled, order = level_steps(
-        lengths, balanced.bins, balanced.num_bins, capacity, DEFAULT_COST, dp, micro, max_per_bin=cap
-    )
+    shape = StepShape(capacity, DEFAULT_COST, dp, micro, max_per_bin=cap)
+    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, shape)
     assert ((leveled >= 0) == (balanced.bins >= 0)).all()
     counts = np.bincount(leveled[leveled >= 0], minlength=balanced.num_bins)
     assert counts.size == balanced.num_bins and counts.min() >= 1
@@ -118,7 +118,7 @@ def test_refill_brings_a_steps_rows_to_its_cheapest_and_spills_into_the_reservoi
     # stays 63; the reservoir fills up with what is left.
     lengths = np.array([60, 1, 1, 1, 1, 58, 1, 1, 1, 2, 40])
     bins = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2])
-    out = refill(lengths, bins, 3, 64, TOKENS_ONLY, np.array([0, 1, 2]), 2)
+    out = refill(lengths, bins, 3, StepShape(64, TOKENS_ONLY, 2), np.array([0, 1, 2]))
     assert out is not None
     assert np.bincount(out, weights=lengths).tolist() == [63.0, 63.0, 41.0]
     assert out[[0, 5, 10]].tolist() == [0, 1, 2]  # sequences of 1/16 of the capacity or more stay
@@ -132,7 +132,7 @@ def test_one_row_per_rank_per_step_is_at_least_twice_closer_to_even_than_megatro
     lengths = np.minimum(np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1, capacity)
     bins = pack_lengths(lengths, capacity, seed=0)
     balanced = balance_bins(lengths, bins, capacity, DEFAULT_COST)
-    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, capacity, DEFAULT_COST, 8, 1)
+    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(capacity, DEFAULT_COST, 8))
     theirs = _megatron_bridge_rows(lengths, capacity)  # its rows' costs in the order its prep writes them
     assert balanced.num_bins == int(bins.max()) + 1 == theirs.size  # no extra rows
     ours = straggler_ratio(row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)[order], 8, 1)
@@ -148,7 +148,7 @@ def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: in
     lengths = np.minimum(_embedded_lengths(), capacity)
     balanced = balance_bins(lengths, pack_lengths(lengths, capacity, seed=0), capacity, DEFAULT_COST)
     before = row_costs(lengths, balanced.bins, balanced.num_bins, DEFAULT_COST)
-    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, capacity, DEFAULT_COST, 8, 1)
+    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(capacity, DEFAULT_COST, 8))
     after = row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)
     gain = straggler_ratio(before[slot_order(before, 8, 1)], 8, 1) - straggler_ratio(after[order], 8, 1)
     assert gain > 0

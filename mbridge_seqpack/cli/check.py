@@ -6,15 +6,18 @@ import argparse
 import os
 import sys
 import warnings
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mbridge_seqpack.cli.args import DEFAULT_RECIPE, add_runner_flag, positive_int
 from mbridge_seqpack.recipes.targets import build_launch, resolve_world
 
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
+
 __all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_command"]
 
 
-def run_megatron_validation(cfg: Any, world_size: int) -> str | None:
+def run_megatron_validation(cfg: ConfigContainer, world_size: int) -> str | None:
     """Megatron-Bridge's own ``runtime_config_update`` (as ``pretrain()`` runs it); the error text or None."""
     from megatron.bridge.training.config import runtime_config_update
 

@@ -6,9 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mbridge_seqpack.cli.args import add_runner_flag, positive_int
 from mbridge_seqpack.errors import UsageError
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
+
+    from mbridge_seqpack.packing.builder_location import BuilderLocation
+    from mbridge_seqpack.packing.pipeline import PackOptions
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -36,7 +43,9 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object, object]:
+def _from_recipe(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
     where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
     from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
@@ -83,7 +92,7 @@ def _from_recipe(args: argparse.Namespace) -> tuple[dict, Path | str, object, ob
     return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options, _builder_location(args, cfg, root)
 
 
-def _builder_location(args: argparse.Namespace, cfg: object, root: Path) -> object:
+def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path) -> BuilderLocation | None:
     """Megatron-Bridge's own packed location for ``cfg``, when the pack is made from the config's JSONL and the
     dataset root is not the package's embedded sample (never written into)."""
     from mbridge_seqpack.packing.builder_location import builder_location
@@ -162,6 +171,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    from mbridge_seqpack.packing.balance import BalanceRecord
     from mbridge_seqpack.textout import labelled, wrap
 
     lines = labelled("packed into ", str(result.directory))
@@ -185,23 +195,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
             "  ",
             hang="    ",
         )
-        if "balance" in entry:
-            b = entry["balance"]
-            ratio = b["straggler_ratio"]
-            shown = f"{ratio:.4f}" if ratio is not None else "n/a (fewer rows than one step)"
-            if ratio is not None and b.get("sampler") == "batch":
-                shown += (
-                    f" as the batch sampler (seed {b['sampler_seed']}) reads epoch 0, "
-                    f"{b['straggler_ratio_later_epochs']:.4f} in epochs 1-4"
-                )
-            lines += wrap(
-                f"work balance (DP {b['data_parallel']}, {b['micro_batches']} row(s) per rank per step): "
-                f"modeled straggler ratio {shown}, row cost spread {b['row_cost_cv']:.1%} "
-                f"(was {b['row_cost_cv_before']:.1%})"
-                + (f", {b['extra_rows_for_cap']} extra row(s) for the cap" if b["extra_rows_for_cap"] else ""),
-                "    ",
-                hang="      ",
-            )
+        balance = BalanceRecord.of_entry(entry)
+        if balance is not None:
+            lines += wrap(balance.to_text(), "    ", hang="      ")
     lines += labelled("  metadata: ", str(result.metadata), hang="    ")
     if found_by_builder:
         lines += wrap(
@@ -223,7 +219,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
 
-    report = inspect_artifact(args.artifact, png=args.png)
+    report = inspect_artifact(args.artifact)
+    if args.png and report.splits:
+        from mbridge_seqpack.cli.histogram import draw_histogram
+
+        draw_histogram(report, args.png)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_text())
     if args.png and not args.json:
         print(f"histogram: {args.png}")

@@ -8,9 +8,12 @@ from it); multiples are combined by lcm, so a user's stricter value is kept.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.paths import set_path
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["derive", "ensure_specs", "DERIVED_PATHS"]
 
@@ -30,7 +33,7 @@ DERIVED_PATHS = (
 )
 
 
-def ensure_specs(cfg: Any) -> Any:
+def ensure_specs(cfg: ConfigContainer) -> Any:
     if getattr(cfg.dataset, "offline_packing_specs", None) is None:
         from megatron.bridge.data.packing.config import PackedSequenceSpecs
 
@@ -60,7 +63,7 @@ def _align_variable_rows(ctx: Any) -> None:
     kwargs["pad_seq_length_to_mult"] = math.lcm(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE), need)
 
 
-def derive(cfg: Any) -> Any:
+def derive(cfg: ConfigContainer) -> ConfigContainer:
     """Recompute every field that follows from topology, sequence length and packing mode. Idempotent."""
     from mbridge_seqpack.rules.context import RuleContext
 

@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from mbridge_seqpack.compose.derive import derive, ensure_specs
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError, Violation
 from mbridge_seqpack.paths import set_path
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 #: Megatron-Bridge's recipe runner treats ``dataset.seq_length`` as the owner of the length and syncs
 #: ``model.seq_length`` from it; mixins state the length there too
@@ -206,11 +209,11 @@ def collect_facts(mixins: Iterable[Any]) -> dict[str, Any]:
                 other = merged[path][1]
                 conflicts.append(
                     Violation(
-                        "mixins.conflict",
                         {path: [merged[path][0], value]},
                         f"{type(other).__name__} and {type(mixin).__name__} set {path} to different values, so "
                         "the result would depend on their order",
                         fix=f"give {path} one value (drop it from one of the two mixins)",
+                        rule_id="mixins.conflict",
                     )
                 )
             merged.setdefault(path, (value, mixin))
@@ -225,7 +228,7 @@ def _set_cuda_graph_modules(model: Any, modules: tuple[str, ...]) -> None:
     set_cuda_graph_modules(model, list(modules))
 
 
-def _write(cfg: Any, facts: dict[str, Any]) -> None:
+def _write(cfg: ConfigContainer, facts: dict[str, Any]) -> None:
     for path, value in sorted(facts.items()):
         if path == SEQ_LENGTH and not hasattr(cfg.dataset, "seq_length"):
             cfg.model.seq_length = value  # a dataset without a length of its own: the model holds it
@@ -242,7 +245,7 @@ def _write(cfg: Any, facts: dict[str, Any]) -> None:
 _WORLD_SIZE_RULES = ("batch.world_size_divisible", "batch.global_batch_divisible", "batch.global_batch_min")
 
 
-def apply(cfg: Any, *mixins: Any, world_size: int | None = None) -> Any:
+def apply(cfg: ConfigContainer, *mixins: Any, world_size: int | None = None) -> ConfigContainer:
     """Apply ``mixins`` to ``cfg`` in place (order-independent), derive dependent fields, check, return cfg."""
     from mbridge_seqpack.rules import RuleContext, all_rules, evaluate
 

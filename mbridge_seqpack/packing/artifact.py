@@ -21,9 +21,9 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -80,6 +80,16 @@ class Fingerprint:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Fingerprint":
+        """The record as a sealed file or metadata entry holds it; a field a pack of an earlier version did not
+        write reads None, and keys this version does not know are ignored."""
+        return cls(**{f.name: data.get(f.name, f.default if f.name == "format" else None) for f in fields(cls)})
+
+    def settings(self) -> dict[str, Any]:
+        """Everything but the input file's digest: two splits of one pack run share these."""
+        return {key: value for key, value in self.to_dict().items() if key != "input_sha256"}
 
 
 def split_paths(directory: str | Path, pack_size: int) -> dict[str, Path]:

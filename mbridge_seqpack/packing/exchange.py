@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import CostModel, row_costs
+from mbridge_seqpack.packing.balance import StepShape, row_costs
 
 __all__ = ["ExchangePass"]
 
@@ -57,23 +57,15 @@ class ExchangePass:
     """One round of exchanges over a fixed layout; ``run()`` applies them to ``bins``."""
 
     def __init__(
-        self,
-        lengths: np.ndarray,
-        bins: np.ndarray,
-        num_bins: int,
-        capacity: int,
-        cost: CostModel,
-        dp: int,
-        micro_batches: int,
-        order: np.ndarray,
-        max_per_bin: int | None = None,
+        self, lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, order: np.ndarray
     ) -> None:
+        capacity, cost, dp = shape.capacity, shape.cost, shape.dp
         self.lengths = lengths.astype(np.float64)
         self.bins = bins.copy()
         self.linear, self.attention = cost.linear, cost.attention
         self.dp = dp
-        self.most = max_per_bin if max_per_bin is not None else len(bins) + 1
-        per_step = dp * micro_batches
+        self.most = shape.max_per_bin if shape.max_per_bin is not None else len(bins) + 1
+        per_step = shape.rows_per_step
         self.steps = order.size // per_step
         self.members: list[list[int]] = [[] for _ in range(num_bins)]
         for piece in np.flatnonzero(bins >= 0).tolist():

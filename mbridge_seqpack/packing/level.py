@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import CostModel, row_costs, slot_order, straggler_ratio
+from mbridge_seqpack.packing.balance import StepShape, row_costs, slot_order, straggler_ratio
 from mbridge_seqpack.packing.exchange import ExchangePass
 
 __all__ = ["level_steps", "refill"]
@@ -37,16 +37,7 @@ ROUNDS = 3
 
 
 def level_steps(
-    lengths: np.ndarray,
-    bins: np.ndarray,
-    num_bins: int,
-    capacity: int,
-    cost: CostModel,
-    dp: int,
-    micro_batches: int,
-    *,
-    seed: int = 0,
-    max_per_bin: int | None = None,
+    lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, *, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows leveled for even steps and the order the sampler should read them in: ``(bins, order)``.
 
@@ -54,6 +45,7 @@ def level_steps(
     raises the ratio under a reshuffle (a later epoch of the ``batch`` sampler, or ``cyclic``): moving tokens
     between rows can spread row costs, which a fresh random order of the rows feels. Otherwise ``bins`` is
     returned as it came, in ``slot_order``."""
+    cost, dp, micro_batches = shape.cost, shape.dp, shape.micro_batches
 
     def costed(candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row costs and the slot order they give."""
@@ -68,16 +60,14 @@ def level_steps(
         return bins, order
     before, reshuffled = ratio(costs, order), _reshuffled(costs, dp, micro_batches)
     starts = [bins]
-    if micro_batches == 1 and max_per_bin is None:
-        refilled = refill(lengths, bins, num_bins, capacity, cost, order, dp)
+    if micro_batches == 1 and shape.max_per_bin is None:
+        refilled = refill(lengths, bins, num_bins, shape, order)
         if refilled is not None:
             starts.insert(0, refilled)  # a refill alone may not help; it gives the exchanges room to work
     for leveled in starts:
         leveled_order = costed(leveled)[1]
         for _ in range(ROUNDS):  # exchanges, then regroup by cost where that is better
-            exchange = ExchangePass(
-                lengths, leveled, num_bins, capacity, cost, dp, micro_batches, leveled_order, max_per_bin
-            )
+            exchange = ExchangePass(lengths, leveled, num_bins, shape, leveled_order)
             if exchange.run() == 0:
                 break
             leveled = exchange.bins
@@ -98,13 +88,7 @@ def _reshuffled(costs: np.ndarray, dp: int, micro_batches: int) -> float:
 
 
 def refill(
-    lengths: np.ndarray,
-    bins: np.ndarray,
-    num_bins: int,
-    capacity: int,
-    cost: CostModel,
-    order: np.ndarray,
-    dp: int,
+    lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, order: np.ndarray
 ) -> np.ndarray | None:
     """Short sequences dealt again (best fit decreasing, the packer's kernel) into token targets that bring
     every row of a step (``dp`` rows of ``order``, micro batch 1) down to the step's cheapest row; the rows
@@ -112,6 +96,7 @@ def refill(
     empty."""
     from mbridge_seqpack.packing.packer import place
 
+    capacity, cost, dp = shape.capacity, shape.cost, shape.dp
     steps = order.size // dp
     costs = row_costs(lengths, bins, num_bins, cost)
     tokens = np.bincount(bins[bins >= 0], weights=lengths[bins >= 0], minlength=num_bins).astype(np.int64)

@@ -23,7 +23,9 @@ from mbridge_seqpack.packing.artifact import (
 from mbridge_seqpack.packing.balance import (
     DEFAULT_COST,
     SAMPLERS,
+    BalanceRecord,
     CostModel,
+    StepShape,
     balance_bins,
     file_layout,
     read_order,
@@ -145,7 +147,7 @@ def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerp
     }
 
 
-def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tuple[np.ndarray, dict[str, Any]]:
+def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tuple[np.ndarray, BalanceRecord]:
     """Equal-cost rows, leveled step by step for the DP ranks and written where the sampler reads them in the
     order that balances them (its first epoch, for the shuffling ``batch`` sampler); bins renumbered to the
     file order."""
@@ -154,49 +156,40 @@ def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tu
     result = balance_bins(
         lengths, bins, options.pack_size, options.cost, seed=options.seed, max_per_bin=options.max_sequences_per_row
     )
-    leveled, order = level_steps(
-        lengths,
-        result.bins,
-        result.num_bins,
-        options.pack_size,
-        options.cost,
-        dp,
-        micro,
-        seed=options.seed,
-        max_per_bin=options.max_sequences_per_row,
-    )
+    shape = StepShape(options.pack_size, options.cost, dp, micro, options.max_sequences_per_row)
+    leveled, order = level_steps(lengths, result.bins, result.num_bins, shape, seed=options.seed)
     costs = row_costs(lengths, leveled, result.num_bins, options.cost)
     layout = file_layout(order, options.sampler, options.sampler_seed)  # the sampler reads `order` (epoch 0)
     position = np.empty_like(layout)
     position[layout] = np.arange(layout.size)
     placed = leveled >= 0
     out = np.where(placed, position[np.where(placed, leveled, 0)], -1)
-    info = {
-        "data_parallel": dp,
-        "micro_batches": micro,
-        "sampler": options.sampler,
-        "sampler_seed": options.sampler_seed,
-        "read_order_sha256": read_order_digest(layout.size, options.sampler, options.sampler_seed),
-        "cost_linear": options.cost.linear,
-        "cost_attention": options.cost.attention,
-        "rows_rebalanced": result.balanced,
-        "max_sequences_per_row": options.max_sequences_per_row,
-        "extra_rows_for_cap": result.extra_bins,
-        "row_cost_cv_before": round(float(before.std() / before.mean()), 6),
-        "row_cost_cv": round(float(costs.std() / costs.mean()), 6),
-        # None: fewer rows than one step (dp * micro), so no step to balance
-        "straggler_ratio": None,
-        "straggler_ratio_later_epochs": None,
-    }
+    ratio = later = None
     if costs.size >= dp * micro:
         in_file = costs[layout]
-        later = [
+        later_ratios = [
             straggler_ratio(in_file[read_order(layout.size, options.sampler, options.sampler_seed, epoch)], dp, micro)
             for epoch in range(1, 5)
         ]
-        info["straggler_ratio"] = round(straggler_ratio(costs[order], dp, micro), 6)  # as read in epoch 0
-        info["straggler_ratio_later_epochs"] = round(float(np.mean(later)), 6)  # epochs 1-4, as read
-    return out, info
+        ratio = round(straggler_ratio(costs[order], dp, micro), 6)  # as read in epoch 0
+        later = round(float(np.mean(later_ratios)), 6)
+    record = BalanceRecord(
+        data_parallel=dp,
+        micro_batches=micro,
+        cost_linear=options.cost.linear,
+        cost_attention=options.cost.attention,
+        row_cost_cv_before=round(float(before.std() / before.mean()), 6),
+        row_cost_cv=round(float(costs.std() / costs.mean()), 6),
+        sampler=options.sampler,
+        sampler_seed=options.sampler_seed,
+        read_order_sha256=read_order_digest(layout.size, options.sampler, options.sampler_seed),
+        rows_rebalanced=result.balanced,
+        max_sequences_per_row=options.max_sequences_per_row,
+        extra_rows_for_cap=result.extra_bins,
+        straggler_ratio=ratio,
+        straggler_ratio_later_epochs=later,
+    )
+    return out, record
 
 
 def _all_cores() -> int:
@@ -289,7 +282,7 @@ def pack_jsonl(
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
                 entry["truncated_tokens"] = seqs.truncated_tokens
                 if balance is not None:
-                    entry["balance"] = balance
+                    entry["balance"] = balance.to_dict()
                 entry["checksums"] = write_split(
                     split_paths(staging, options.pack_size)[split],
                     seqs,

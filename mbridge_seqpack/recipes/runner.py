@@ -27,9 +27,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mbridge_seqpack.errors import UsageError
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
     "RUNNER_DIR_ENV",
@@ -191,7 +194,7 @@ def build_megatron_recipe(name: str) -> tuple[Callable[[], Any], str]:
     return (lambda: builder(**kwargs)), train_mode(mode)
 
 
-def _cp_sizes(config: Any) -> set[int]:
+def _cp_sizes(config: ConfigContainer) -> set[int]:
     sizes = {getattr(config.model, "context_parallel_size", 1)}
     eval_cp = getattr(getattr(config, "dist", None), "eval_context_parallel_size", None)
     if eval_cp is not None:
@@ -199,7 +202,7 @@ def _cp_sizes(config: Any) -> set[int]:
     return sizes
 
 
-def _sync_finetuning_cp_invariants(config: Any, mode: str) -> None:
+def _sync_finetuning_cp_invariants(config: ConfigContainer, mode: str) -> None:
     """``recipe_runner.sync_finetuning_cp_invariants``."""
     dataset = getattr(config, "dataset", None)
     finetuning = hasattr(dataset, "enable_offline_packing") or hasattr(dataset, "enable_in_batch_packing")
@@ -213,7 +216,7 @@ def _sync_finetuning_cp_invariants(config: Any, mode: str) -> None:
             ddp.average_in_collective = False
 
 
-def _sync_offline_packing_alignment(config: Any) -> None:
+def _sync_offline_packing_alignment(config: ConfigContainer) -> None:
     """``recipe_runner.sync_offline_packing_alignment``."""
     dataset = getattr(config, "dataset", None)
     if not getattr(dataset, "enable_offline_packing", False):
@@ -235,7 +238,7 @@ def _sync_offline_packing_alignment(config: Any) -> None:
     specs.pad_seq_to_mult = math.lcm(specs.pad_seq_to_mult or 1, need)
 
 
-def _sync_model_dataset_sequence_length(config: Any) -> None:
+def _sync_model_dataset_sequence_length(config: ConfigContainer) -> None:
     """``recipe_runner.sync_model_dataset_sequence_length``."""
     model, dataset = getattr(config, "model", None), getattr(config, "dataset", None)
     if model is None or dataset is None or not hasattr(model, "seq_length"):
@@ -264,7 +267,7 @@ def _read(config: Any, dotted: str) -> Any:
     return value
 
 
-def runner_fixes(config: Any, mode: str) -> list[RunnerChange]:
+def runner_fixes(config: ConfigContainer, mode: str) -> list[RunnerChange]:
     """Apply the runner's pre-launch repairs to ``config`` in place (its own functions when available) and say
     what changed. ``mode`` is the training loop: ``"finetune"`` or ``"pretrain"``."""
     before = {field: _read(config, field) for field, _ in WATCHED}

@@ -7,9 +7,12 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mbridge_seqpack.errors import UsageError
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["quiet_megatron_import", "build_target", "build_launch", "Launch", "resolve_world"]
 
@@ -49,7 +52,7 @@ def build_target(target: str, overrides: Sequence[str], config_file: str | None 
 class Launch:
     """A config as it will be launched: the recipe, the overrides and, under Megatron-Bridge's runner, its fixes."""
 
-    cfg: Any
+    cfg: ConfigContainer
     info: Any  # the packaged recipe's RecipeInfo, else None
     world_size: int | None = None  # declared by the recipe (packaged, or ``_<N>gpu`` in a Megatron-Bridge name)
     runner_changes: list[Any] = field(default_factory=list)

@@ -5,17 +5,23 @@ sealed, complete pack that agrees with the config; so must a sealed pack in the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
+
+    from mbridge_seqpack.packing.artifact import Fingerprint
+    from mbridge_seqpack.packing.balance import BalanceRecord
+
 PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
 
-def _tokenizer_sha(cfg: Any) -> str | None:
+def _tokenizer_sha(cfg: ConfigContainer) -> str | None:
     """Hash of the configured tokenizer's files, when it is a local Hugging Face directory (every rank validates
     at start-up: each file's digest is remembered from its first full read, packing/digests.py)."""
     from mbridge_seqpack.packing.digests import launch_sha256
@@ -43,7 +49,7 @@ def _resolve(spec: str) -> tuple[list[Path], str | None]:
 
 
 def _violation(field: str, spec: str, why: str, fix: str, **extra: Any) -> Violation:
-    return Violation("artifact.fingerprint_mismatch", {field: spec, **extra}, why, fix=fix)
+    return Violation({field: spec, **extra}, why, fix=fix)
 
 
 def _repack_fix(ctx: RuleContext, field: str) -> str:
@@ -58,13 +64,8 @@ def _repack_fix(ctx: RuleContext, field: str) -> str:
 def _check_files(
     ctx: RuleContext, field: str, spec: str, split: str, files: list[Path], fix: str | None = None
 ) -> list[Violation]:
-    from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.packing.inspect_artifact import (
-        entry_for,
-        find_metadata,
-        lost_fingerprint_problem,
-        seal_problems,
-    )
+    from mbridge_seqpack.packing.artifact import ArtifactError, Fingerprint, read_parquet_fingerprint
+    from mbridge_seqpack.packing.seal import entry_for, find_metadata, lost_fingerprint_problem, seal_problems
 
     fix = fix or _repack_fix(ctx, field)
     found: list[Violation] = []
@@ -105,7 +106,7 @@ def _check_files(
                 **{"artifact split": sorted(splits), "read as": split},
             )
         )
-    prints = {repr(sorted((k, v) for k, v in i["fingerprint"].items() if k != "input_sha256")) for _, i in infos}
+    prints = {repr(sorted(Fingerprint.from_dict(i["fingerprint"]).settings().items())) for _, i in infos}
     if len(prints) > 1:
         found.append(
             _violation(
@@ -117,34 +118,35 @@ def _check_files(
         )
     if found or not infos:
         return found
-    fp = infos[0][1]["fingerprint"]
+    sealed = infos[0][1]["fingerprint"]
+    fp = Fingerprint.from_dict(sealed)
     specs = ctx.specs
     for key, cfg_path, configured in (
         ("pack_size", f"{SPECS}.packed_sequence_size", specs.packed_sequence_size),
         ("pad_seq_to_mult", f"{SPECS}.pad_seq_to_mult", specs.pad_seq_to_mult or 1),
     ):
-        if fp.get(key) != configured:
+        packed = getattr(fp, key)
+        if packed != configured:
             found.append(
                 _violation(
                     field,
                     spec,
-                    f"the pack was built with {key}={fp.get(key)}, the config asks for "
+                    f"the pack was built with {key}={packed}, the config asks for "
                     f"{configured}; it would train on rows of the wrong shape or alignment",
                     fix,
-                    **{f"artifact {key}": fp.get(key), cfg_path: configured},
+                    **{f"artifact {key}": packed, cfg_path: configured},
                 )
             )
     tok_sha = _tokenizer_sha(ctx.cfg)
-    if tok_sha is not None and fp.get("tokenizer_sha256") != tok_sha:
+    if tok_sha is not None and fp.tokenizer_sha256 != tok_sha:
         found.append(
             _violation(
                 field,
                 spec,
-                f"the pack was tokenized with another tokenizer ({fp.get('tokenizer')}) "
-                f"than tokenizer.tokenizer_model",
+                f"the pack was tokenized with another tokenizer ({fp.tokenizer}) than tokenizer.tokenizer_model",
                 f"re-pack with --tokenizer {ctx.cfg.tokenizer.tokenizer_model}",
                 **{
-                    "artifact tokenizer": fp.get("tokenizer"),
+                    "artifact tokenizer": fp.tokenizer,
                     "tokenizer.tokenizer_model": str(ctx.cfg.tokenizer.tokenizer_model),
                 },
             )
@@ -154,7 +156,7 @@ def _check_files(
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
-        if Path(str(meta)).name.endswith("_metadata.jsonl") and fp not in [
+        if Path(str(meta)).name.endswith("_metadata.jsonl") and sealed not in [
             e.get("fingerprint") for e in entries or []
         ]:
             found.append(
@@ -170,7 +172,7 @@ def _check_files(
     return found
 
 
-def _content_differences(ctx: RuleContext, field: str, spec: str, fp: dict[str, Any], fix: str) -> list[Violation]:
+def _content_differences(ctx: RuleContext, field: str, spec: str, fp: Fingerprint, fix: str) -> list[Violation]:
     """What the pack was tokenized with against what Megatron-Bridge's prep would use for this config: the
     content-changing dataset_kwargs (with ``dataset.preprocessing`` folded in) and the longest sequence kept."""
     import json
@@ -179,7 +181,7 @@ def _content_differences(ctx: RuleContext, field: str, spec: str, fp: dict[str, 
 
     found = []
     try:
-        packed = json.loads(fp.get("dataset_kwargs") or "{}")
+        packed = json.loads(fp.dataset_kwargs or "{}")
     except (TypeError, ValueError):
         packed = None
     if isinstance(packed, dict):
@@ -198,33 +200,31 @@ def _content_differences(ctx: RuleContext, field: str, spec: str, fp: dict[str, 
                 )
             )
     configured = ctx.specs.max_single_sequence_length or getattr(ctx.dataset, "seq_length", None)
-    if fp.get("max_seq_length") is not None and configured is not None and fp["max_seq_length"] != configured:
+    if fp.max_seq_length is not None and configured is not None and fp.max_seq_length != configured:
         found.append(
             _violation(
                 field,
                 spec,
-                f"the pack kept sequences up to {fp['max_seq_length']} tokens, the config's prep keeps up to "
+                f"the pack kept sequences up to {fp.max_seq_length} tokens, the config's prep keeps up to "
                 f"{configured} (max_single_sequence_length, else dataset.seq_length)",
                 fix,
-                **{"artifact max_seq_length": fp["max_seq_length"], f"{SPECS}.max_single_sequence_length": configured},
+                **{"artifact max_seq_length": fp.max_seq_length, f"{SPECS}.max_single_sequence_length": configured},
             )
         )
     return found
 
 
-def _input_differs(
-    ctx: RuleContext, field: str, spec: str, split: str, fp: dict[str, Any], fix: str
-) -> list[Violation]:
+def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fingerprint, fix: str) -> list[Violation]:
     """The pack against the JSONL the config names for this split (``dataset_root/<split>.jsonl``, where
     Megatron-Bridge's builder prepares from): another digest means the data changed since packing. Rank 0 reads
     the file; the other ranks skip it, as for the pack's own contents."""
     root = getattr(ctx.dataset, "dataset_root", None)
     source = Path(str(root)) / f"{split}.jsonl" if root else None
-    if source is None or not source.is_file() or not fp.get("input_sha256") or not is_rank_zero():
+    if source is None or not source.is_file() or not fp.input_sha256 or not is_rank_zero():
         return []
     from mbridge_seqpack.packing.digests import launch_sha256
 
-    if launch_sha256(source) == fp["input_sha256"]:
+    if launch_sha256(source) == fp.input_sha256:
         return []
     return [
         _violation(
@@ -330,7 +330,8 @@ def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
 )
 def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.packing.inspect_artifact import entry_for, find_metadata
+    from mbridge_seqpack.packing.balance import BalanceRecord
+    from mbridge_seqpack.packing.seal import entry_for, find_metadata
 
     specs = ctx.specs
     if specs is None:
@@ -346,12 +347,11 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     except ArtifactError:
         return None  # artifact.fingerprint_mismatch reports it
     entry = entry_for(find_metadata(files[0].parent)[1], info) if info is not None else None
-    packed = (entry or {}).get("balance")
-    if not packed or packed.get("straggler_ratio") is None:
+    packed = BalanceRecord.of_entry(entry)
+    if packed is None or packed.straggler_ratio is None:
         return None  # not balanced for a layout (or fewer rows than one step)
     read = _layout_read_by(ctx)
-    # packs made before the sampler was recorded were laid out in file order, for the `single` sampler
-    laid_out = {"sampler": "single", **{key: packed[key] for key in read if key in packed}}
+    laid_out = {key: getattr(packed, key) for key in read}  # a pack before the sampler was recorded: `single`
     keys = [key for key in read if key != "sampler_seed" or laid_out["sampler"] == "batch"]  # seed: batch only
     differs = {key: (laid_out.get(key), read[key]) for key in keys if laid_out.get(key) != read[key]}
     reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
@@ -373,10 +373,9 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
         fix = ""
     if reshuffles:
         fields["dataset.max_train_samples"] = ctx.dataset.max_train_samples
-    ratio = packed["straggler_ratio"]
+    ratio = packed.straggler_ratio
     return [
         Violation(
-            "artifact.balance_layout",
             fields,
             f"the pack's rows are laid out so that each step keeps every DP rank equally busy (modeled straggler "
             f"ratio {ratio:.4f}) for the sampler, seed, DP size and global batch it was packed for; read "
@@ -388,22 +387,21 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-def _read_order_differs(packed: dict[str, Any], rows: int) -> list[Violation]:
+def _read_order_differs(packed: BalanceRecord, rows: int) -> list[Violation]:
     """The batch sampler's permutation comes from torch: this environment's must read the rows as the packing
     environment's did (``read_order_sha256``, recorded since the batch layout exists)."""
     from mbridge_seqpack.packing.balance import read_order_digest
 
-    recorded = packed.get("read_order_sha256")
-    if packed.get("sampler") != "batch" or recorded is None or rows < 1:
+    recorded = packed.read_order_sha256
+    if packed.sampler != "batch" or recorded is None or rows < 1:
         return []
-    here = read_order_digest(rows, "batch", int(packed["sampler_seed"]))
+    here = read_order_digest(rows, "batch", int(packed.sampler_seed or 0))
     if here == recorded:
         return []
     return [
         Violation(
-            "artifact.balance_layout",
             {"pack read order sha256": recorded[:16], "read order sha256 here": here[:16]},
-            f"torch here permutes the {rows} rows (seed {packed['sampler_seed']}) otherwise than where the pack "
+            f"torch here permutes the {rows} rows (seed {packed.sampler_seed}) otherwise than where the pack "
             f"was made, so the batch sampler will not read the balanced steps; training is correct but that "
             f"balance does not hold",
             fix="re-run `mbridge-seqpack pack` in this environment (same sampler, seed, DP size and global batch)",

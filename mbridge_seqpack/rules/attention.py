@@ -79,7 +79,6 @@ def core_attention_packing(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "model.core_attention_packing",
             {"core attention": ", ".join(refusing), _packing_flag(ctx): True},
             "the layer spec's core attention is not Transformer Engine's and raises on packed sequences at the "
             "first forward",
@@ -106,7 +105,6 @@ def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "model.core_attention_cp",
             {"core attention": ", ".join(refusing), "model.context_parallel_size": ctx.topology.cp},
             "the layer spec's core attention is not Transformer Engine's and refuses context parallelism when "
             "the model is built",
@@ -140,7 +138,6 @@ def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.sliding_window_comm_type",
             {
                 "model.window_size": list(ctx.model.window_size),
                 "model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
@@ -181,7 +178,6 @@ def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.softmax_type_comm_type",
             {
                 "model.softmax_type": softmax,
                 "model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
@@ -234,7 +230,6 @@ def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     what = ", ".join(f"{n} {name}" for name, n in short.items())
     return [
         Violation(
-            "cp.a2a_heads_divisible",
             fields,
             f"each TP rank holds {what}, which all-to-all CP cannot scatter over {group} ranks",
             assignments=_a2a_heads_fix(ctx, local),
@@ -281,7 +276,6 @@ def te_attention_env(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "determinism.te_attention_env",
             {"model.deterministic_mode": True, f"env {NONDETERMINISTIC_ENV}": value},
             "Megatron-Core builds Transformer Engine attention only when non-deterministic algorithms are "
             "disallowed, and raises at model build otherwise",

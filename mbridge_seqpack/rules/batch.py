@@ -34,7 +34,6 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
     if topo.world_size % topo.model_parallel:
         found.append(
             Violation(
-                "batch.world_size_divisible",
                 _layout_fields(ctx),
                 f"data-parallel size is world_size / (TP*PP*CP) = {topo.world_size} / {topo.model_parallel}, "
                 "which must be a whole number",
@@ -45,7 +44,6 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
     if topo.ep > 1 and topo.world_size % topo.expert_model_parallel:
         found.append(
             Violation(
-                "batch.world_size_divisible",
                 {
                     **_layout_fields(ctx),
                     "model.expert_model_parallel_size": topo.ep,
@@ -92,7 +90,6 @@ def global_batch_divisible(ctx: RuleContext) -> list[Violation] | None:
         return []  # too small is its own rule
     return [
         Violation(
-            "batch.global_batch_divisible",
             {"train.global_batch_size": gbs, "train.micro_batch_size": mbs, "data_parallel_size": dp},
             f"each optimizer step runs a whole number of micro batches on every DP rank, so global_batch_size "
             f"must be a multiple of micro_batch_size*DP = {step}",
@@ -116,7 +113,6 @@ def global_batch_min(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "batch.global_batch_min",
             {"train.global_batch_size": gbs, "train.micro_batch_size": mbs, "data_parallel_size": dp},
             f"every DP rank needs at least one micro batch per step: global_batch_size >= {mbs * dp}",
             assignments={"train.global_batch_size": mbs * dp},

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.rules.topology import Topology
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["RuleContext", "resolve_world_size", "SPECS"]
 
@@ -34,11 +37,11 @@ def resolve_world_size(world_size: int | None) -> int:
 class RuleContext:
     """The config under check, the world size it will run on, and facts derived from both."""
 
-    cfg: Any
+    cfg: ConfigContainer
     world_size: int
 
     @classmethod
-    def build(cls, cfg: Any, world_size: int | None = None) -> "RuleContext":
+    def build(cls, cfg: ConfigContainer, world_size: int | None = None) -> "RuleContext":
         """Resolve the world size once and wrap ``cfg``."""
         return cls(cfg=cfg, world_size=resolve_world_size(world_size))
 

@@ -34,7 +34,6 @@ def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None
         return []
     return [
         Violation(
-            "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
             {f"{SPECS}.pad_cu_seqlens": True, ctx.pad_to_max_length_path: False},
             "static cu_seqlens only make sense for rows of a static width",
             assignments=ctx.pad_to_max_length_fix(),
@@ -60,7 +59,6 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
         return []  # reported once, by cuda_graphs.pad_cu_seqlens_needs_fixed_width
     return [
         Violation(
-            "cuda_graphs.training_graphs_need_fixed_width",
             {"model.cuda_graph_impl": ctx.cuda_graph_impl, ctx.pad_to_max_length_path: False},
             "a captured graph replays one token width; packed rows must be padded to packed_sequence_size",
             assignments=ctx.pad_to_max_length_fix(),
@@ -87,7 +85,6 @@ def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | 
         return []
     return [
         Violation(
-            "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
             {"model.cuda_graph_impl": ctx.cuda_graph_impl, f"{SPECS}.pad_cu_seqlens": False},
             "captured attention replays a fixed cu_seqlens length; without padding it, every batch with a "
             "different number of sequences breaks the graph",
@@ -129,7 +126,6 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cuda_graphs.te_attention_over_packed",
             {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ctx.graph_modules}
             | _packing_field(ctx),
             "a TE graph takes tensors only: with attention inside it (whole layer or attn), the first replay "
@@ -154,7 +150,6 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cuda_graphs.te_capture_width",
             {
                 f"{SPECS}.packed_sequence_size": size,
                 "model.seq_length": seq,
@@ -184,7 +179,6 @@ def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     fix.update(_graphs_after_attention(ctx))
     return [
         Violation(
-            "cuda_graphs.full_iteration_needs_injection",
             {"model.cuda_graph_impl": ctx.cuda_graph_impl, "dataset.enable_offline_packing": True},
             "the captured step reads max_seqlen back from the device (.cpu()), illegal inside capture; launch with "
             "MBRIDGE_SEQPACK_MODE=error (the plugin hands the step a host max_seqlen), or capture per layer",
@@ -213,7 +207,6 @@ def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
         fix = {"model.cuda_graph_impl": "transformer_engine", **_graphs_after_attention(ctx)}
     return [
         Violation(
-            "cuda_graphs.local_per_layer",
             {"model.cuda_graph_impl": "local", "model.cuda_graph_modules": ctx.graph_modules} | _packing_field(ctx),
             "Megatron-Bridge builds local CUDA graphs only for the full iteration",
             assignments=fix,
@@ -241,7 +234,6 @@ def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
     guess = Path(str(specs.packed_train_data_path)).parent / f"{specs.packed_sequence_size}_metadata.jsonl"
     return [
         Violation(
-            "cuda_graphs.pad_cu_seqlens_needs_metadata",
             {
                 f"{SPECS}.packed_metadata_path": None if meta is None else str(meta),
                 f"{SPECS}.packed_train_data_path": str(specs.packed_train_data_path),
@@ -275,7 +267,6 @@ def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "fixed_width.gpt_sft_pipeline",
             {
                 ctx.pad_to_max_length_path: False,
                 "model.pipeline_model_parallel_size": topo.pp,
@@ -307,7 +298,6 @@ def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "fixed_width.gpt_sft_experts",
             {ctx.pad_to_max_length_path: False, "model.expert_model_parallel_size": topo.ep},
             "Megatron-Bridge pads rows to full width under expert parallelism for its HF/VLM datasets; GPT SFT "
             "rows stay variable-width",
@@ -344,7 +334,6 @@ def hybridep_uneven_inputs(ctx: RuleContext) -> list[Violation] | None:
         return []  # Megatron-Bridge turns the padding on for THD packing without CUDA graphs
     return [
         Violation(
-            "moe.hybridep_uneven_inputs",
             {
                 "model.moe_flex_dispatcher_backend": "hybridep",
                 "model.expert_model_parallel_size": ctx.topology.ep,

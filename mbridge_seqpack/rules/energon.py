@@ -12,8 +12,8 @@ from mbridge_seqpack.rules.registry import rule
 BUFFER = "dataset.packing_buffer_size"
 
 
-def _one(ctx: RuleContext, rule_id: str, fields: dict[str, Any], why: str, fix: dict[str, Any]) -> list[Violation]:
-    return [Violation(rule_id, {BUFFER: ctx.dataset.packing_buffer_size, **fields}, why, assignments=fix)]
+def _one(ctx: RuleContext, fields: dict[str, Any], why: str, fix: dict[str, Any]) -> list[Violation]:
+    return [Violation({BUFFER: ctx.dataset.packing_buffer_size, **fields}, why, assignments=fix)]
 
 
 @rule(
@@ -34,7 +34,6 @@ def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.micro_batch_one",
         {"train.micro_batch_size": mbs},
         "Energon packs samples into one physical row per micro batch",
         {"train.micro_batch_size": 1, "dataset.micro_batch_size": 1},
@@ -63,7 +62,6 @@ def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.exclusive_in_batch",
         on,
         "samples are already packed by Energon; packing them again at collate or step time corrupts boundaries",
         {k: False for k in on},
@@ -87,7 +85,6 @@ def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.no_mtp",
         {"model.mtp_num_layers": ctx.mtp_layers},
         "Megatron-Bridge main refused Energon packing with MTP for a while (the guard was removed as stale in "
         "NVIDIA-NeMo/Megatron-Bridge#5990); Megatron-Core 0.19.2 rolls MTP labels within each packed sequence",
@@ -112,7 +109,6 @@ def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.no_cuda_graphs",
         {"model.cuda_graph_impl": ctx.cuda_graph_impl},
         "online packs have a different number of sequences every step; graphs replay one shape",
         {"model.cuda_graph_impl": "none"},
@@ -137,7 +133,6 @@ def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.no_pipeline",
         {"model.pipeline_model_parallel_size": pp},
         "packed metadata is not forwarded between pipeline stages on this path",
         {"model.pipeline_model_parallel_size": 1},
@@ -169,7 +164,6 @@ def energon_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
         return []
     return _one(
         ctx,
-        "energon.per_token_loss",
         fields,
         "rows hold a varying number of loss tokens; per-sample averaging would weight them unequally",
         fix,

@@ -33,7 +33,6 @@ def micro_batch_gt_one(ctx: RuleContext) -> list[Violation] | None:
         fix["train.global_batch_size"] = round_up(gbs, 2 * dp)
     return [
         Violation(
-            "in_batch.micro_batch_gt_one",
             {"train.micro_batch_size": mbs, "dataset.enable_in_batch_packing": True},
             "in-batch packing concatenates the sequences of one micro batch; with one sequence there is nothing "
             "to pack",
@@ -63,7 +62,6 @@ def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "in_batch.no_cuda_graphs",
             {"dataset.enable_in_batch_packing": True, "model.cuda_graph_impl": ctx.cuda_graph_impl},
             "collate-time packing puts a micro batch in one row of its own width and cu_seqlens length; no graph "
             "path in Megatron-Bridge 0.6.2 replays that (offline packing with fixed width can be graphed)",
@@ -95,7 +93,6 @@ def variable_shapes_interleaved_pp2(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "pipeline.variable_shapes_interleaved_pp2",
             {
                 "model.pipeline_model_parallel_size": 2,
                 "model.virtual_pipeline_model_parallel_size": vpp,

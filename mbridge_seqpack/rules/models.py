@@ -37,7 +37,6 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
         return None
     return [
         Violation(
-            "mtp.no_packing",
             {"model.mtp_num_layers": ctx.mtp_layers, **flags},
             "documented as unsupported for fine-tuning packing, but Megatron-Core 0.19.2 rolls MTP labels within "
             "each packed sequence (at CP 1), so this trains correctly",
@@ -67,7 +66,6 @@ def mtp_packed_context_parallel(ctx: RuleContext) -> list[Violation] | None:
         return None
     return [
         Violation(
-            "mtp.packed_context_parallel",
             {"model.mtp_num_layers": ctx.mtp_layers, "model.context_parallel_size": ctx.topology.cp, **flags},
             "under CP the MTP roll reads the unpadded boundaries where the rows are split by the padded ones, so "
             "MTP trains on tokens of the neighbouring sequence",
@@ -95,7 +93,6 @@ def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "model.offline_packing_opt_out",
             {"model": type(ctx.model).__name__, "model family": family, "dataset.enable_offline_packing": True},
             f"Megatron-Bridge ships {family} fine-tuning with offline packing off: packed sequences are not "
             "supported for this family",
@@ -123,7 +120,6 @@ def in_batch_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "model.in_batch_packing_opt_out",
             {"model": type(ctx.model).__name__, "model family": family, "dataset.enable_in_batch_packing": True},
             "Megatron-Bridge 0.6.2 ships every Qwen3.5-VL recipe with in-batch packing off (its gated-delta-net "
             "layers do not take packed boundaries)",

@@ -34,7 +34,6 @@ def modes_exclusive(ctx: RuleContext) -> list[Violation] | None:
     )
     return [
         Violation(
-            "packing.modes_exclusive",
             {"dataset.enable_offline_packing": True, "dataset.enable_in_batch_packing": True},
             "offline packing (micro batch 1, pre-packed rows) and in-batch packing (micro batch > 1, packed at "
             "collate) cannot both be on",
@@ -61,7 +60,6 @@ def specs_required(ctx: RuleContext) -> list[Violation] | None:
     align = ctx.topology.sequence_alignment
     return [
         Violation(
-            "offline.specs_required",
             {"dataset.enable_offline_packing": True, SPECS: None},
             "offline packing needs its specs (pack size, alignment, artifact paths)",
             fix=f"cfg.{SPECS} = PackedSequenceSpecs(packed_sequence_size={seq}, pad_seq_to_mult={align})",
@@ -85,7 +83,6 @@ def flag_required(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "offline.flag_required",
             {"dataset.enable_offline_packing": False, SPECS: type(ctx.specs).__name__},
             "offline packing specs are set but the packing flag is off; the specs would be ignored",
             fix=f"cfg.dataset.enable_offline_packing = True (or cfg.{SPECS} = None to train unpacked)",
@@ -114,7 +111,6 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     pack = ctx.specs.packed_sequence_size if ctx.specs is not None else ctx.model.seq_length
     return [
         Violation(
-            "offline.micro_batch_one",
             {"train.micro_batch_size": mbs, "train.global_batch_size": gbs},
             "a packed row already holds several sequences; THD layout and CP slicing expect one row per micro batch",
             fix=(
@@ -152,7 +148,6 @@ def eval_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     fix: dict[str, object] = {"validation.eval_micro_batch_size": 1}
     return [
         Violation(
-            "offline.eval_micro_batch_one",
             {"validation.eval_micro_batch_size": mbs, "validation.eval_global_batch_size": gbs},
             "evaluation reads the same packed rows; a micro batch of several rows gives one max_seqlen per row, "
             "which the packed forward step cannot take",
@@ -178,7 +173,6 @@ def pack_size_positive(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "offline.pack_size_positive",
             {f"{SPECS}.packed_sequence_size": size},
             "the pack length must be a positive token count (it is the row width)",
             assignments={f"{SPECS}.packed_sequence_size": ctx.model.seq_length},
@@ -207,7 +201,6 @@ def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "offline.pack_size_matches_seq_length",
             {f"{SPECS}.packed_sequence_size": size, "model.seq_length": model_seq, "dataset.seq_length": data_seq},
             "rows are packed to packed_sequence_size tokens and the model is built for seq_length; a shorter pack "
             "wastes the window, a longer one overflows it",
@@ -233,7 +226,6 @@ def model_matches_dataset(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "seq_length.model_matches_dataset",
             {"model.seq_length": ctx.model.seq_length, "dataset.seq_length": data_seq},
             "the dataset emits rows of dataset.seq_length tokens; the model (RoPE, CP chunks) is sized for "
             "model.seq_length",
@@ -260,7 +252,6 @@ def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "offline.max_single_within_pack",
             {f"{SPECS}.max_single_sequence_length": single, f"{SPECS}.packed_sequence_size": size},
             "a single sequence longer than the pack can never be placed in a row",
             assignments={f"{SPECS}.max_single_sequence_length": size},
@@ -297,7 +288,6 @@ def alignment_multiple(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "offline.alignment_multiple",
             {f"{SPECS}.pad_seq_to_mult": ctx.specs.pad_seq_to_mult, **_alignment_fields(ctx, with_tp=False)},
             f"THD context parallelism splits every packed sequence into 2*CP chunks, so each sequence must be "
             f"padded to a multiple of {need}; otherwise the split rounds lengths down and drops tokens",
@@ -332,13 +322,12 @@ def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
         return None
     return row_width_violations(
         ctx,
-        "offline.row_width_alignment",
         need,
         "is split across CP ranks and then, with sequence parallelism, across TP ranks",
     )
 
 
-def row_width_violations(ctx: RuleContext, rule_id: str, need: int, why: str) -> list[Violation]:
+def row_width_violations(ctx: RuleContext, need: int, why: str) -> list[Violation]:
     """Packed rows whose width is not a multiple of ``need``: fixed-width rows are packed_sequence_size wide,
     variable-width rows min(packed_sequence_size, the longest row rounded up to pad_seq_length_to_mult)."""
     size = ctx.specs.packed_sequence_size
@@ -363,7 +352,6 @@ def row_width_violations(ctx: RuleContext, rule_id: str, need: int, why: str) ->
     )
     return [
         Violation(
-            rule_id,
             {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
             f"each packed row ({width} tokens wide) {why}, so its width must be a multiple of {need}",
             assignments=fix,
@@ -406,7 +394,6 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "gpt_sft.row_width_alignment",
             {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
             "each batch is as wide as its longest row rounded up to pad_seq_length_to_mult (at most seq_length), "
             f"then split across CP ranks and, with sequence parallelism, TP ranks, so it must be a multiple of {need}",

@@ -41,7 +41,6 @@ def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
     fields = {"model.seq_length": seq, "model.context_parallel_size": topo.cp}
     return [
         Violation(
-            "cp.seq_length_divisible",
             fields,
             f"with context parallelism every rank holds 2 chunks per sequence, so seq_length must be a multiple "
             f"of 2*CP = {need}; {seq} is not (THD would round lengths down and drop tokens)",
@@ -69,7 +68,6 @@ def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
     return [
         Violation(
-            "collate.seq_length_alignment",
             {
                 "dataset.seq_length": seq,
                 "model.context_parallel_size": topo.cp,
@@ -102,7 +100,6 @@ def eval_cp_has_no_effect(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.eval_cp_has_no_effect",
             {"dist.eval_context_parallel_size": eval_cp, "model.context_parallel_size": ctx.topology.cp},
             f"evaluation runs at the training CP ({ctx.topology.cp}), not at {eval_cp}: Megatron-Bridge 0.6.2 never "
             "wires evaluation-time context parallelism",
@@ -128,7 +125,6 @@ def finetune_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.finetune_per_token_loss",
             {"model.calculate_per_token_loss": False, "model.context_parallel_size": ctx.topology.cp},
             "with CP>1 a rank can hold only masked (prompt/padding) tokens; per-sequence loss averaging then "
             "divides by zero and gives NaN, so fine-tuning must use per-token loss",
@@ -157,7 +153,6 @@ def finetune_average_in_collective(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.finetune_average_in_collective",
             {"ddp.average_in_collective": True, "model.context_parallel_size": ctx.topology.cp},
             "per-token loss under CP sums token counts across ranks; averaging gradients inside the collective "
             "divides a second time",
@@ -199,7 +194,6 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.hierarchical_sizes_required",
             {
                 "model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
                 "model.hierarchical_context_parallel_sizes": None,
@@ -229,7 +223,6 @@ def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.hierarchical_sizes_product",
             {"model.hierarchical_context_parallel_sizes": list(sizes), "model.context_parallel_size": cp},
             f"the hierarchical CP levels must multiply to context_parallel_size ({math.prod(sizes)} != {cp})",
             assignments={"model.hierarchical_context_parallel_sizes": _suggest_hierarchy(ctx)},
@@ -264,7 +257,6 @@ def thd_mcore_version(ctx: RuleContext) -> list[Violation] | None:
         return []
     return [
         Violation(
-            "cp.thd_mcore_version",
             {"megatron.core.__version__": ".".join(map(str, version)), "model.context_parallel_size": ctx.topology.cp},
             "THD context-parallel partitioning (thd_get_partitioned_indices) exists from Megatron-Core 0.18",
             fix="pip install 'megatron-core>=0.18' (or set cfg.model.context_parallel_size = 1)",

@@ -48,7 +48,6 @@ def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     need = fp8_row_multiple(ctx)
     return row_width_violations(
         ctx,
-        "fp8.packed_tokens_per_rank",
         need,
         f"is split into {split} shard(s), each a {recipe} FP8 GEMM input of width/{split} tokens that must be a "
         f"multiple of {FP8_TOKEN_MULTIPLE[recipe]}",

@@ -72,10 +72,12 @@ def registered() -> list[Rule]:
 
 
 def run_rule(entry: Rule, ctx: RuleContext) -> RuleResult:
-    """One rule on one config: "n/a" (None), "fail" (violations, stamped with the rule's severity) or "ok"."""
+    """One rule on one config: "n/a" (None), "fail" (violations, stamped with the rule's id and severity) or
+    "ok"."""
     found = entry.fn(ctx)
     if found is None:
         return RuleResult(entry, "n/a")
     if found:
-        return RuleResult(entry, "fail", tuple(dataclasses.replace(v, severity=entry.severity) for v in found))
+        stamp = {"rule_id": entry.rule_id, "severity": entry.severity}
+        return RuleResult(entry, "fail", tuple(dataclasses.replace(v, **stamp) for v in found))
     return RuleResult(entry, "ok")

@@ -159,7 +159,6 @@ def _specs_problem(ctx: RuleContext) -> Violation | None:
         return None
     shown = dict(specs) if isinstance(specs, Mapping) else specs
     return Violation(
-        TYPES_RULE_ID,
         {"dataset.offline_packing_specs": shown, "type": type(specs).__name__},
         "dataset.offline_packing_specs must be a PackedSequenceSpecs (Megatron-Bridge reads its attributes, "
         f"a {type(specs).__name__} has none)",
@@ -185,7 +184,6 @@ def type_problems(ctx: RuleContext) -> list[Violation]:
             continue
         found.append(
             Violation(
-                TYPES_RULE_ID,
                 {path: value, "type": type(value).__name__},
                 f"{path} must be {kind.expects}; got {value!r} of type {type(value).__name__}",
                 assignments={path: _suggest(value, kind)},

@@ -7,10 +7,13 @@ are the manual API for custom forward steps."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.thd.layout import StaticTHDLayout, static_thd_batch
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["StaticTHDBatches", "static_thd_forward_step", "layout_from_config", "static_forward_step"]
 
@@ -66,7 +69,7 @@ def static_thd_forward_step(forward_step: Callable[..., Any], layout: StaticTHDL
     return forward_step_with_static_thd
 
 
-def layout_from_config(cfg: Any) -> StaticTHDLayout:
+def layout_from_config(cfg: ConfigContainer) -> StaticTHDLayout:
     """The static layout a ConfigContainer asks for: offline packing with ``pad_cu_seqlens``, sized from the pack
     metadata (``packed_metadata_path``) and the pack size, as Megatron-Bridge's own collate pads."""
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
@@ -83,7 +86,7 @@ def layout_from_config(cfg: Any) -> StaticTHDLayout:
     return StaticTHDLayout.from_pack_metadata(specs.packed_metadata_path, specs.packed_sequence_size)
 
 
-def static_forward_step(cfg: Any, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def static_forward_step(cfg: ConfigContainer, forward_step: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The forward step to pass to ``finetune()``/``pretrain()`` for ``cfg`` with static THD shapes.
 
     ``forward_step`` defaults to Megatron-Bridge's GPT step; the layout comes from :func:`layout_from_config`.

@@ -119,7 +119,8 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
     """``inspect`` plus the parity checks on up to ``max_rows`` rows of every file of an artifact."""
     import torch
 
-    from mbridge_seqpack.packing.inspect_artifact import find_metadata, inspect_artifact
+    from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
+    from mbridge_seqpack.packing.seal import find_metadata
     from mbridge_seqpack.thd.layout import StaticTHDLayout, static_cu_seqlens
     from mbridge_seqpack.thd.reference import packed_token_loss, thd_cp_partition_indices, thd_cp_reassemble
 
@@ -130,8 +131,8 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
         return report
     fp = inspected.fingerprint
     meta, _, _ = find_metadata(inspected.directory)
-    eos = int(fp["eos_id"]) if fp else None
-    mult = int(fp.get("pad_seq_to_mult", 1)) if fp else 1
+    eos = int(fp.eos_id) if fp else None
+    mult = int(fp.pad_seq_to_mult or 1) if fp else 1
     cp_sizes = tuple(cp for cp in (2, 4, 8, 16) if mult % (2 * cp) == 0)
     report.cp_sizes = cp_sizes
     names = ["static cu_seqlens", "attention parity", "loss parity"] + [
