@@ -1,6 +1,11 @@
-"""Benchmark: ``pack`` end to end (Megatron-Bridge's tokenization on every core, streamed in chunks, then the
-packer, balance and sealed write) vs Megatron-Bridge's own ``prepare_gpt_sft_packed_data`` on the same JSONL and
-tokenizer, one process, printed as tokens/s and the ratio.
+"""Benchmark: ``pack`` end to end (tokenize, pack, balance, sealed write) vs Megatron-Bridge's own
+``prepare_gpt_sft_packed_data`` on the same JSONL and tokenizer, each in a process of its own (wall time, tokens/s,
+peak RSS), printed with the ratios.
+
+Contenders: Megatron-Bridge's prep with its default workers (-1: serial) and with every core, ``pack`` with its
+batched tokenization (the default) and with Megatron-Bridge's per-example path (``batched=False``). The corpus is
+the embedded one repeated, each copy's prompts made distinct (no text repeats, so encoding each distinct text once
+gains nothing from the repetition).
 
     uv run python scripts/bench_tokenize.py [--copies 10] [--pack-size 4096]
 """
@@ -10,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,78 +26,107 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+CONTENDERS = ("megatron_bridge_default", "megatron_bridge_all_cores", "mbridge_seqpack_per_example", "mbridge_seqpack")
+
+
+def _corpus(path: Path, copies: int) -> int:
+    from mbridge_seqpack.recipes.kit import embedded_data_dir
+
+    rows = [json.loads(line) for line in (embedded_data_dir() / "training.jsonl").read_text().splitlines()]
+    with open(path, "w") as out:
+        for copy in range(copies):
+            for row in rows:
+                out.write(json.dumps({**row, "input": f"{row['input']} (variant {copy})"}) + "\n")
+    return len(rows) * copies
+
+
+def run_one(name: str, src: Path, work: Path, pack_size: int) -> dict[str, float]:
+    """One contender in this process: its wall time and this process's peak RSS."""
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    tokenizer = load_megatron_tokenizer(embedded_tokenizer_dir())
+    cores = len(os.sched_getaffinity(0))
+    start = time.perf_counter()
+    tokens = 0
+    if name.startswith("megatron_bridge"):
+        from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+        from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
+
+        prepare_gpt_sft_packed_data(
+            input_path=src,
+            output_path=work / "mb.idx.parquet",
+            output_metadata_path=work / "mb_metadata.jsonl",
+            packed_sequence_size=pack_size,
+            tokenizer=tokenizer,
+            max_seq_length=pack_size,
+            seed=0,
+            dataset_kwargs={"index_mapping_dir": str(work / "index")},
+            pad_seq_to_mult=1,
+            num_tokenizer_workers=-1 if name == "megatron_bridge_default" else cores,
+            dataset_builder=build_gpt_sft_split,
+        )
+    else:
+        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+
+        result = pack_jsonl(
+            {"training": src},
+            tokenizer=embedded_tokenizer_dir(),
+            output_dir=work / "ours",
+            options=PackOptions(pack_size=pack_size),
+            batched=name == "mbridge_seqpack",
+        )
+        tokens = result.splits["training"]["stats"]["total_tokens"]
+    seconds = time.perf_counter() - start
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, children)
+    return {"seconds": seconds, "peak_rss_mib": peak / 1024, "tokens": tokens}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=10, help="copies of the embedded corpus (1,799 records each)")
     parser.add_argument("--pack-size", type=int, default=4096)
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_tokenize.json"))
+    parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
-    from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
-
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    if args.one:
+        print(json.dumps(run_one(args.one, Path(args.src), Path(args.work), args.pack_size)))
+        return
 
     cores = len(os.sched_getaffinity(0))
+    results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        corpus = (embedded_data_dir() / "training.jsonl").read_text()
-        src = work / "train.jsonl"
-        src.write_text(corpus * args.copies)
-        records = corpus.count("\n") * args.copies
-        tokenizer = load_megatron_tokenizer(embedded_tokenizer_dir())
-
-        def megatron_bridge_prep(workers: int) -> float:
-            start = time.perf_counter()
-            prepare_gpt_sft_packed_data(
-                input_path=src,
-                output_path=work / f"mb_{workers}.idx.parquet",
-                output_metadata_path=work / f"mb_{workers}_metadata.jsonl",
-                packed_sequence_size=args.pack_size,
-                tokenizer=tokenizer,
-                max_seq_length=args.pack_size,
-                seed=0,
-                dataset_kwargs={"index_mapping_dir": str(work / f"index_{workers}")},
-                pad_seq_to_mult=1,
-                num_tokenizer_workers=workers,
-                dataset_builder=build_gpt_sft_split,
-            )
-            return time.perf_counter() - start
-
-        mb_default = megatron_bridge_prep(-1)  # its default: serial (_materialize_dataset_items, workers <= 1)
-        mb_all = megatron_bridge_prep(cores)
-        start = time.perf_counter()
-        result = pack_jsonl(
-            {"training": src},
-            tokenizer=embedded_tokenizer_dir(),
-            output_dir=work / "ours",
-            options=PackOptions(pack_size=args.pack_size),
-        )
-        ours = time.perf_counter() - start
-    tokens = result.splits["training"]["stats"]["total_tokens"]
+        src = Path(tmp) / "train.jsonl"
+        records = _corpus(src, args.copies)
+        for name in CONTENDERS:
+            work = Path(tmp) / name
+            work.mkdir()
+            command = [sys.executable, __file__, "--one", name, "--src", str(src), "--work", str(work)]
+            done = subprocess.run([*command, "--pack-size", str(args.pack_size)], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    tokens = int(results["mbridge_seqpack"]["tokens"])
+    ours = results["mbridge_seqpack"]["seconds"]
     report = {
         "records": records,
         "tokens": tokens,
         "cores": cores,
-        "megatron_bridge_default_s": mb_default,
-        "megatron_bridge_all_cores_s": mb_all,
-        "mbridge_seqpack_s": ours,
-        "tokens_per_s": {
-            "megatron_bridge_default": tokens / mb_default,
-            "megatron_bridge_all_cores": tokens / mb_all,
-            "mbridge_seqpack": tokens / ours,
-        },
+        "results": results,
+        "tokens_per_s": {name: tokens / r["seconds"] for name, r in results.items()},
+        "speedup_of_mbridge_seqpack": {name: r["seconds"] / ours for name, r in results.items()},
     }
-    print(
-        f"{records:,} records, {tokens:,} tokens, {cores} cores: Megatron-Bridge prep {mb_default:.1f} s "
-        f"(default workers), {mb_all:.1f} s ({cores} workers); pack (tokenize + pack + balance + seal) {ours:.1f} s: "
-        f"{mb_default / ours:.2f}x / {mb_all / ours:.2f}x"
-    )
+    for name, r in results.items():
+        print(
+            f"{name:30s} {r['seconds']:7.1f} s  {tokens / r['seconds']:>11,.0f} tokens/s  peak RSS "
+            f"{r['peak_rss_mib']:6.0f} MiB  pack is {r['seconds'] / ours:.2f}x faster"
+        )
+    print(f"{records:,} distinct records, {tokens:,} tokens, {cores} cores")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
                 if entry.get("dropped_sequences")
                 else ""
             )
+            + f", tokenized {entry.get('tokenization', 'per example')}"
             + (
                 f", {entry['truncated_sequences']} truncated by Megatron-Bridge's prep "
                 f"({entry['truncated_tokens']} tokens cut; longer than --max-seq-length)"

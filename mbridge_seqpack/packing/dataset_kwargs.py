@@ -99,6 +99,10 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
         least = 0 if key in _MAY_BE_ZERO else 1
         if kind == INT and value is not None and value < least:
             raise InputError(f"{source}: {key!r} must be an integer >= {least}, got {value}")
+    if kwargs.get("add_sep") and kwargs.get("sep_id") is None:
+        # GPTSFTDataset._process_example appends self.sep_id, None unless given: a None token id, which
+        # Megatron-Bridge's prep (and every later step) fails on
+        raise InputError(f"{source}: 'add_sep' is true but no 'sep_id' is given; add \"sep_id\": <token id>")
 
 
 def config_dataset_kwargs(dataset: Any) -> dict[str, Any]:

@@ -6,7 +6,9 @@ fits. Two implementations place every sequence identically (tested):
 
 - the C kernel (``native/bfd.c``, built by the wheel's build hook, loaded with ctypes): a counting sort
   and a 64-ary bitset over remaining-space values, O(n + capacity), at most 8 bytes per sequence of work memory
-  (4 for the seeded order, 4 per bin);
+  (4 for the order, 4 per bin); ``pack_lengths`` groups the sequences by length and shuffles each group in
+  place (seeded: ``tie_order``), so no step reads or writes memory at random over all sequences but the
+  bins' own assignment;
 - the pure-Python path (no compiler, or ``MBRIDGE_SEQPACK_NATIVE=0``): every group of equal-length
   sequences is placed at once, with a Python big integer as the bitset of non-empty buckets; the work is
   proportional to the number of (length, bucket) groups.
@@ -53,6 +55,10 @@ def _load_kernel(path: str) -> Any:
     lib.bfd_pack_into.restype = ctypes.c_int64
     lib.relabel_bins.argtypes = [i64p, i32p, ctypes.c_int64, i64p]
     lib.relabel_bins.restype = None
+    lib.bfd_pack_seeded.argtypes = [i64p, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64, i64p]
+    lib.bfd_pack_seeded.restype = ctypes.c_int64
+    lib.relabel_all.argtypes = [i64p, ctypes.c_int64, i64p]
+    lib.relabel_all.restype = None
     return lib
 
 
@@ -181,18 +187,52 @@ def pack_lengths(
     if n >= 2**31 - 1:
         raise UsageError(f"pack_lengths takes fewer than 2**31 sequences, got {n}")
     rng = np.random.default_rng(seed)
-    # the seeded order of the kept sequences: rng.permutation(k) values, as int32 (4 bytes per sequence)
-    shuffled = np.arange(n, dtype=np.int32) if not too_long.any() else np.flatnonzero(~too_long).astype(np.int32)
-    rng.shuffle(shuffled)
-    del too_long
-    num_bins = place(arr, shuffled, capacity, assignment)
-    relabel = rng.permutation(num_bins)
+    tie_seed = int(rng.integers(0, 2**63))
     kernel = native_kernel()
     if kernel is not None:
-        kernel.relabel_bins(assignment, shuffled, shuffled.size, relabel)
+        num_bins = int(kernel.bfd_pack_seeded(arr, n, capacity, tie_seed, assignment))
+        if num_bins < 0:
+            raise MemoryError(f"the packing kernel could not allocate its work arrays for {n} sequences")
     else:
-        assignment[shuffled] = relabel[assignment[shuffled]]
+        num_bins = _place_in_python(arr, tie_order(arr, capacity, tie_seed), capacity, assignment, [])
+    relabel = rng.permutation(num_bins)  # bins numbered in a seeded order, so packs are not ordered by fill
+    if kernel is not None:
+        kernel.relabel_all(assignment, n, relabel)
+    else:
+        placed = assignment >= 0
+        assignment[placed] = relabel[assignment[placed]]
     return assignment
+
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's finalizer (``mix64`` in native/bfd.c)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def tie_order(arr: np.ndarray, capacity: int, seed: int) -> np.ndarray:
+    """The kept sequences (length <= ``capacity``) grouped by length, each group of equal lengths (in index order)
+    shuffled by Fisher-Yates, position p swapped with ``mix64(seed + length * golden + p) % (p + 1)``: the order
+    ``bfd_pack_seeded`` places in, here for the pure-Python path (int32). Shuffling within a group keeps each swap
+    inside one small contiguous group, where shuffling all indices at once touched memory at random."""
+    kept = np.flatnonzero(arr <= capacity)
+    order = kept[np.argsort(arr[kept], kind="stable")].astype(np.int32)
+    values, starts, counts = np.unique(arr[order], return_index=True, return_counts=True)
+    for length, begin, size in zip(values.tolist(), starts.tolist(), counts.tolist()):
+        if size < 2:
+            continue
+        group = order[begin : begin + size].tolist()
+        base = (seed + length * _GOLDEN) & _MASK
+        for p in range(size - 1, 0, -1):
+            q = _mix64((base + p) & _MASK) % (p + 1)
+            group[p], group[q] = group[q], group[p]
+        order[begin : begin + size] = group
+    return order
 
 
 def place(

@@ -218,10 +218,12 @@ def pack_jsonl(
     overwrite: bool = False,
     workers: int | None = None,
     lines_per_chunk: int = 50_000,
+    batched: bool = True,
 ) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
-    Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own.
+    Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own (prompt
+    template pieces encoded a chunk per call, ``batched``: packing/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
     """
@@ -272,6 +274,7 @@ def pack_jsonl(
                     lines_per_chunk=lines_per_chunk,
                     records=records[split],
                     spill_dir=spill,
+                    batched=batched,
                 )
                 bins = _pack_or_drop(seqs.lengths, max_seq_length, options, source)
                 balance = None
@@ -281,6 +284,7 @@ def pack_jsonl(
                 entry["dropped_sequences"] = int((bins < 0).sum())
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
                 entry["truncated_tokens"] = seqs.truncated_tokens
+                entry["tokenization"] = seqs.tokenization
                 if balance is not None:
                     entry["balance"] = balance.to_dict()
                 entry["checksums"] = write_split(

@@ -232,6 +232,8 @@ class TokenizedSequences:
     offsets: np.ndarray  # int64, len n+1
     truncated_sequences: int = 0  # examples Megatron-Bridge's truncation shortened (packing/truncation.py)
     truncated_tokens: int = 0  # tokens it removed from them
+    # "batched" (packing/batched_tokens.py) or why Megatron-Bridge's per-example path ran
+    tokenization: str = "per example"
 
     @property
     def count(self) -> int:
@@ -319,6 +321,7 @@ def tokenize_split(
     progress: bool | None = None,
     records: int | None = None,
     spill_dir: str | Path | None = None,
+    batched: bool = True,
 ) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
     ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially).
@@ -328,9 +331,12 @@ def tokenize_split(
     token on disk) and come back memory-mapped, so memory holds one chunk plus 8 bytes per sequence and an input
     larger than memory still packs; without ``spill_dir`` they are kept in memory. A progress bar (records,
     tokens/s) shows on a terminal (``progress=None``), always (True) or never (False); ``records`` (the count
-    ``check_jsonl`` returned) sizes it without reading the file once more.
+    ``check_jsonl`` returned) sizes it without reading the file once more. ``batched``: prompt-template pieces are
+    encoded a chunk at a time (packing/batched_tokens.py, the same ids); where that does not apply, or when False,
+    Megatron-Bridge's per-example path runs, and ``tokenization`` says which and why.
     """
     import contextlib
+    import functools
     import io
     import logging
     import tempfile
@@ -349,6 +355,7 @@ def tokenize_split(
     sizes: list[np.ndarray] = []
     start, tokens = time.perf_counter(), 0
     cut_sequences = cut_tokens = 0
+    refusals: list[str] = []
     bar = tqdm(
         total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
     )
@@ -372,7 +379,7 @@ def tokenize_split(
                     kwargs,
                     pad_seq_to_mult=pad_seq_to_mult,
                     num_tokenizer_workers=workers,
-                    dataset_builder=counting_gpt_sft_split,
+                    dataset_builder=functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals),
                 )
             chunk.unlink()
             bar.update(count)
@@ -395,7 +402,13 @@ def tokenize_split(
     if sizes:
         np.cumsum(np.concatenate(sizes), out=offsets[1:])
     tokens, loss_mask = sink.finish()
-    return TokenizedSequences(tokens, loss_mask, offsets, cut_sequences, cut_tokens)
+    if not batched:
+        how = "per example (batching off)"
+    elif refusals:
+        how = f"per example ({refusals[0]})"
+    else:
+        how = "batched"
+    return TokenizedSequences(tokens, loss_mask, offsets, cut_sequences, cut_tokens, how)
 
 
 class _TokenSink:

@@ -75,13 +75,22 @@ class CountingGPTSFTChatDataset(gpt_sft.GPTSFTChatDataset):
 _COUNTING = {gpt_sft.GPTSFTDataset: CountingGPTSFTDataset, gpt_sft.GPTSFTChatDataset: CountingGPTSFTChatDataset}
 
 
-def counting_gpt_sft_split(*args: Any, **kwargs: Any) -> Any:
+def counting_gpt_sft_split(*args: Any, batched: bool = False, refusals: list[str] | None = None, **kwargs: Any) -> Any:
     """Megatron-Bridge's ``build_gpt_sft_split``; its dataset counts truncation when it is one of the two classes
-    above (another class is left as it is, and its examples report nothing)."""
+    above (another class is left as it is, and its examples report nothing). ``batched``: its template pieces are
+    encoded in one call (packing/batched_tokens.py); why not, when that does not apply, goes to ``refusals``."""
     dataset = build_gpt_sft_split(*args, **kwargs)
+    if dataset is None:
+        return None
     counting = _COUNTING.get(type(dataset))
     if counting is not None:
         dataset.__class__ = counting
+    if batched:
+        from mbridge_seqpack.packing.batched_tokens import batch_tokenize
+
+        refusal = batch_tokenize(dataset)
+        if refusal is not None and refusals is not None:
+            refusals.append(refusal)
     return dataset
 
 

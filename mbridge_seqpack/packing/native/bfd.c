@@ -87,32 +87,23 @@ static int64_t bitset_next(const bitset_t *b, int64_t i) {
  * untouched). Bins 0..num_open-1 already exist with open_space[i] tokens free (pushed in index order);
  * new bins are numbered from num_open. Returns the number of bins, or -1 on allocation failure / bad input.
  */
-int64_t bfd_pack_into(const int64_t *lengths, const int32_t *seeded, int64_t m, int64_t capacity, int64_t *out_bin,
-                      int64_t num_open, const int64_t *open_space) {
-    if (capacity < 1 || m < 0 || num_open < 0 || m + num_open >= INT32_MAX) return -1;
-    int64_t *start = (int64_t *)calloc((size_t)capacity + 2, sizeof(int64_t));
-    int32_t *order = (int32_t *)malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+/*
+ * Best fit of order[0..m) (already longest first, ties in the wanted order) into the open bins and new ones;
+ * see bfd_pack_into. ends (may be NULL): ends[j] is the end in order of the sequences of length capacity - j, so
+ * a sequence's length is known from its position instead of read at random from lengths. Returns the number of
+ * bins, or -1.
+ */
+static int64_t place_sorted(const int64_t *lengths, const int32_t *order, int64_t m, int64_t capacity,
+                            int64_t *out_bin, int64_t num_open, const int64_t *open_space, const int64_t *ends) {
     int32_t *head = (int32_t *)malloc(((size_t)capacity + 1) * sizeof(int32_t));
     /* one stack link per bin; bins are few next to sequences, so the array grows on demand */
     int64_t next_size = num_open + 1024 + m / 16;
     int32_t *next = (int32_t *)malloc((size_t)next_size * sizeof(int32_t));
     bitset_t free_space;
     memset(&free_space, 0, sizeof(free_space));
-    int ok = start && order && head && next && bitset_init(&free_space, capacity + 1) == 0;
+    int ok = head && next && bitset_init(&free_space, capacity + 1) == 0;
     int64_t num_bins = -1;
     if (!ok) goto done;
-
-    /* stable counting sort by descending length: slot of length L starts after all longer ones */
-    for (int64_t k = 0; k < m; k++) {
-        int64_t len = lengths[seeded[k]];
-        if (len < 1 || len > capacity) goto done;
-        start[capacity - len + 1]++;
-    }
-    for (int64_t j = 1; j <= capacity + 1; j++) start[j] += start[j - 1];
-    for (int64_t k = 0; k < m; k++) {
-        int64_t idx = seeded[k];
-        order[start[capacity - lengths[idx]]++] = (int32_t)idx;
-    }
 
     memset(head, 0xff, ((size_t)capacity + 1) * sizeof(int32_t)); /* -1: empty stack */
     for (int64_t b = 0; b < num_open; b++) {
@@ -125,9 +116,16 @@ int64_t bfd_pack_into(const int64_t *lengths, const int32_t *seeded, int64_t m, 
     }
     num_bins = num_open;
     int64_t k = 0;
+    int64_t bucket = 0; /* with ends: the bucket of position k */
     while (k < m) {
-        int64_t idx = order[k];
-        int64_t len = lengths[idx];
+        int64_t len;
+        if (ends) {
+            while (ends[bucket] <= k) bucket++;
+            len = capacity - bucket;
+        } else {
+            len = lengths[order[k]];
+        }
+        int64_t group_end = ends ? ends[bucket] : m;
         int64_t space = bitset_next(&free_space, len);
         int32_t bin;
         if (space < 0) { /* open a bin */
@@ -150,7 +148,7 @@ int64_t bfd_pack_into(const int64_t *lengths, const int32_t *seeded, int64_t m, 
             out_bin[order[k]] = bin;
             space -= len;
             k++;
-        } while (k < m && lengths[order[k]] == len && space >= len);
+        } while (k < group_end && space >= len && (ends || lengths[order[k]] == len));
         if (space > 0) {
             if (head[space] < 0) bitset_set(&free_space, space);
             next[bin] = head[space];
@@ -159,16 +157,104 @@ int64_t bfd_pack_into(const int64_t *lengths, const int32_t *seeded, int64_t m, 
     }
 
 done:
-    free(start);
-    free(order);
     free(head);
     free(next);
     bitset_free(&free_space);
     return num_bins;
 }
 
+/*
+ * lengths[n]: token counts (1..capacity). seeded[m]: indices into lengths to place (the seeded tie
+ * order; ascending length is not required). out_bin[n]: receives bin ids for those indices (others
+ * untouched). Bins 0..num_open-1 already exist with open_space[i] tokens free (pushed in index order);
+ * new bins are numbered from num_open. Returns the number of bins, or -1 on allocation failure / bad input.
+ */
+int64_t bfd_pack_into(const int64_t *lengths, const int32_t *seeded, int64_t m, int64_t capacity, int64_t *out_bin,
+                      int64_t num_open, const int64_t *open_space) {
+    if (capacity < 1 || m < 0 || num_open < 0 || m + num_open >= INT32_MAX) return -1;
+    int64_t *start = (int64_t *)calloc((size_t)capacity + 2, sizeof(int64_t));
+    int32_t *order = (int32_t *)malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    int64_t num_bins = -1;
+    if (!start || !order) goto done;
+    /* stable counting sort by descending length: slot of length L starts after all longer ones */
+    for (int64_t k = 0; k < m; k++) {
+        int64_t len = lengths[seeded[k]];
+        if (len < 1 || len > capacity) goto done;
+        start[capacity - len + 1]++;
+    }
+    for (int64_t j = 1; j <= capacity + 1; j++) start[j] += start[j - 1];
+    for (int64_t k = 0; k < m; k++) {
+        int64_t idx = seeded[k];
+        order[start[capacity - lengths[idx]]++] = (int32_t)idx;
+    }
+    free(start);
+    start = NULL;
+    num_bins = place_sorted(lengths, order, m, capacity, out_bin, num_open, open_space, NULL);
+done:
+    free(start);
+    free(order);
+    return num_bins;
+}
+
 int64_t bfd_pack(const int64_t *lengths, const int32_t *seeded, int64_t m, int64_t capacity, int64_t *out_bin) {
     return bfd_pack_into(lengths, seeded, m, capacity, out_bin, 0, NULL);
+}
+
+/* SplitMix64 finalizer: the tie order's random numbers, a pure function of (seed, length, position) */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/*
+ * pack_lengths' whole placement without a shuffled index array: sequences are bucketed by length (a stable
+ * counting sort over the indices, sequential reads), each bucket of equal lengths is shuffled in place by
+ * Fisher-Yates with position p swapped with mix64(seed + len * 0x9E3779B97F4A7C15 + p) % (p + 1) (the bucket
+ * is small and contiguous: cache-local), and then placed as bfd_pack_into places, longest first. Lengths above
+ * capacity are skipped (out_bin untouched). Same placement as packer.py's Python path for this tie order.
+ */
+int64_t bfd_pack_seeded(const int64_t *lengths, int64_t n, int64_t capacity, uint64_t seed, int64_t *out_bin) {
+    if (capacity < 1 || n < 0 || n >= INT32_MAX) return -1;
+    int64_t *start = (int64_t *)calloc((size_t)capacity + 2, sizeof(int64_t));
+    if (!start) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = lengths[i];
+        if (len < 1) { free(start); return -1; }
+        if (len <= capacity) start[capacity - len + 1]++;
+    }
+    for (int64_t j = 1; j <= capacity + 1; j++) start[j] += start[j - 1];
+    int64_t m = start[capacity + 1];
+    int32_t *order = (int32_t *)malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    if (!order) { free(start); return -1; }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = lengths[i];
+        if (len <= capacity) order[start[capacity - len]++] = (int32_t)i; /* start[j]: end of bucket j */
+    }
+    int64_t begin = 0;
+    for (int64_t j = 0; j <= capacity; j++) { /* bucket j holds length capacity - j, [begin, start[j]) */
+        int64_t end = start[j];
+        uint64_t base = seed + (uint64_t)(capacity - j) * 0x9E3779B97F4A7C15ULL;
+        for (int64_t p = end - begin - 1; p > 0; p--) {
+            int64_t q = (int64_t)(mix64(base + (uint64_t)p) % (uint64_t)(p + 1));
+            int32_t t = order[begin + p];
+            order[begin + p] = order[begin + q];
+            order[begin + q] = t;
+        }
+        begin = end;
+    }
+    int64_t bins = place_sorted(lengths, order, m, capacity, out_bin, 0, NULL, start);
+    free(start);
+    free(order);
+    return bins;
+}
+
+/* out_bin[i] = relabel[out_bin[i]] for every placed sequence, in index order (sequential) */
+void relabel_all(int64_t *out_bin, int64_t n, const int64_t *relabel) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = out_bin[i];
+        if (b >= 0) out_bin[i] = relabel[b];
+    }
 }
 
 /* out_bin[i] = relabel[out_bin[i]] for the placed indices (bins numbered in a seeded order, in place) */

@@ -1,0 +1,141 @@
+"""#23: prompt-template pieces encoded a chunk per tokenizer call give exactly the tokens and loss masks of
+Megatron-Bridge's per-example path (its own ``GPTSFTDataset`` on its own tokenizer, ``batched=False``), across
+templates, BOS/SEP/EOS, ``answer_only_loss``, truncation, examples longer than the pack, empty answers, unicode,
+pack sizes and ``pad_seq_to_mult``, serially and in Megatron-Bridge's worker pool; the cases it cannot batch say
+why and run Megatron-Bridge's path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_artifacts import DATA, TOKENIZER
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tokenizer(megatron_bridge: Any) -> Any:
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+
+    return load_megatron_tokenizer(TOKENIZER)
+
+
+def _both(path: Path, tokenizer: Any, **kwargs: Any) -> tuple[Any, Any]:
+    from mbridge_seqpack.packing.sequences import tokenize_split
+
+    base = {"max_seq_length": 4096, "pad_seq_to_mult": 1, "dataset_kwargs": {}, "seed": 0, "progress": False}
+    base.update(kwargs)
+    return tuple(tokenize_split(path, tokenizer, batched=batched, **base) for batched in (False, True))
+
+
+def _assert_identical(megatron: Any, batched: Any) -> None:
+    assert np.array_equal(megatron.offsets, batched.offsets)
+    assert np.array_equal(megatron.tokens, batched.tokens)
+    assert np.array_equal(megatron.loss_mask, batched.loss_mask)
+    assert (megatron.truncated_sequences, megatron.truncated_tokens) == (
+        batched.truncated_sequences,
+        batched.truncated_tokens,
+    )
+    assert megatron.tokenization == "per example (batching off)"
+
+
+@pytest.mark.parametrize(
+    "dataset_kwargs, max_seq_length, mult",
+    [
+        ({}, 4096, 1),
+        ({"prompt_template": "Q: {input}\nA: {output}"}, 512, 4),
+        ({"add_bos": True, "add_sep": True, "sep_id": 7, "answer_only_loss": False}, 2048, 8),
+        ({"add_eos": False, "truncation_method": "left"}, 64, 1),  # most examples cut
+    ],
+)
+def test_the_embedded_corpus_tokenizes_identically(
+    tokenizer: Any, dataset_kwargs: dict[str, Any], max_seq_length: int, mult: int
+) -> None:
+    megatron, batched = _both(
+        DATA / "training.jsonl",
+        tokenizer,
+        max_seq_length=max_seq_length,
+        pad_seq_to_mult=mult,
+        dataset_kwargs=dataset_kwargs,
+        workers=1,
+    )
+    _assert_identical(megatron, batched)
+    assert batched.tokenization == "batched"
+    assert batched.count == 1799
+
+
+def test_identical_in_megatron_bridges_worker_pool(tokenizer: Any) -> None:
+    """Two workers: the dataset (with the chunk's ids) is pickled into Megatron-Bridge's pool."""
+    megatron, batched = _both(DATA / "training.jsonl", tokenizer, workers=2, lines_per_chunk=700)
+    _assert_identical(megatron, batched)
+    assert batched.tokenization == "batched"
+
+
+_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=120
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(_TEXT, _TEXT), min_size=1, max_size=40),
+    max_seq_length=st.sampled_from([16, 48, 256]),
+    mult=st.sampled_from([1, 2, 4]),
+    answer_only_loss=st.booleans(),
+)
+def test_random_unicode_examples_tokenize_identically(
+    tmp_path_factory: pytest.TempPathFactory,
+    tokenizer: Any,
+    rows: list[tuple[str, str]],
+    max_seq_length: int,
+    mult: int,
+    answer_only_loss: bool,
+) -> None:
+    """Empty answers and prompts, spaces at the ends (which Megatron-Bridge strips), unicode, repeated texts,
+    examples longer than the pack (truncated by its prep)."""
+    path = tmp_path_factory.mktemp("rows") / "training.jsonl"
+    path.write_text("".join(json.dumps({"input": q, "output": a}) + "\n" for q, a in rows))
+    megatron, batched = _both(
+        path,
+        tokenizer,
+        max_seq_length=max_seq_length,
+        pad_seq_to_mult=mult,
+        dataset_kwargs={"answer_only_loss": answer_only_loss},
+        workers=1,
+    )
+    _assert_identical(megatron, batched)
+
+
+def test_what_cannot_be_batched_says_why_and_runs_megatron_bridges_path(tmp_path: Path, megatron_bridge: Any) -> None:
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer, tokenize_split
+    from tests.test_artifacts import _chat_corpus, _chat_tokenizer
+
+    tokenizer = load_megatron_tokenizer(_chat_tokenizer(tmp_path))
+    kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
+    seqs = tokenize_split(
+        _chat_corpus(tmp_path / "chat.jsonl", 5),
+        tokenizer,
+        max_seq_length=256,
+        pad_seq_to_mult=1,
+        dataset_kwargs=kwargs,
+        seed=0,
+        progress=False,
+    )
+    assert seqs.tokenization == "per example (a chat dataset (one chat template per conversation))"
+    assert seqs.count == 5
+
+
+def test_pack_reports_the_tokenization(tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture) -> None:
+    from mbridge_seqpack.cli.main import main
+
+    assert main(["pack", str(DATA / "validation.jsonl"), "--pack-size", "2048", "--output", str(tmp_path / "p")]) == 0
+    assert ", tokenized batched" in " ".join(capsys.readouterr().out.split())
+    (entry,) = json.loads((tmp_path / "p" / "2048_metadata.jsonl").read_text())
+    assert entry["tokenization"] == "batched"
