@@ -71,8 +71,9 @@ def test_the_embedded_corpus_tokenizes_identically(
     assert batched.count == 1799
 
 
-def test_identical_in_megatron_bridges_worker_pool(tokenizer: Any) -> None:
-    """Two workers: the dataset (with the chunk's ids) is pickled into Megatron-Bridge's pool."""
+def test_identical_to_megatron_bridges_worker_pool(tokenizer: Any) -> None:
+    """Megatron-Bridge's path in its pool of two workers against the batched path, which runs in one process (its
+    encoding is multi-threaded), chunk by chunk."""
     megatron, batched = _both(DATA / "training.jsonl", tokenizer, workers=2, lines_per_chunk=700)
     _assert_identical(megatron, batched)
     assert batched.tokenization == "batched"

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchedTokenizer", "batching_refusal", "batch_tokenize"]
+__all__ = ["BatchedTokenizer", "batching_refusal", "batch_tokenize", "expected_refusal"]
 
 
 def _hf_tokenizer(tokenizer: Any) -> Any | None:
@@ -63,6 +63,20 @@ class BatchedTokenizer:
         if unique:
             encoded = self._hf(unique).input_ids
             self._ids.update(zip(unique, (np.asarray(ids, dtype=np.int32) for ids in encoded)))
+
+
+def expected_refusal(tokenizer: Any, dataset_kwargs: dict[str, Any]) -> str | None:
+    """What :func:`batching_refusal` will say of the dataset Megatron-Bridge builds from these, known before it is
+    built (``tokenize_split`` then runs one process: the encoding is multi-threaded already, and Megatron-Bridge's
+    pool pickles every example back through a pipe, which costs more than the pool gains once the tokenizer calls
+    are gone)."""
+    if dataset_kwargs.get("chat"):
+        return "a chat dataset (one chat template per conversation)"
+    if dataset_kwargs.get("prompt_completion_config") is not None:
+        return "dataset.preprocessing (prompt/completion tokenization)"
+    if _hf_tokenizer(tokenizer) is None:
+        return "not a fast Hugging Face tokenizer with its special tokens"
+    return None
 
 
 def batching_refusal(dataset: Any) -> str | None:

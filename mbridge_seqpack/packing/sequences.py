@@ -345,7 +345,11 @@ def tokenize_split(
     from megatron.bridge.data.packing.offline import tokenize_dataset
     from tqdm import tqdm
 
+    from mbridge_seqpack.packing.batched_tokens import expected_refusal
     from mbridge_seqpack.packing.truncation import counting_gpt_sft_split, truncated_tokens
+
+    if batched and expected_refusal(tokenizer, dataset_kwargs) is None:
+        workers = 1  # the encoding runs on every core; a pool would only pickle the examples back
 
     path = Path(path)
     if records is None:
