@@ -82,7 +82,8 @@ class ExchangePass:
         self.load = np.zeros(self.steps * dp)
         np.add.at(self.load, self.unit[self.unit >= 0], costs[self.unit >= 0])
         self.by_step = self.load.reshape(self.steps, dp)  # a view: updates to load show here
-        self.ratio = self.by_step.max(axis=1) / self.by_step.mean(axis=1)
+        self.total = self.by_step.sum(axis=1)  # each step's work, kept current by _apply
+        self.ratio = self.by_step.max(axis=1) / (self.total / dp)
         self.top = np.argsort(-self.by_step, axis=1)[:, :3]
         self.step_by_mean = np.argsort(self.by_step.mean(axis=1), kind="stable")
         self.rank_by_mean = np.empty(self.steps, dtype=np.int64)
@@ -111,13 +112,13 @@ class ExchangePass:
             if alone.any():
                 unit, step, moved = units[alone], units[alone] // dp, sign * amount[alone]
                 new_max = np.maximum(self.load[unit] + moved, self._max_without(unit))
-                out[alone] += new_max / ((self.by_step[step].sum(axis=1) + moved) / dp) - self.ratio[step]
+                out[alone] += new_max / ((self.total[step] + moved) / dp) - self.ratio[step]
         if same.any():
             giver, taker, moved = givers[same], takers[same], amount[same]
             step = giver // dp
             new_max = np.maximum(self.load[giver] - moved, self.load[taker] + moved)
             new_max = np.maximum(new_max, self._max_without(giver, taker))
-            change = new_max / self.by_step[step].mean(axis=1) - self.ratio[step]
+            change = new_max / (self.total[step] / dp) - self.ratio[step]
             out[same] = np.where(giver == taker, 0.0, change)  # rows of one rank: its load does not change
         return out
 
@@ -144,11 +145,10 @@ class ExchangePass:
         of their shortest. Returns (row of each offer, piece indices padded with -1 to width 3)."""
         rows = rows[self.room[rows] > 0]
         owners, tables = [rows], [np.full((rows.size, 3), -1, dtype=np.int64)]
-        singles = [(row, piece) for row in rows.tolist() for piece in self.members[row]]
-        if singles:
-            single = np.asarray(singles, dtype=np.int64)
-            owners.append(single[:, 0])
-            tables.append(np.column_stack([single[:, 1], np.full((single.shape[0], 2), -1)]))
+        single = self._pieces_of(rows)
+        if single.size:
+            owners.append(self.bins[single])
+            tables.append(np.column_stack([single, np.full((single.size, 2), -1)]))
         for row in rows[self.unit[rows] < 0].tolist():
             shortest = self._shortest(row)
             combos = _combinations(shortest.size, (2, 3))
@@ -156,6 +156,12 @@ class ExchangePass:
                 owners.append(np.full(combos.shape[0], row))
                 tables.append(np.where(combos >= 0, shortest[np.maximum(combos, 0)], -1))
         return np.concatenate(owners), np.concatenate(tables)
+
+    def _pieces_of(self, rows: np.ndarray) -> np.ndarray:
+        """The sequences of ``rows`` (ascending index), found through ``bins`` at numpy speed."""
+        wanted = np.zeros(len(self.members), dtype=bool)
+        wanted[rows] = True
+        return np.flatnonzero(wanted[np.maximum(self.bins, 0)] & (self.bins >= 0))
 
     def _gives(self, row: int) -> np.ndarray:
         """What a row can give: each of its sequences, or two of its shortest (width 2, -1 pads)."""
@@ -173,14 +179,16 @@ class ExchangePass:
         rows_of_step = self.rows_of_step[step]
         best: tuple[float, tuple | None] = (-MIN_GAIN, None)
         all_owners, all_table = self._offers(np.concatenate([self._nearby(step), self.reservoir]))
-        _, all_offered, _ = self._picks(all_table)
-        by_tokens = np.argsort(all_offered, kind="stable")
+        all_picks = self._picks(all_table)
+        by_tokens = np.argsort(all_picks[1], kind="stable")
         all_owners, all_table = all_owners[by_tokens], all_table[by_tokens]
+        all_picks = tuple(values[by_tokens] for values in all_picks)
         for x in rows_of_step[self.unit[rows_of_step] == giver].tolist():
-            owners, table = all_owners[all_owners != x], all_table[all_owners != x]  # a row does not trade with itself
+            other = all_owners != x  # a row does not trade with itself
+            owners, table = all_owners[other], all_table[other]
             if not owners.size:
                 continue
-            taken, offered, offered_sq = self._picks(table)
+            taken, offered, offered_sq = (values[other] for values in all_picks)
             pieces = self.members[x]
             gives = self._gives(x)
             given, give_tokens, give_sq = self._picks(gives)
@@ -215,8 +223,8 @@ class ExchangePass:
         for z in rows_of_step[self.unit[rows_of_step] == taker].tolist():
             if self.room[z] <= 0:
                 continue
-            sources = [row for row in np.concatenate([self._nearby(step), self.reservoir]).tolist() if row != z]
-            pieces = np.asarray([p for row in sources for p in self.members[row]], dtype=np.int64)
+            sources = np.concatenate([self._nearby(step), self.reservoir])
+            pieces = self._pieces_of(sources[sources != z])
             if not pieces.size:
                 continue
             source = self.bins[pieces]
@@ -257,7 +265,8 @@ class ExchangePass:
                     self.load[self.unit[row]] += sign * work
                     touched.add(int(self.unit[row] // self.dp))
         for step in touched:
-            self.ratio[step] = self.by_step[step].max() / self.by_step[step].mean()
+            self.total[step] = self.by_step[step].sum()
+            self.ratio[step] = self.by_step[step].max() / (self.total[step] / self.dp)
             self.top[step] = np.argsort(-self.by_step[step])[:3]
         return touched
 
