@@ -140,3 +140,25 @@ def test_pack_reports_the_tokenization(tmp_path: Path, megatron_bridge: Any, cap
     assert ", tokenized batched" in " ".join(capsys.readouterr().out.split())
     (entry,) = json.loads((tmp_path / "p" / "2048_metadata.jsonl").read_text())
     assert entry["tokenization"] == "batched"
+
+
+def test_every_piece_megatron_bridge_tokenizes_comes_from_the_batch(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shortcut is taken, not only harmless: while Megatron-Bridge's ``_process_example`` runs over the corpus
+    (templates, BOS/SEP, truncation), no piece misses the chunk's ids and falls back to a tokenizer call."""
+    from mbridge_seqpack.packing import batched_tokens
+
+    misses: list[str] = []
+    lookup = batched_tokens.BatchedTokenizer.tokenize
+
+    def counted(self: Any, text: str) -> list[int]:
+        if text not in self._ids:
+            misses.append(text)
+        return lookup(self, text)
+
+    monkeypatch.setattr(batched_tokens.BatchedTokenizer, "tokenize", counted)
+    for kwargs in ({}, {"prompt_template": "Q: {input}\nA: {output}", "add_bos": True}):
+        _, batched = _both(DATA / "training.jsonl", tokenizer, max_seq_length=256, dataset_kwargs=kwargs, workers=1)
+        assert batched.tokenization == "batched" and batched.count == 1799
+    assert misses == []

@@ -2,13 +2,13 @@
 
 Megatron-Bridge's ``GPTSFTDataset._process_example`` tokenizes each piece of each example's prompt template with
 its own call (``_tokenize`` -> ``HuggingFaceTokenizer.text_to_ids`` -> ``transformers``' ``__call__``), and that
-per-call overhead is most of its prep time (about 70% on the embedded corpus). Here, once the dataset is built
-(before Megatron-Bridge's tokenizer workers fork), its own ``_separate_template`` cuts every example into those
-same pieces and one call of the same ``transformers`` tokenizer on the list encodes them all (its Rust backend, on
-every core). A single string goes through that very path as a batch of one (``TokenizersBackend._encode_plus``:
-``encode_batch`` either way), so the ids are the same by construction; everything else (truncation, BOS/EOS/SEP,
-masks, padding) is still Megatron-Bridge's code on those ids, in its workers. Tested byte for byte against
-Megatron-Bridge's prep. The ids are held as int32 arrays for the chunk being tokenized (4 bytes a token).
+per-call overhead is most of its prep time (about 70% on the embedded corpus). Here, once the dataset is built,
+its own ``_separate_template`` cuts every example into those same pieces and one call of the same ``transformers``
+tokenizer on the list encodes them all (its Rust backend, on every core). A single string goes through that very
+path as a batch of one (``TokenizersBackend._encode_plus``: ``encode_batch`` either way), so the ids are the same
+by construction; everything else (truncation, BOS/EOS/SEP, masks, padding) is still Megatron-Bridge's code on
+those ids, example by example. Tested byte for byte against Megatron-Bridge's prep. The ids are held as int32
+arrays for the chunk being tokenized (4 bytes a token).
 
 Where the shortcut does not apply, the dataset runs exactly as Megatron-Bridge's and :func:`batching_refusal`
 says why: chat datasets (a chat template per conversation), ``dataset.preprocessing`` (prompt/completion
@@ -23,6 +23,12 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BatchedTokenizer", "batching_refusal", "batch_tokenize", "expected_refusal"]
+
+#: why a dataset is tokenized example by example
+CHAT = "a chat dataset (one chat template per conversation)"
+PREPROCESSING = "dataset.preprocessing (prompt/completion tokenization)"
+NOT_FAST = "not a fast Hugging Face tokenizer with its special tokens"
+SAMPLE_MAPPING = "a sample mapping (max_num_samples)"
 
 
 def _hf_tokenizer(tokenizer: Any) -> Any | None:
@@ -71,12 +77,10 @@ def expected_refusal(tokenizer: Any, dataset_kwargs: dict[str, Any]) -> str | No
     pool pickles every example back through a pipe, which costs more than the pool gains once the tokenizer calls
     are gone)."""
     if dataset_kwargs.get("chat"):
-        return "a chat dataset (one chat template per conversation)"
+        return CHAT
     if dataset_kwargs.get("prompt_completion_config") is not None:
-        return "dataset.preprocessing (prompt/completion tokenization)"
-    if _hf_tokenizer(tokenizer) is None:
-        return "not a fast Hugging Face tokenizer with its special tokens"
-    return None
+        return PREPROCESSING
+    return NOT_FAST if _hf_tokenizer(tokenizer) is None else None
 
 
 def batching_refusal(dataset: Any) -> str | None:
@@ -84,15 +88,14 @@ def batching_refusal(dataset: Any) -> str | None:
     from megatron.bridge.data.datasets.gpt_sft import GPTSFTChatDataset, GPTSFTDataset
 
     if isinstance(dataset, GPTSFTChatDataset) or not isinstance(dataset, GPTSFTDataset):
-        return "a chat dataset (one chat template per conversation)"
+        return CHAT
     if getattr(dataset, "prompt_completion_config", None) is not None:
-        return "dataset.preprocessing (prompt/completion tokenization)"
+        return PREPROCESSING
     if getattr(dataset, "samples_mapping", None) is not None:
-        return "a sample mapping (max_num_samples)"
+        return SAMPLE_MAPPING
     tokenizer = dataset.tokenizer
-    if _hf_tokenizer(tokenizer._inner if isinstance(tokenizer, BatchedTokenizer) else tokenizer) is None:
-        return "not a fast Hugging Face tokenizer with its special tokens"
-    return None
+    inner = tokenizer._inner if isinstance(tokenizer, BatchedTokenizer) else tokenizer
+    return NOT_FAST if _hf_tokenizer(inner) is None else None
 
 
 def _template_pieces(dataset: Any, example: dict[str, Any]) -> list[str]:

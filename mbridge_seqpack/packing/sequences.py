@@ -324,7 +324,8 @@ def tokenize_split(
     batched: bool = True,
 ) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
-    ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially).
+    ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially); batched
+    tokenization runs in one process, its encoding using every core.
 
     The file is streamed in chunks of ``lines_per_chunk`` records: Megatron-Bridge's Python objects exist for one
     chunk at a time. Each chunk's tokens and loss mask are appended to flat files in ``spill_dir`` (9 bytes per
