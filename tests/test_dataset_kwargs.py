@@ -40,6 +40,11 @@ def test_the_table_is_what_megatron_bridges_prep_reads(megatron_bridge: Any) -> 
         ({"special_tokens": {"system": 1}}, "'special_tokens' must be an object, got dict"),
         ({"seed": 3}, "'seed' is set by --seed; remove it from --dataset-kwargs"),
         ({"prompt_completion_config": {}}, "'prompt_completion_config' is set by dataset.preprocessing"),
+        # GPTSFTDataset appends sep_id (None unless given) after the prompt: None token ids crash the prep
+        (
+            {"add_sep": True},
+            "--dataset-kwargs: 'add_sep' is true but no 'sep_id' is given; add \"sep_id\": <token id>",
+        ),
     ],
 )
 def test_bad_dataset_kwargs_are_refused_with_the_key(kwargs: dict[str, Any], message: str) -> None:

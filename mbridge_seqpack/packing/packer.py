@@ -53,8 +53,6 @@ def _load_kernel(path: str) -> Any:
     i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
     lib.bfd_pack_into.argtypes = [i64p, i32p, ctypes.c_int64, ctypes.c_int64, i64p, ctypes.c_int64, i64p]
     lib.bfd_pack_into.restype = ctypes.c_int64
-    lib.relabel_bins.argtypes = [i64p, i32p, ctypes.c_int64, i64p]
-    lib.relabel_bins.restype = None
     lib.bfd_pack_seeded.argtypes = [i64p, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64, i64p]
     lib.bfd_pack_seeded.restype = ctypes.c_int64
     lib.relabel_all.argtypes = [i64p, ctypes.c_int64, i64p]

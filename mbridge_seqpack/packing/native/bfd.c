@@ -196,10 +196,6 @@ done:
     return num_bins;
 }
 
-int64_t bfd_pack(const int64_t *lengths, const int32_t *seeded, int64_t m, int64_t capacity, int64_t *out_bin) {
-    return bfd_pack_into(lengths, seeded, m, capacity, out_bin, 0, NULL);
-}
-
 /* SplitMix64 finalizer: the tie order's random numbers, a pure function of (seed, length, position) */
 static inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -254,13 +250,5 @@ void relabel_all(int64_t *out_bin, int64_t n, const int64_t *relabel) {
     for (int64_t i = 0; i < n; i++) {
         int64_t b = out_bin[i];
         if (b >= 0) out_bin[i] = relabel[b];
-    }
-}
-
-/* out_bin[i] = relabel[out_bin[i]] for the placed indices (bins numbered in a seeded order, in place) */
-void relabel_bins(int64_t *out_bin, const int32_t *placed, int64_t m, const int64_t *relabel) {
-    for (int64_t k = 0; k < m; k++) {
-        int64_t i = placed[k];
-        out_bin[i] = relabel[out_bin[i]];
     }
 }
