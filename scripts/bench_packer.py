@@ -38,6 +38,19 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # Megatron-Bridge's fill_packing_str
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mbridge_seqpack.packing import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
+from mbridge_seqpack.packing.balance import (  # noqa: E402
+    DEFAULT_COST,
+    CostModel,
+    StepShape,
+    balance_bins,
+    file_layout,
+    read_order,
+    row_costs,
+    straggler_ratio,
+)
+from mbridge_seqpack.packing.level import level_steps  # noqa: E402
+
 
 def best_of(fn, repeats: int):
     """Result and the fastest of ``repeats`` wall times (one run for slow calls)."""
@@ -59,7 +72,6 @@ def lengths_for(capacity: int, n: int, seed: int = 0) -> np.ndarray:
 def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[dict]:
     import lightbinpack
 
-    from mbridge_seqpack.packing import pack_lengths
     from mbridge_seqpack.packing.packer import native_kernel
 
     assert native_kernel() is not None, "the C kernel is not built (uv sync builds it)"
@@ -155,18 +167,6 @@ SAMPLER_SEED = 1234
 def bench_balance() -> list[dict]:
     from megatron.bridge.data.packing.algorithms import first_fit_decreasing
 
-    from mbridge_seqpack.packing import pack_lengths
-    from mbridge_seqpack.packing.balance import (
-        DEFAULT_COST,
-        StepShape,
-        balance_bins,
-        file_layout,
-        read_order,
-        row_costs,
-        straggler_ratio,
-    )
-    from mbridge_seqpack.packing.level import level_steps
-
     sets = {
         "embedded corpus": embedded_lengths(),
         "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
@@ -226,6 +226,98 @@ def bench_balance() -> list[dict]:
                     flush=True,
                 )
     return out
+
+
+#: cost models the balance is judged under besides the one it was tuned to (DEFAULT_COST, causal attention): the
+#: model's attention share off by -25% / +25%, and full (bidirectional) attention, twice the causal pairs
+COST_SCENARIOS = {"as modeled": 1.0, "attention -25%": 0.75, "attention +25%": 1.25, "full attention": 2.0}
+
+
+def bench_builder_prep() -> list[dict]:
+    """Against what Megatron-Bridge's builder really runs: ``prepare_gpt_sft_packed_data`` packs with
+    ``first_fit_shuffle`` (its default ``packing_algorithm``) under ``np.random.seed(dataset seed)``. Rows,
+    efficiency and time of that and of ``pack``'s BFD + balance + leveling (DP 8), and the straggler ratio of both
+    as Megatron-Bridge's batch sampler reads them in epoch 0, under the cost model the pack was tuned to and
+    under the scenarios of ``COST_SCENARIOS`` (the layout is not re-tuned)."""
+    from megatron.bridge.data.packing.algorithms import first_fit_shuffle
+
+    sets = {
+        "embedded corpus": embedded_lengths(),
+        "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
+    }
+    out = []
+    for name, raw in sets.items():
+        for cap in (2048, 8192):
+            lengths = np.minimum(raw, cap)
+            state = np.random.get_state()
+            np.random.seed(1234)  # as prepare_gpt_sft_packed_data seeds it (the builder passes dataset.seed)
+            start = time.perf_counter()
+            mb_rows = first_fit_shuffle(lengths.tolist(), cap)
+            mb_seconds = time.perf_counter() - start
+            np.random.set_state(state)
+            for micro in (1, 4):
+                start = time.perf_counter()
+                bins = pack_lengths(lengths, cap, seed=0)
+                result = balance_bins(lengths, bins, cap, DEFAULT_COST)
+                leveled, order = level_steps(
+                    lengths, result.bins, result.num_bins, StepShape(cap, DEFAULT_COST, 8, micro)
+                )
+                ours_seconds = time.perf_counter() - start
+                layout = file_layout(order, "batch", SAMPLER_SEED)
+                row = {
+                    "set": name,
+                    "capacity": cap,
+                    "micro_batches": micro,
+                    "rows_mb_ffs": len(mb_rows),
+                    "rows_ours": result.num_bins,
+                    "efficiency_mb_ffs": float(lengths.sum() / (len(mb_rows) * cap)),
+                    "efficiency_ours": float(lengths.sum() / (result.num_bins * cap)),
+                    "seconds_mb_ffs": mb_seconds,
+                    "seconds_ours": ours_seconds,
+                    "ratios": {},
+                }
+                for scenario, factor in COST_SCENARIOS.items():
+                    cost = CostModel(DEFAULT_COST.linear, DEFAULT_COST.attention * factor)
+                    mb_costs = np.asarray(
+                        [cost.linear * sum(r) + cost.attention * sum(x * x for x in r) for r in mb_rows]
+                    )
+                    ours = row_costs(lengths, leveled, result.num_bins, cost)[layout]
+                    mb_read = read_order(mb_costs.size, "batch", SAMPLER_SEED, 0)
+                    ours_read = read_order(ours.size, "batch", SAMPLER_SEED, 0)
+                    row["ratios"][scenario] = {
+                        "mb_ffs": straggler_ratio(mb_costs[mb_read], 8, micro),
+                        "ours": straggler_ratio(ours[ours_read], 8, micro),
+                    }
+                out.append(row)
+                print(
+                    f"{name:26} cap {cap:>5} x{micro}: rows MB first_fit_shuffle {row['rows_mb_ffs']:,} ours "
+                    f"{row['rows_ours']:,}; {mb_seconds:.2f} s / {ours_seconds:.2f} s; "
+                    + "; ".join(f"{k} {v['mb_ffs']:.4f} / {v['ours']:.6f}" for k, v in row["ratios"].items()),
+                    flush=True,
+                )
+    return out
+
+
+def builder_prep_table(rows: list[dict]) -> str:
+    """The docs/packing.md table of the bench JSON's ``builder_prep`` section."""
+    scenarios = list(COST_SCENARIOS)
+    lines = [
+        "| set | capacity | rows/rank | rows MB / ours | efficiency MB / ours | time MB / ours | "
+        + " | ".join(f"{s}: MB / ours" for s in scenarios)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(scenarios),
+    ]
+    for r in rows:
+        if r["rows_ours"] < 8 * r["micro_batches"]:
+            continue  # not one full step at DP 8: nothing to balance
+        lines.append(
+            f"| {r['set']} | {r['capacity']:,} | {r['micro_batches']} | {r['rows_mb_ffs']:,} / {r['rows_ours']:,} | "
+            f"{r['efficiency_mb_ffs']:.1%} / {r['efficiency_ours']:.1%} | "
+            f"{r['seconds_mb_ffs']:.2f} s / {r['seconds_ours']:.2f} s | "
+            + " | ".join(f"{r['ratios'][s]['mb_ffs']:.4f} / **{r['ratios'][s]['ours']:.5f}**" for s in scenarios)
+            + " |"
+        )
+    return "\n".join(lines)
 
 
 def bench_fill(n: int) -> dict:
@@ -338,10 +430,24 @@ def main() -> None:
     parser.add_argument(
         "--only-balance", action="store_true", help="re-measure only the work balance into the existing --out JSON"
     )
+    parser.add_argument(
+        "--only-builder-prep",
+        action="store_true",
+        help="re-measure only the comparison with the builder's first_fit_shuffle into the existing --out JSON",
+    )
     args = parser.parse_args()
     if args.table:
         report = json.loads(Path(args.table).read_text())
         print(table(report) + "\n\n" + balance_table(report["balance"]))
+        if "builder_prep" in report:
+            print("\n" + builder_prep_table(report["builder_prep"]))
+        return
+    if args.only_builder_prep:
+        out = Path(args.out)
+        report = json.loads(out.read_text())
+        report["builder_prep"] = bench_builder_prep()
+        out.write_text(json.dumps(report, indent=2))
+        print(f"updated the builder_prep section of {out}\n\n" + builder_prep_table(report["builder_prep"]))
         return
     if args.only_balance:
         out = Path(args.out)
@@ -368,13 +474,16 @@ def main() -> None:
         f"{report['peak_memory_x_input']['ratio']:.2f}x the input array"
     )
     report["balance"] = bench_balance()
+    report["builder_prep"] = bench_builder_prep()
     report["fill"] = bench_fill(args.fill_size)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     plot(report["grid"], out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
-    print(table(report) + "\n\n" + balance_table(report["balance"]))
+    print(
+        table(report) + "\n\n" + balance_table(report["balance"]) + "\n\n" + builder_prep_table(report["builder_prep"])
+    )
 
 
 if __name__ == "__main__":

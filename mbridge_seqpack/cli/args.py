@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEFAULT_RECIPE", "positive_int", "int_list", "add_runner_flag"]
+__all__ = ["DEFAULT_RECIPE", "positive_int", "positive_float", "int_list", "add_runner_flag"]
 
 DEFAULT_RECIPE = "llama3_8b_sft_packed_8k"
 
@@ -17,6 +17,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mbridge_seqpack.cli.args import add_runner_flag, positive_int
+from mbridge_seqpack.cli.args import add_runner_flag, positive_float, positive_int
 from mbridge_seqpack.errors import UsageError
 
 if TYPE_CHECKING:
@@ -155,8 +155,19 @@ def cmd_pack(args: argparse.Namespace) -> int:
     else:
         output = Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
     found_by_builder = location is not None and output.absolute() == location.directory.absolute()
+    engine = None
+    if args.ray:
+        from mbridge_seqpack.packing.ray_engine import RayEngine
+
+        engine = RayEngine(args.ray, shard_bytes=max(1, int(args.ray_shard_mb * (1 << 20))))
     result = pack_jsonl(
-        inputs, tokenizer=tokenizer, output_dir=output, options=options, overwrite=args.overwrite, workers=args.workers
+        inputs,
+        tokenizer=tokenizer,
+        output_dir=output,
+        options=options,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        engine=engine,
     )
     if args.json:
         print(
@@ -288,6 +299,20 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "Megatron-Bridge's prep does, counted in the output and metadata",
     )
     p.add_argument("--workers", type=positive_int, default=None, help="tokenizer processes (default: every core)")
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="tokenize and write on a Ray cluster (the 'ray' extra): 'auto' (the cluster of this node), host:port, "
+        "ray://host:port, or 'local' (start one here); --output must be on storage every node sees. Same bytes "
+        "as without it",
+    )
+    p.add_argument(
+        "--ray-shard-mb",
+        type=positive_float,
+        default=64.0,
+        help="with --ray: input megabytes per shard, one worker task each (default 64)",
+    )
     p.add_argument(
         "--no-balance",
         action="store_true",

@@ -38,6 +38,10 @@ __all__ = [
     "RowLayout",
     "build_rows",
     "write_split",
+    "write_row_groups",
+    "row_group_bounds",
+    "sealed_checksums",
+    "ColumnDigests",
     "write_metadata",
     "read_parquet_fingerprint",
     "split_paths",
@@ -295,7 +299,7 @@ def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
     return RowLayout.of(seqs, bins).columns(seqs)
 
 
-class _ColumnDigests:
+class ColumnDigests:
     """:func:`digest_columns` of the columns a :class:`RowLayout` writes, fed one batch at a time."""
 
     def __init__(self, layout: RowLayout) -> None:
@@ -308,27 +312,46 @@ class _ColumnDigests:
         for name, (_, column_values) in values.items():
             _feed_values(self.digests[name], column_values)
 
+    def update_from_file(self, path: Path) -> None:
+        """Feed the values of a written split file, one row group at a time (a file stitched from parts)."""
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(str(path)) as handle:
+            for group in range(handle.num_row_groups):
+                table = handle.read_row_group(group, columns=list(self.digests))
+                self.update({name: list_column(table.column(name)) for name in self.digests})
+
     def hexdigests(self) -> dict[str, str]:
         return {name: digest.hexdigest() for name, digest in sorted(self.digests.items())}
 
 
-def write_split(
-    path: Path, seqs: TokenizedSequences, bins: np.ndarray, info: dict[str, Any], row_group_size: int = 500
-) -> dict[str, Any]:
-    """Write one packed split (``info`` in the schema metadata), one row group at a time (at most
-    ``row_group_size`` rows, as Megatron-Bridge's writer, and 1M tokens); returns its checksums."""
+def row_group_bounds(layout: RowLayout, row_group_size: int = 500) -> list[tuple[int, int]]:
+    """(first, end) rows of every row group ``write_split`` writes (at most ``row_group_size`` rows, as
+    Megatron-Bridge's writer, and 1M tokens; one empty group for an empty split)."""
+    return list(layout.batches(row_group_size)) if layout.num_rows else [(0, 0)]
+
+
+def write_row_groups(
+    path: Path,
+    layout: RowLayout,
+    seqs: TokenizedSequences,
+    bounds: list[tuple[int, int]],
+    info: dict[str, Any],
+    digests: "ColumnDigests | None" = None,
+) -> None:
+    """Write the row groups ``bounds`` of ``layout`` to ``path`` (``info`` in the schema metadata), one at a time;
+    a part of a split when ``bounds`` are some of its groups (packing/parquet_stitch.py joins them)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    layout = RowLayout.of(seqs, bins)
-    digests = _ColumnDigests(layout)
     metadata = {FINGERPRINT_KEY: json.dumps(info, sort_keys=True).encode()}
     try:
         with contextlib.ExitStack() as stack:
             writer = None
-            for first, end in layout.batches(row_group_size) if layout.num_rows else [(0, 0)]:
+            for first, end in bounds:
                 values = layout.values(seqs, first, end)
-                digests.update(values)
+                if digests is not None:
+                    digests.update(values)
                 table = pa.table(_arrow_columns(values)).replace_schema_metadata(metadata)
                 if writer is None:
                     writer = stack.enter_context(pq.ParquetWriter(str(path), table.schema))
@@ -337,8 +360,23 @@ def write_split(
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
-    date_back(path)  # a new file under the pack's lock: its seal can be remembered at once (packing/digests.py)
+
+
+def sealed_checksums(path: Path, digests: "ColumnDigests") -> dict[str, Any]:
+    """The seal of a written split file (dated back first: a new file under the pack's lock, its seal can be
+    remembered at once, packing/digests.py)."""
+    date_back(path)
     return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": digests.hexdigests()}
+
+
+def write_split(
+    path: Path, seqs: TokenizedSequences, bins: np.ndarray, info: dict[str, Any], row_group_size: int = 500
+) -> dict[str, Any]:
+    """Write one packed split (``info`` in the schema metadata), one row group at a time; returns its checksums."""
+    layout = RowLayout.of(seqs, bins)
+    digests = ColumnDigests(layout)
+    write_row_groups(path, layout, seqs, row_group_bounds(layout, row_group_size), info, digests)
+    return sealed_checksums(path, digests)
 
 
 #: each metadata entry carries the sha256 of the rest of it: the fields Megatron-Bridge's packed dataset reads

@@ -36,6 +36,7 @@ from mbridge_seqpack.packing.balance import (
 from mbridge_seqpack.packing.digests import FileStamp, remember, verified_sha256
 from mbridge_seqpack.packing.level import level_steps
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
+from mbridge_seqpack.packing.ray_engine import RayEngine, ShardJob
 from mbridge_seqpack.packing.sequences import (
     InputError,
     check_jsonl,
@@ -219,6 +220,7 @@ def pack_jsonl(
     workers: int | None = None,
     lines_per_chunk: int = 50_000,
     batched: bool = True,
+    engine: RayEngine | None = None,
 ) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
@@ -226,6 +228,8 @@ def pack_jsonl(
     template pieces encoded a chunk per call, ``batched``: packing/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
+    With ``engine`` (``pack --ray``: packing/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
+    the driver packs; the files are the same bytes.
     """
     from mbridge_seqpack import __version__
 
@@ -236,10 +240,13 @@ def pack_jsonl(
     if unknown:
         raise InputError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
     kwargs = dict(options.dataset_kwargs or {})
-    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()}
+    # a cluster's workers check their own shards (the driver would read every record once more)
+    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # remembered: launches need not read them again
     check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
     mb_tokenizer = load_megatron_tokenizer(tokenizer)
+    if engine is not None:
+        engine.start()
     max_seq_length = options.max_seq_length or options.pack_size
     out = Path(output_dir)
     entries = []
@@ -263,18 +270,33 @@ def pack_jsonl(
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
             seqs = None
             try:
-                seqs = tokenize_split(
-                    source,
-                    mb_tokenizer,
-                    max_seq_length=max_seq_length,
-                    pad_seq_to_mult=options.pad_seq_to_mult,
-                    dataset_kwargs=kwargs,
-                    seed=options.seed,
-                    workers=_all_cores() if workers is None else workers,
-                    lines_per_chunk=lines_per_chunk,
-                    records=records[split],
-                    spill_dir=spill,
-                    batched=batched,
+                if engine is not None:
+                    job = ShardJob(
+                        source=str(Path(source).absolute()),
+                        tokenizer=str(Path(tokenizer).absolute()),
+                        max_seq_length=max_seq_length,
+                        pad_seq_to_mult=options.pad_seq_to_mult,
+                        dataset_kwargs=kwargs,
+                        seed=options.seed,
+                        batched=batched,
+                        spill_root=str(spill),
+                    )
+                seqs = (
+                    engine.tokenize(job)
+                    if engine is not None
+                    else tokenize_split(
+                        source,
+                        mb_tokenizer,
+                        max_seq_length=max_seq_length,
+                        pad_seq_to_mult=options.pad_seq_to_mult,
+                        dataset_kwargs=kwargs,
+                        seed=options.seed,
+                        workers=_all_cores() if workers is None else workers,
+                        lines_per_chunk=lines_per_chunk,
+                        records=records[split],
+                        spill_dir=spill,
+                        batched=batched,
+                    )
                 )
                 bins = _pack_or_drop(seqs.lengths, max_seq_length, options, source)
                 balance = None
@@ -287,12 +309,11 @@ def pack_jsonl(
                 entry["tokenization"] = seqs.tokenization
                 if balance is not None:
                     entry["balance"] = balance.to_dict()
-                entry["checksums"] = write_split(
-                    split_paths(staging, options.pack_size)[split],
-                    seqs,
-                    bins,
-                    {k: v for k, v in entry.items() if k != "checksums"},
-                )
+                target, info = split_paths(staging, options.pack_size)[split], dict(entry)
+                if engine is not None:
+                    entry["checksums"] = engine.write_split(target, seqs, bins, info, staging / f".parts-{split}")
+                else:
+                    entry["checksums"] = write_split(target, seqs, bins, info)
             finally:
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)

@@ -94,35 +94,38 @@ def _regular_file(path: Path) -> None:
         raise InputError(f"{path}: is {kind}, not a regular file; pass a JSONL file (copy a stream to a file first)")
 
 
-def _iter_records(path: Path) -> Iterator[tuple[int, Any]]:
+def _iter_records(path: Path, first_line: int = 1, shown: Any = None) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of every non-blank line; errors name ``shown`` (default ``path``) and number lines from
+    ``first_line`` (a shard of a larger file)."""
     _regular_file(path)
+    shown = path if shown is None else shown
     try:
         handle = open(path, "rb")
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
     with handle:
-        lines = enumerate(handle, 1)
+        lines = enumerate(handle, first_line)
         while True:
             try:
                 number, raw = next(lines)
             except StopIteration:
                 return
             except OSError as exc:
-                raise InputError(f"{path}: reading failed ({exc.strerror}); check the file and its disk") from None
+                raise InputError(f"{shown}: reading failed ({exc.strerror}); check the file and its disk") from None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(
-                    f"{path}:{number}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8"
+                    f"{shown}:{number}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8"
                 ) from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise InputError(f"{shown}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
-                raise InputError(f"{path}:{number}: JSON nested too deeply to read; flatten the record") from None
+                raise InputError(f"{shown}:{number}: JSON nested too deeply to read; flatten the record") from None
             yield number, record
 
 
@@ -162,39 +165,44 @@ def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> No
         ) from None
 
 
-def check_jsonl(path: str | Path, dataset_kwargs: dict[str, Any]) -> int:
+def check_jsonl(
+    path: str | Path, dataset_kwargs: dict[str, Any], *, first_line: int = 1, shown: Any = None, shard: bool = False
+) -> int:
     """Validate every record before tokenizing; returns the record count. Prompt/answer records need string
-    template fields; chat records (``chat: true``) need a ``messages`` list of {role, content} strings."""
+    template fields; chat records (``chat: true``) need a ``messages`` list of {role, content} strings. A shard of
+    a larger file passes its ``first_line`` and the file's name (``shown``) for the messages, and ``shard`` (it may
+    hold no record)."""
     path = Path(path)
+    shown = path if shown is None else shown
     chat = bool(dataset_kwargs.get("chat", False))
     completion = dataset_kwargs.get("prompt_completion_config")  # Megatron-Bridge's dataset.preprocessing
     fields = template_fields(dataset_kwargs)
     count = 0
-    for number, record in _iter_records(path):
+    for number, record in _iter_records(path, first_line, shown):
         if not isinstance(record, dict):
-            raise InputError(f"{path}:{number}: each line must be a JSON object, got {type(record).__name__}")
+            raise InputError(f"{shown}:{number}: each line must be a JSON object, got {type(record).__name__}")
         if chat:
-            _check_chat(path, number, record)
+            _check_chat(shown, number, record)
         elif completion is not None:
             for name in (completion.prompt_column, completion.completion_column):
                 if name not in record:
                     raise InputError(
-                        f"{path}:{number}: missing field {name!r} (dataset.preprocessing reads prompt_column="
+                        f"{shown}:{number}: missing field {name!r} (dataset.preprocessing reads prompt_column="
                         f"{completion.prompt_column!r}, completion_column={completion.completion_column!r})"
                     )
-                _check_text(path, number, name, record[name], "dataset.preprocessing's prompt/completion columns")
+                _check_text(shown, number, name, record[name], "dataset.preprocessing's prompt/completion columns")
         else:
             for name in fields:
                 if name not in record:
                     raise InputError(
-                        f"{path}:{number}: missing field {name!r} (the prompt template "
+                        f"{shown}:{number}: missing field {name!r} (the prompt template "
                         f"{dataset_kwargs.get('prompt_template', '{input} {output}')!r} reads it); "
                         f"pass --prompt-key/--answer-key to name your fields"
                     )
-                _check_text(path, number, name, record[name], "--prompt-key/--answer-key")
+                _check_text(shown, number, name, record[name], "--prompt-key/--answer-key")
         count += 1
-    if count == 0:
-        raise InputError(f"{path}: no records; pass a JSONL file with one example per line")
+    if count == 0 and not shard:
+        raise InputError(f"{shown}: no records; pass a JSONL file with one example per line")
     return count
 
 
@@ -219,8 +227,22 @@ def load_megatron_tokenizer(directory: str | Path) -> Any:
         ) from None
 
 
+class SequenceOffsets:
+    """``count`` and runtime ``lengths`` (tokens - 1) of sequences laid end to end at ``offsets`` (n+1 entries)."""
+
+    offsets: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets) - 1
+
+
 @dataclass
-class TokenizedSequences:
+class TokenizedSequences(SequenceOffsets):
     """Concatenated tokens of all sequences with offsets, and the label-aligned loss mask as stored.
 
     ``loss_mask[j]`` says whether position j's prediction (of token j+1) trains, exactly as
@@ -234,14 +256,6 @@ class TokenizedSequences:
     truncated_tokens: int = 0  # tokens it removed from them
     # "batched" (packing/batched_tokens.py) or why Megatron-Bridge's per-example path ran
     tokenization: str = "per example"
-
-    @property
-    def count(self) -> int:
-        return int(self.offsets.size - 1)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets) - 1
 
     def gather(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens (int64) and loss mask (int8) of the sequences at ``starts`` (token offsets) with ``sizes``

@@ -1,0 +1,344 @@
+"""``pack --ray``: tokenize and write on a Ray cluster's workers, pack on the driver; the same bytes as one machine.
+
+1. The input JSONL is cut into shards at line boundaries (``shard_bytes`` each). Ray Data maps every shard on a
+   worker: the worker checks its records (messages name the input file and its line numbers), tokenizes them with
+   Megatron-Bridge's code (``tokenize_split``: the same function, options and batching as a local pack) and
+   spills tokens and loss mask next to the output. Only the lengths (8 bytes a sequence) come back.
+2. The driver packs and balances the lengths exactly as a local pack does (the sequences are the file's, in the
+   file's order: each example is tokenized on its own, so the shard it falls in changes nothing).
+3. Ray Data maps the row groups of each split, in consecutive parts, on the workers: each writes its part of the
+   Parquet file from the spilled tokens. The driver joins the parts (packing/parquet_stitch.py: the row groups'
+   bytes copied, one footer), reads the file back once for the column checksums and seals it with one metadata
+   file. The file is byte-identical to a local pack of the same input (tested on a local cluster).
+
+The output directory must be on storage every node sees (the spilled tokens and parts are written beside it, in
+the pack's staging directory, and removed with it). Ray is an optional extra (``pip install
+'mbridge-seqpack[ray]'``); this module imports it only when a pack asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets
+
+__all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
+
+#: the default shard: large enough that a worker's Megatron-Bridge start-up (one per worker process, ~40 s) is
+#: paid once for many shards, small enough that a few hundred fill a cluster
+SHARD_BYTES = 64 << 20
+
+
+def connect(address: str) -> Any:
+    """Join the cluster at ``address`` (``auto``: the one this node belongs to; ``host:port`` or ``ray://...``),
+    or start one on this machine (``local``). Returns the ``ray`` module."""
+    try:
+        import ray
+        import ray.data  # noqa: F401  (Ray Data: the ``data`` extra of ray)
+    except ImportError as exc:
+        raise InputError(
+            f"--ray needs Ray Data ({exc}); install it with: pip install 'mbridge-seqpack[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        try:
+            if address == "local":
+                ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            else:
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError(
+                f"--ray {address}: cannot join the cluster ({str(exc)[:200]}); start it with `ray start --head` "
+                "(then --ray auto on a node of it), pass its address, or --ray local"
+            ) from None
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the driver's own bar counts bytes and tokens across the workers
+    context.execution_options.preserve_order = True
+    context.execution_options.verbose_progress = False
+    return ray
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A byte range of the input, cut at line boundaries; ``first_line`` numbers its first line in the file."""
+
+    index: int
+    start: int
+    end: int
+    first_line: int
+
+
+def plan_shards(path: Path, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
+    """Cut ``path`` after the first newline at or past every ``shard_bytes``; count the lines before each cut (one
+    read of the file at disk speed: messages from the workers number lines as the file does)."""
+    size = path.stat().st_size
+    cuts = [0]
+    with open(path, "rb") as handle:
+        while cuts[-1] + shard_bytes < size:
+            handle.seek(cuts[-1] + shard_bytes - 1)
+            handle.readline()  # to the end of the line holding the byte before the cut
+            if handle.tell() >= size:
+                break
+            cuts.append(handle.tell())
+        cuts.append(size)
+        shards, line = [], 1
+        for index, (start, end) in enumerate(zip(cuts, cuts[1:])):
+            shards.append(Shard(index, start, end, line))
+            handle.seek(start)
+            remaining = end - start
+            while remaining:
+                block = handle.read(min(remaining, 1 << 24))
+                line += block.count(b"\n")
+                remaining -= len(block)
+    return shards
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every worker needs to tokenize a shard as a local pack would."""
+
+    source: str  # the input file (shared storage), as named in messages
+    tokenizer: str  # the tokenizer directory (shared storage)
+    max_seq_length: int
+    pad_seq_to_mult: int
+    dataset_kwargs: dict[str, Any]
+    seed: int
+    batched: bool
+    spill_root: str
+
+
+_TOKENIZERS: dict[str, Any] = {}  # one Megatron-Bridge tokenizer per worker process and directory
+
+
+def shard_directory(job: ShardJob, index: int) -> Path:
+    return Path(job.spill_root) / f"shard_{index:06d}"
+
+
+def tokenize_shard(row: dict[str, Any], job: ShardJob) -> dict[str, Any]:
+    """Ray Data map function (on a worker): check and tokenize one shard, spill it; return its lengths. A refusal
+    (a bad record) comes back as data: Ray passes a worker's exception to the driver as text only."""
+    shard = Shard(**row)
+    try:
+        return {**_tokenize_shard(shard, job), "error": ""}
+    except InputError as exc:
+        return {**_result(shard, 0, b"", 0, 0, ""), "error": str(exc)}
+
+
+def _result(shard: Shard, records: int, sizes: bytes, cut: int, cut_tokens: int, how: str) -> dict[str, Any]:
+    return {
+        "index": shard.index,
+        "records": records,
+        "bytes": shard.end - shard.start,
+        "sizes": sizes,
+        "truncated_sequences": cut,
+        "truncated_tokens": cut_tokens,
+        "tokenization": how,
+    }
+
+
+def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
+    from mbridge_seqpack.packing.sequences import check_jsonl, load_megatron_tokenizer, tokenize_split
+
+    directory = shard_directory(job, shard.index)
+    directory.mkdir(parents=True, exist_ok=True)
+    piece = directory / "input.jsonl"
+    with open(job.source, "rb") as source, open(piece, "wb") as out:
+        source.seek(shard.start)
+        remaining = shard.end - shard.start
+        while remaining:
+            block = source.read(min(remaining, 1 << 24))
+            if not block:
+                raise InputError(f"{job.source}: shorter than when it was cut into shards (changed?); re-run pack")
+            out.write(block)
+            remaining -= len(block)
+    records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=job.source, shard=True)
+    if job.tokenizer not in _TOKENIZERS:
+        _TOKENIZERS[job.tokenizer] = load_megatron_tokenizer(job.tokenizer)
+    seqs = tokenize_split(
+        piece,
+        _TOKENIZERS[job.tokenizer],
+        max_seq_length=job.max_seq_length,
+        pad_seq_to_mult=job.pad_seq_to_mult,
+        dataset_kwargs=job.dataset_kwargs,
+        seed=job.seed,
+        workers=1,
+        progress=False,
+        records=records,
+        spill_dir=directory / "spill",
+        batched=job.batched,
+    )
+    piece.unlink()
+    sizes = np.diff(seqs.offsets).astype(np.int64).tobytes()
+    return _result(shard, records, sizes, seqs.truncated_sequences, seqs.truncated_tokens, seqs.tokenization)
+
+
+@dataclass
+class ShardedSequences(SequenceOffsets):
+    """The tokenized sequences of every shard, in file order: global offsets, tokens read from each shard's spill
+    files. Quacks as ``TokenizedSequences`` for the packer and the row writer."""
+
+    offsets: np.ndarray  # int64, len n+1: global token offsets
+    shard_dirs: list[str]  # each shard's spill directory
+    shard_bases: np.ndarray  # int64, len shards+1: each shard's first global token
+    truncated_sequences: int = 0
+    truncated_tokens: int = 0
+    tokenization: str = "per example"
+
+    def gather(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens (int64) and loss mask (int8) of the sequences at global token ``starts``, concatenated."""
+        starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+        shard_of = np.searchsorted(self.shard_bases, starts, side="right") - 1
+        local = starts - self.shard_bases[shard_of]
+        ids = np.empty(int(sizes.sum()), dtype=np.int64)
+        mask = np.empty(ids.size, dtype=np.int8)
+        handles: dict[tuple[int, str], int] = {}
+        try:
+            for shard in np.unique(shard_of).tolist():
+                for name in ("tokens.int64", "loss_mask.int8"):
+                    handles[shard, name] = os.open(Path(self.shard_dirs[shard]) / "spill" / name, os.O_RDONLY)
+            position = 0
+            for shard, start, size in zip(shard_of.tolist(), local.tolist(), sizes.tolist()):
+                for name, out, item in (("tokens.int64", ids, 8), ("loss_mask.int8", mask, 1)):
+                    view = memoryview(out[position : position + size]).cast("B")
+                    if os.preadv(handles[shard, name], [view], start * item) != size * item:
+                        raise InputError(f"{self.shard_dirs[shard]}: spilled tokens end early (truncated); re-run")
+                position += size
+        finally:
+            for handle in handles.values():
+                os.close(handle)
+        return ids, mask
+
+
+def write_part(row: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """Ray Data map function (on a worker): write the row groups ``row["first"]:row["end"]`` of the plan's bounds to
+    the part file ``row["path"]``."""
+    import ray
+
+    from mbridge_seqpack.errors import SeqpackError
+    from mbridge_seqpack.packing.artifact import write_row_groups
+
+    layout, seqs = ray.get(plan["layout"]), ray.get(plan["seqs"])
+    bounds = plan["bounds"][row["first"] : row["end"]]
+    try:
+        write_row_groups(Path(row["path"]), layout, seqs, bounds, plan["info"])
+    except SeqpackError as exc:  # a full disk, truncated spill files: as data, as tokenize_shard's refusals
+        return {"part": row["part"], "rows": 0, "error": str(exc)}
+    return {"part": row["part"], "rows": bounds[-1][1] - bounds[0][0], "error": ""}
+
+
+class RayEngine:
+    """Tokenization and row writing on a Ray cluster (``address`` as :func:`connect` takes it)."""
+
+    def __init__(self, address: str, shard_bytes: int = SHARD_BYTES, progress: bool | None = None) -> None:
+        if not isinstance(shard_bytes, int) or shard_bytes < 1:
+            raise InputError(f"--ray-shard-mb must be positive, got {shard_bytes!r}")
+        self.address, self.shard_bytes, self.progress = address, shard_bytes, progress
+        self.ray: Any = None
+
+    def start(self) -> None:
+        self.ray = connect(self.address)
+
+    def _bar(self, **kwargs: Any) -> Any:
+        from tqdm import tqdm
+
+        return tqdm(disable=None if self.progress is None else not self.progress, **kwargs)
+
+    def tokenize(self, job: ShardJob) -> ShardedSequences:
+        """Tokenize ``job.source`` shard by shard on the workers; the lengths come back, the tokens stay spilled."""
+        ray = self.ray
+        source = Path(job.source)
+        shards = plan_shards(source, self.shard_bytes)
+        dataset = ray.data.from_items([asdict(shard) for shard in shards], override_num_blocks=len(shards))
+        mapped = dataset.map(tokenize_shard, fn_kwargs={"job": job}, num_cpus=1)
+        results: dict[int, dict[str, Any]] = {}
+        begin, tokens = time.perf_counter(), 0
+        with self._bar(
+            total=source.stat().st_size, unit="B", unit_scale=True, desc=f"tokenize {source.name} (ray)"
+        ) as bar:
+            for row in _iterate(mapped):  # in shard order: the first refusal is the one a local pack gives
+                if row["error"]:
+                    raise InputError(row["error"])
+                results[row["index"]] = row
+                tokens += int(np.frombuffer(row["sizes"], dtype=np.int64).sum())
+                bar.update(row["bytes"])
+                bar.set_postfix_str(
+                    f"{len(results)}/{len(shards)} shards, "
+                    f"{tokens / max(time.perf_counter() - begin, 1e-9):,.0f} tokens/s"
+                )
+        ordered = [results[shard.index] for shard in shards]
+        if sum(row["records"] for row in ordered) == 0:
+            raise InputError(f"{job.source}: no records; pass a JSONL file with one example per line")
+        sizes = [np.frombuffer(row["sizes"], dtype=np.int64) for row in ordered]
+        offsets = np.zeros(sum(s.size for s in sizes) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(sizes), out=offsets[1:])
+        bases = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum([int(s.sum()) for s in sizes], out=bases[1:])
+        how = next((row["tokenization"] for row in ordered if row["records"]), "per example")
+        return ShardedSequences(
+            offsets,
+            [str(shard_directory(job, shard.index)) for shard in shards],
+            bases,
+            sum(row["truncated_sequences"] for row in ordered),
+            sum(row["truncated_tokens"] for row in ordered),
+            how,
+        )
+
+    def write_split(
+        self, path: Path, seqs: ShardedSequences, bins: np.ndarray, info: dict[str, Any], work: Path
+    ) -> dict[str, Any]:
+        """Write one split's file from the workers, a part per worker, joined into one file and sealed."""
+        from mbridge_seqpack.packing.artifact import ColumnDigests, RowLayout, row_group_bounds, sealed_checksums
+        from mbridge_seqpack.packing.parquet_stitch import stitch_parquet
+
+        ray = self.ray
+        layout = RowLayout.of(seqs, bins)
+        bounds = row_group_bounds(layout)
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        cuts = _balanced_cuts(layout, bounds, min(cpus, len(bounds)))
+        work.mkdir(parents=True, exist_ok=True)
+        parts = [
+            {"part": k, "first": a, "end": b, "path": str(work / f"part_{k:05d}.parquet")}
+            for k, (a, b) in enumerate(zip(cuts, cuts[1:]))
+        ]
+        plan = {"layout": ray.put(layout), "seqs": ray.put(seqs), "bounds": bounds, "info": info}
+        mapped = ray.data.from_items(parts, override_num_blocks=len(parts)).map(
+            write_part, fn_kwargs={"plan": plan}, num_cpus=1
+        )
+        with self._bar(total=layout.num_rows, unit="row", desc=f"write {path.name} (ray)") as bar:
+            for row in _iterate(mapped):
+                if row["error"]:
+                    raise InputError(row["error"])
+                bar.update(row["rows"])
+        stitch_parquet([Path(part["path"]) for part in parts], path)
+        shutil.rmtree(work, ignore_errors=True)
+        digests = ColumnDigests(layout)
+        digests.update_from_file(path)
+        return sealed_checksums(path, digests)
+
+
+def _balanced_cuts(layout: Any, bounds: list[tuple[int, int]], parts: int) -> list[int]:
+    """Indexes into ``bounds`` cutting it into ``parts`` consecutive runs of about equal tokens."""
+    ends = layout.token_offsets[[end for _, end in bounds]]
+    targets = ends[-1] * np.arange(1, parts) / parts
+    inner = np.searchsorted(ends, targets, side="left") + 1
+    return sorted({0, *np.clip(inner, 1, len(bounds) - 1).tolist(), len(bounds)}) if parts > 1 else [0, len(bounds)]
+
+
+def _iterate(mapped: Any) -> Any:
+    """The rows of a Ray Data map as they finish; a worker that died (killed, out of memory) is said in one line."""
+    import ray
+
+    try:
+        yield from mapped.iter_rows()
+    except ray.exceptions.RayError as exc:
+        last = [line for line in str(exc).splitlines() if line.strip()][-1:] or [type(exc).__name__]
+        raise InputError(
+            f"--ray: a worker task failed ({type(exc).__name__}: {last[0][:200]}); see the Ray logs of the cluster "
+            "(`ray logs`), then re-run pack"
+        ) from None
