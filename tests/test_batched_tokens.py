@@ -6,6 +6,7 @@ why and run Megatron-Bridge's path."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,35 @@ def test_every_piece_megatron_bridge_tokenizes_comes_from_the_batch(
         _, batched = _both(DATA / "training.jsonl", tokenizer, max_seq_length=256, dataset_kwargs=kwargs, workers=1)
         assert batched.tokenization == "batched" and batched.count == 1799
     assert misses == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(["<|endoftext|>", "<|pad|>", " <|endoftext|> x", "  ", "", "\n\n", "a<|pad|>b"]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    truncating=st.booleans(),
+)
+def test_the_fast_batch_encoding_gives_the_transformers_ids(texts: list[str], truncating: bool) -> None:
+    """``_encode_batch`` (``encode_batch_fast`` after one ``transformers`` call) = ``hf(texts).input_ids``: special
+    tokens written in the text, empty and blank strings, any unicode; also when the Rust tokenizer was left with
+    truncation on (``transformers`` turns it off for its call, and so the fast path must find it off)."""
+    from mbridge_seqpack.packing.batched_tokens import _encode_batch
+
+    hf, reference = _hf_tokenizers()
+    if truncating:
+        hf._tokenizer.enable_truncation(max_length=2)
+    assert _encode_batch(hf, texts) == reference(texts).input_ids
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_tokenizers() -> tuple[Any, Any]:
+    """The embedded tokenizer twice: the one under test (its Rust state changed by tests) and a reference."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZER)), AutoTokenizer.from_pretrained(str(TOKENIZER))

@@ -233,3 +233,25 @@ print((status("VmHWM:") - base) / lengths.nbytes)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout) <= 3.0, done.stdout
+
+
+def test_a_kernel_library_of_another_version_is_not_loaded(tmp_path) -> None:
+    """A stale ``_bfd.so`` (built from older sources, another calling convention) must not be called: the
+    pure-Python path, which places identically, runs instead."""
+    import shutil
+    import subprocess
+
+    from mbridge_seqpack.packing.packer import KERNEL_ABI, _load_kernel
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    for name, body in (
+        ("old", "int64_t bfd_abi_version(void) { return 1; }"),
+        ("none", "int64_t other(void) {return 0;}"),
+    ):
+        source = tmp_path / f"{name}.c"
+        source.write_text(f"#include <stdint.h>\n{body}\n")
+        subprocess.run([compiler, "-shared", "-fPIC", str(source), "-o", str(tmp_path / f"{name}.so")], check=True)
+        assert _load_kernel(str(tmp_path / f"{name}.so")) is None
+    assert KERNEL_ABI == 2

@@ -21,7 +21,7 @@ from mbridge_seqpack.packing.artifact import (
     write_split,
 )
 from mbridge_seqpack.packing.packer import pack_lengths
-from mbridge_seqpack.packing.parquet_stitch import StitchError, encode_footer, read_footer, stitch_parquet
+from mbridge_seqpack.packing.parquet_stitch import ArtifactError, encode_footer, read_footer, stitch_parquet
 from mbridge_seqpack.packing.sequences import TokenizedSequences
 
 
@@ -97,7 +97,7 @@ def test_parts_of_different_files_are_refused(tmp_path: Path) -> None:
     _write(tmp_path / "a.parquet", _table(10, 1), [(0, 10)])
     other = _table(10, 2).replace_schema_metadata({b"k": b"other"})
     _write(tmp_path / "b.parquet", other, [(0, 10)])
-    with pytest.raises(StitchError, match=r"b\.parquet: schema or metadata differs from .*a\.parquet"):
+    with pytest.raises(ArtifactError, match=r"b\.parquet: schema or metadata differs from .*a\.parquet"):
         stitch_parquet([tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "out.parquet")
 
 
@@ -106,11 +106,11 @@ def test_parts_with_page_indexes_are_refused(tmp_path: Path) -> None:
     table = _table(10, 1)
     with pq.ParquetWriter(str(tmp_path / "a.parquet"), table.schema, write_page_index=True) as writer:
         writer.write_table(table)
-    with pytest.raises(StitchError, match="has page indexes"):
+    with pytest.raises(ArtifactError, match="has page indexes"):
         stitch_parquet([tmp_path / "a.parquet"], tmp_path / "out.parquet")
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.parquet").write_bytes(b"PAR1 not really")
-    with pytest.raises(StitchError, match="not a Parquet file"):
+    with pytest.raises(ArtifactError, match="not a Parquet file"):
         stitch_parquet([tmp_path / "a.parquet"], tmp_path / "out.parquet")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchedTokenizer", "batching_refusal", "batch_tokenize", "expected_refusal"]
+__all__ = ["BatchedTokenizer", "TemplatePieces", "batching_refusal", "batch_tokenize", "expected_refusal"]
 
 #: why a dataset is tokenized example by example
 CHAT = "a chat dataset (one chat template per conversation)"
@@ -55,9 +55,18 @@ class BatchedTokenizer:
         self._ids: dict[str, np.ndarray] = {}
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "_hf", "_ids"):  # unpickling looks these up before __dict__
+        if name.startswith("__") or name in ("_inner", "_hf", "_ids", "_missing"):  # unpickling looks these up first
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        missing = self.__dict__.setdefault("_missing", set())
+        if name in missing:
+            raise AttributeError(name)
+        try:
+            value = getattr(self._inner, name)
+        except AttributeError:
+            missing.add(name)  # the dataset asks for space_sensitive once per example; this tokenizer has none
+            raise
+        self.__dict__[name] = value  # and for eos_id, bos_id, ... once per example
+        return value
 
     def tokenize(self, text: str) -> list[int]:
         ids = self._ids.get(text)
@@ -67,8 +76,27 @@ class BatchedTokenizer:
         """Encode ``texts`` (each distinct text once) in one call of the Hugging Face tokenizer."""
         unique = [text for text in dict.fromkeys(texts) if text not in self._ids]
         if unique:
-            encoded = self._hf(unique).input_ids
-            self._ids.update(zip(unique, (np.asarray(ids, dtype=np.int32) for ids in encoded)))
+            self._ids.update(zip(unique, (np.asarray(ids, dtype=np.int32) for ids in _encode_batch(self._hf, unique))))
+
+
+def _encode_batch(hf: Any, texts: list[str]) -> list[list[int]]:
+    """``hf(texts).input_ids``. ``transformers`` turns truncation and padding off on its Rust tokenizer, sets its
+    special-token splitting and calls ``encode_batch``, then copies every encoding into Python lists
+    (``_convert_encoding``). After one such call on the first text, when the Rust tokenizer is left in that state,
+    the rest is encoded with its ``encode_batch_fast`` (the same ids, without the character offsets nobody reads
+    here)."""
+    first = hf(texts[:1]).input_ids
+    backend = getattr(hf, "_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    if (
+        len(texts) == 1
+        or fast is None
+        or backend.truncation is not None
+        or backend.padding is not None
+        or backend.encode_special_tokens != bool(getattr(hf, "split_special_tokens", False))
+    ):
+        return first + (hf(texts[1:]).input_ids if len(texts) > 1 else [])
+    return first + [encoding.ids for encoding in fast(texts[1:], add_special_tokens=True)]
 
 
 def expected_refusal(tokenizer: Any, dataset_kwargs: dict[str, Any]) -> str | None:
@@ -98,14 +126,46 @@ def batching_refusal(dataset: Any) -> str | None:
     return NOT_FAST if _hf_tokenizer(inner) is None else None
 
 
-def _template_pieces(dataset: Any, example: dict[str, Any]) -> list[str]:
-    """The strings ``_process_example`` will tokenize for ``example``: its template values stripped of spaces as it
-    strips them, cut by the dataset's own ``_separate_template`` (none when a key is missing: it raises there)."""
-    try:
-        values = [example[key].strip(" ") for key in dataset.prompt_template_keys]
-    except (KeyError, AttributeError):
-        return []
-    return dataset._separate_template(values)[0]
+class TemplatePieces:
+    """The strings ``_process_example`` tokenizes for an example: its template values stripped of spaces as it strips
+    them, placed in the pieces the dataset's own ``_separate_template`` cuts. The template does not change between
+    examples, so it is cut once, with markers for the values, and each example only fills them in. (A piece that
+    came out otherwise than the dataset's would only be missing from the batch and asked of the tokenizer itself.)"""
+
+    def __init__(self, dataset: Any) -> None:
+        self.keys = list(dataset.prompt_template_keys)
+        markers = [f"\x00{index}\x00" for index in range(len(self.keys))]
+        self.layout: list[tuple[str, int | None]] = []  # (literal text or left spaces, value index or None)
+        for piece in dataset._separate_template(markers)[0]:
+            found = [index for index, marker in enumerate(markers) if piece.endswith(marker)]
+            if found and piece[: -len(markers[found[0]])].strip(" ") == "":
+                self.layout.append((piece[: -len(markers[found[0]])], found[0]))
+            else:
+                self.layout.append((piece, None))
+
+    def of(self, example: Any) -> list[str]:
+        """The pieces of one example (none when a key is missing: the dataset raises there)."""
+        try:
+            values = [example[key].strip(" ") for key in self.keys]
+        except (KeyError, AttributeError, TypeError):
+            return []
+        return [text if index is None else text + values[index] for text, index in self.layout]
+
+
+def _examples(dataset: Any) -> Any:
+    """The records of ``dataset``'s JSONL file, parsed once here (its memory-mapped reader would be the slow path;
+    a record read otherwise would only cost its pieces a place in the batch)."""
+    import json
+
+    path = getattr(dataset, "file_path", None)
+    if isinstance(path, str) and path.endswith(".jsonl"):
+        try:
+            with open(path, "rb") as handle:
+                return [json.loads(line) for line in handle if line.strip()]
+        except (OSError, ValueError):
+            pass
+    examples = dataset.indexed_dataset
+    return (examples[j] for j in range(len(examples)))
 
 
 def batch_tokenize(dataset: Any) -> str | None:
@@ -116,6 +176,6 @@ def batch_tokenize(dataset: Any) -> str | None:
         return refusal
     if not isinstance(dataset.tokenizer, BatchedTokenizer):
         dataset.tokenizer = BatchedTokenizer(dataset.tokenizer, _hf_tokenizer(dataset.tokenizer))
-    examples = dataset.indexed_dataset
-    dataset.tokenizer.encode([piece for j in range(len(examples)) for piece in _template_pieces(dataset, examples[j])])
+    pieces = TemplatePieces(dataset)
+    dataset.tokenizer.encode([piece for example in _examples(dataset) for piece in pieces.of(example)])
     return None

@@ -46,16 +46,26 @@ NATIVE_ENV = "MBRIDGE_SEQPACK_NATIVE"
 _KERNEL = Path(__file__).with_name("native") / "_bfd.so"
 
 
+#: ``bfd_abi_version()`` of the kernel this module calls (2: ``relabel_all`` takes int32, skipped entries get -1)
+KERNEL_ABI = 2
+
+
 @functools.lru_cache(maxsize=None)
 def _load_kernel(path: str) -> Any:
     lib = ctypes.CDLL(path)
+    version = getattr(lib, "bfd_abi_version", None)
+    if version is None:
+        return None
+    version.restype = ctypes.c_int64
+    if version() != KERNEL_ABI:
+        return None
     i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
     i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
     lib.bfd_pack_into.argtypes = [i64p, i32p, ctypes.c_int64, ctypes.c_int64, i64p, ctypes.c_int64, i64p]
     lib.bfd_pack_into.restype = ctypes.c_int64
     lib.bfd_pack_seeded.argtypes = [i64p, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64, i64p]
     lib.bfd_pack_seeded.restype = ctypes.c_int64
-    lib.relabel_all.argtypes = [i64p, ctypes.c_int64, i64p]
+    lib.relabel_all.argtypes = [i64p, ctypes.c_int64, i32p]
     lib.relabel_all.restype = None
     return lib
 
@@ -65,7 +75,7 @@ def native_kernel() -> Any:
     if os.environ.get(NATIVE_ENV, "1") == "0" or not _KERNEL.exists():
         return None
     try:
-        return _load_kernel(str(_KERNEL))
+        return _load_kernel(str(_KERNEL))  # None for a library of another version (a stale build)
     except OSError:
         return None
 
@@ -170,11 +180,10 @@ def pack_lengths(
     capacity = int(capacity)
     arr = _as_lengths(lengths)
     n = arr.size
-    assignment = np.full(n, -1, dtype=np.int64)
     if n == 0:
-        return assignment
-    too_long = arr > capacity
-    if too_long.any():
+        return np.full(0, -1, dtype=np.int64)
+    if int(arr.max()) > capacity:  # one reduction; the details only when some are too long
+        too_long = arr > capacity
         first = int(np.argmax(too_long))
         if overflow == "error":
             raise UsageError(
@@ -187,6 +196,8 @@ def pack_lengths(
     rng = np.random.default_rng(seed)
     tie_seed = int(rng.integers(0, 2**63))
     kernel = native_kernel()
+    # the kernel writes every entry (-1 for a sequence left out); the Python path only the placed ones
+    assignment = np.empty(n, dtype=np.int64) if kernel is not None else np.full(n, -1, dtype=np.int64)
     if kernel is not None:
         num_bins = int(kernel.bfd_pack_seeded(arr, n, capacity, tie_seed, assignment))
         if num_bins < 0:
@@ -195,7 +206,7 @@ def pack_lengths(
         num_bins = _place_in_python(arr, tie_order(arr, capacity, tie_seed), capacity, assignment, [])
     relabel = rng.permutation(num_bins)  # bins numbered in a seeded order, so packs are not ordered by fill
     if kernel is not None:
-        kernel.relabel_all(assignment, n, relabel)
+        kernel.relabel_all(assignment, n, relabel.astype(np.int32))
     else:
         placed = assignment >= 0
         assignment[placed] = relabel[assignment[placed]]

@@ -17,7 +17,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StitchError", "stitch_parquet", "read_footer", "encode_footer"]
+from mbridge_seqpack.packing.artifact import ArtifactError  # parts that cannot be joined into one file
+
+__all__ = ["stitch_parquet", "read_footer", "encode_footer"]
 
 MAGIC = b"PAR1"
 
@@ -31,10 +33,6 @@ CHUNK_FILE_OFFSET, CHUNK_META, CHUNK_OFFSET_INDEX, CHUNK_COLUMN_INDEX = 2, 3, 4,
 META_DATA_PAGE, META_INDEX_PAGE, META_DICTIONARY_PAGE, META_BLOOM_FILTER = 9, 10, 11, 14
 
 Field = list  # [field id, compact type, value]; a struct is a list of fields in the order they were written
-
-
-class StitchError(ValueError):
-    """Parts that cannot be joined into one file (not Parquet, different schemas, indexes after the data)."""
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -102,7 +100,7 @@ def _read_value(buf: bytes, pos: int, kind: int) -> tuple[Any, int]:
         return (element, items), pos
     if kind == _STRUCT:
         return _read_struct(buf, pos)
-    raise StitchError(f"Thrift compact type {kind} is not used by Parquet footers")
+    raise ArtifactError(f"Thrift compact type {kind} is not used by Parquet footers")
 
 
 def _write_varint(out: bytearray, value: int) -> None:
@@ -165,16 +163,16 @@ def read_footer(path: Path) -> tuple[list[Field], int]:
         handle.seek(max(size - 8, 0))
         tail = handle.read(8)
         if size < 12 or head != MAGIC or tail[4:] != MAGIC:
-            raise StitchError(f"{path}: not a Parquet file")
+            raise ArtifactError(f"{path}: not a Parquet file")
         length = struct.unpack("<i", tail[:4])[0]
         start = size - 8 - length
         if not 4 <= start:
-            raise StitchError(f"{path}: footer length {length} does not fit the file")
+            raise ArtifactError(f"{path}: footer length {length} does not fit the file")
         handle.seek(start)
         footer = handle.read(length)
     fields, end = _read_struct(footer, 0)
     if end != length:
-        raise StitchError(f"{path}: footer has {length - end} bytes after its end")
+        raise ArtifactError(f"{path}: footer has {length - end} bytes after its end")
     return fields, start
 
 
@@ -206,7 +204,7 @@ def _moved_chunk(chunk: list[Field], shift: int, path: Path) -> list[Field]:
     out = []
     for field_id, kind, value in chunk:
         if field_id in (CHUNK_OFFSET_INDEX, CHUNK_COLUMN_INDEX):
-            raise StitchError(f"{path}: has page indexes (written after the row groups); write parts without them")
+            raise ArtifactError(f"{path}: has page indexes (written after the row groups); write parts without them")
         if field_id == CHUNK_FILE_OFFSET and value:  # 0: not set (parquet-cpp leaves the deprecated field at 0)
             value += shift
         elif field_id == CHUNK_META:
@@ -215,7 +213,7 @@ def _moved_chunk(chunk: list[Field], shift: int, path: Path) -> list[Field]:
                 for fid, k, v in value
             ]
             if _field(value, META_BLOOM_FILTER) is not None:
-                raise StitchError(f"{path}: has bloom filters (written after the row groups); write parts without")
+                raise ArtifactError(f"{path}: has bloom filters (written after the row groups); write parts without")
         out.append([field_id, kind, value])
     return out
 
@@ -224,13 +222,13 @@ def stitch_parquet(parts: list[Path], target: Path) -> None:
     """Write ``target``: the row groups of ``parts`` in order, under the first part's footer (same schema and
     key-value metadata required) with every row group listed and the row counts summed."""
     if not parts:
-        raise StitchError("no parts to stitch")
+        raise ArtifactError("no parts to stitch")
     footers = [read_footer(part) for part in parts]
     first = footers[0][0]
     for part, (fields, _) in zip(parts[1:], footers[1:]):
         others = [f for f in fields if f[0] not in (FILE_NUM_ROWS, FILE_ROW_GROUPS)]
         if others != [f for f in first if f[0] not in (FILE_NUM_ROWS, FILE_ROW_GROUPS)]:
-            raise StitchError(f"{part}: schema or metadata differs from {parts[0]}; parts of one file only")
+            raise ArtifactError(f"{part}: schema or metadata differs from {parts[0]}; parts of one file only")
     groups: list[list[Field]] = []
     rows = 0
     position = len(MAGIC)

@@ -15,6 +15,10 @@
 
 #define MAX_LEVELS 4
 
+/* the calling convention packer.py was written for: a library of another version (a stale build beside newer
+ * sources) is not loaded, the pure-Python path runs instead (it places identically) */
+int64_t bfd_abi_version(void) { return 2; }
+
 typedef struct {
     int levels;
     int64_t words[MAX_LEVELS];
@@ -208,7 +212,7 @@ static inline uint64_t mix64(uint64_t z) {
  * counting sort over the indices, sequential reads), each bucket of equal lengths is shuffled in place by
  * Fisher-Yates with position p swapped with mix64(seed + len * 0x9E3779B97F4A7C15 + p) % (p + 1) (the bucket
  * is small and contiguous: cache-local), and then placed as bfd_pack_into places, longest first. Lengths above
- * capacity are skipped (out_bin untouched). Same placement as packer.py's Python path for this tie order.
+ * capacity are skipped (out_bin -1). Same placement as packer.py's Python path for this tie order.
  */
 int64_t bfd_pack_seeded(const int64_t *lengths, int64_t n, int64_t capacity, uint64_t seed, int64_t *out_bin) {
     if (capacity < 1 || n < 0 || n >= INT32_MAX) return -1;
@@ -218,6 +222,7 @@ int64_t bfd_pack_seeded(const int64_t *lengths, int64_t n, int64_t capacity, uin
         int64_t len = lengths[i];
         if (len < 1) { free(start); return -1; }
         if (len <= capacity) start[capacity - len + 1]++;
+        else out_bin[i] = -1; /* too long: left out (the caller's out_bin need not be initialized) */
     }
     for (int64_t j = 1; j <= capacity + 1; j++) start[j] += start[j - 1];
     int64_t m = start[capacity + 1];
@@ -245,8 +250,9 @@ int64_t bfd_pack_seeded(const int64_t *lengths, int64_t n, int64_t capacity, uin
     return bins;
 }
 
-/* out_bin[i] = relabel[out_bin[i]] for every placed sequence, in index order (sequential) */
-void relabel_all(int64_t *out_bin, int64_t n, const int64_t *relabel) {
+/* out_bin[i] = relabel[out_bin[i]] for every placed sequence, in index order (sequential; relabel is int32, half
+ * the cache footprint of int64 for the random reads) */
+void relabel_all(int64_t *out_bin, int64_t n, const int32_t *relabel) {
     for (int64_t i = 0; i < n; i++) {
         int64_t b = out_bin[i];
         if (b >= 0) out_bin[i] = relabel[b];
