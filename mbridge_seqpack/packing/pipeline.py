@@ -36,7 +36,7 @@ from mbridge_seqpack.packing.balance import (
 from mbridge_seqpack.packing.digests import FileStamp, remember, verified_sha256
 from mbridge_seqpack.packing.level import level_steps
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
-from mbridge_seqpack.packing.ray_engine import RayEngine, ShardJob
+from mbridge_seqpack.packing.ray_engine import RayEngine
 from mbridge_seqpack.packing.sequences import (
     InputError,
     check_jsonl,
@@ -270,34 +270,25 @@ def pack_jsonl(
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
             seqs = None
             try:
+                same_for_both = dict(  # the options a local and a cluster tokenization share
+                    max_seq_length=max_seq_length,
+                    pad_seq_to_mult=options.pad_seq_to_mult,
+                    dataset_kwargs=kwargs,
+                    seed=options.seed,
+                    batched=batched,
+                )
                 if engine is not None:
-                    job = ShardJob(
-                        source=str(Path(source).absolute()),
-                        tokenizer=str(Path(tokenizer).absolute()),
-                        max_seq_length=max_seq_length,
-                        pad_seq_to_mult=options.pad_seq_to_mult,
-                        dataset_kwargs=kwargs,
-                        seed=options.seed,
-                        batched=batched,
-                        spill_root=str(spill),
-                    )
-                seqs = (
-                    engine.tokenize(job)
-                    if engine is not None
-                    else tokenize_split(
+                    seqs = engine.tokenize(source, tokenizer, spill, **same_for_both)
+                else:
+                    seqs = tokenize_split(
                         source,
                         mb_tokenizer,
-                        max_seq_length=max_seq_length,
-                        pad_seq_to_mult=options.pad_seq_to_mult,
-                        dataset_kwargs=kwargs,
-                        seed=options.seed,
                         workers=_all_cores() if workers is None else workers,
                         lines_per_chunk=lines_per_chunk,
                         records=records[split],
                         spill_dir=spill,
-                        batched=batched,
+                        **same_for_both,
                     )
-                )
                 bins = _pack_or_drop(seqs.lengths, max_seq_length, options, source)
                 balance = None
                 if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:

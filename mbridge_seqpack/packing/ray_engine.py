@@ -103,14 +103,15 @@ def plan_shards(path: Path, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
 class ShardJob:
     """What every worker needs to tokenize a shard as a local pack would."""
 
-    source: str  # the input file (shared storage), as named in messages
-    tokenizer: str  # the tokenizer directory (shared storage)
+    source: str  # the input file (shared storage), absolute
+    tokenizer: str  # the tokenizer directory (shared storage), absolute
     max_seq_length: int
     pad_seq_to_mult: int
     dataset_kwargs: dict[str, Any]
     seed: int
     batched: bool
     spill_root: str
+    shown: str = ""  # the input file as the user named it, for messages (default: source)
 
 
 _TOKENIZERS: dict[str, Any] = {}  # one Megatron-Bridge tokenizer per worker process and directory
@@ -154,10 +155,13 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
         while remaining:
             block = source.read(min(remaining, 1 << 24))
             if not block:
-                raise InputError(f"{job.source}: shorter than when it was cut into shards (changed?); re-run pack")
+                raise InputError(
+                    f"{job.shown or job.source}: shorter than when it was cut into shards (changed?); re-run pack"
+                )
             out.write(block)
             remaining -= len(block)
-    records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=job.source, shard=True)
+    shown = job.shown or job.source
+    records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=shown, shard=True)
     if job.tokenizer not in _TOKENIZERS:
         _TOKENIZERS[job.tokenizer] = load_megatron_tokenizer(job.tokenizer)
     seqs = tokenize_split(
@@ -249,8 +253,31 @@ class RayEngine:
 
         return tqdm(disable=None if self.progress is None else not self.progress, **kwargs)
 
-    def tokenize(self, job: ShardJob) -> ShardedSequences:
-        """Tokenize ``job.source`` shard by shard on the workers; the lengths come back, the tokens stay spilled."""
+    def tokenize(
+        self,
+        source: str | Path,
+        tokenizer: str | Path,
+        spill_root: Path,
+        *,
+        max_seq_length: int,
+        pad_seq_to_mult: int,
+        dataset_kwargs: dict[str, Any],
+        seed: int,
+        batched: bool = True,
+    ) -> ShardedSequences:
+        """Tokenize ``source`` shard by shard on the workers, as ``tokenize_split`` with these options; the lengths
+        come back, the tokens stay spilled under ``spill_root`` (paths made absolute for the workers)."""
+        job = ShardJob(
+            source=str(Path(source).absolute()),
+            tokenizer=str(Path(tokenizer).absolute()),
+            max_seq_length=max_seq_length,
+            pad_seq_to_mult=pad_seq_to_mult,
+            dataset_kwargs=dataset_kwargs,
+            seed=seed,
+            batched=batched,
+            spill_root=str(Path(spill_root).absolute()),
+            shown=str(source),
+        )
         ray = self.ray
         source = Path(job.source)
         shards = plan_shards(source, self.shard_bytes)
@@ -273,7 +300,7 @@ class RayEngine:
                 )
         ordered = [results[shard.index] for shard in shards]
         if sum(row["records"] for row in ordered) == 0:
-            raise InputError(f"{job.source}: no records; pass a JSONL file with one example per line")
+            raise InputError(f"{job.shown}: no records; pass a JSONL file with one example per line")
         sizes = [np.frombuffer(row["sizes"], dtype=np.int64) for row in ordered]
         offsets = np.zeros(sum(s.size for s in sizes) + 1, dtype=np.int64)
         np.cumsum(np.concatenate(sizes), out=offsets[1:])
