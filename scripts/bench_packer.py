@@ -176,6 +176,19 @@ def embedded_lengths() -> np.ndarray:
     return np.asarray([len(e.ids) + 1 for e in tok.encode_batch(texts)], dtype=np.int64)  # + EOS, - 1 label shift
 
 
+def balance_sets() -> dict[str, np.ndarray]:
+    """The length sets the balance benchmarks run on: the embedded corpus and a lognormal 20k."""
+    return {
+        "embedded corpus": embedded_lengths(),
+        "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
+    }
+
+
+def list_row_costs(rows: list[list[int]], cost: CostModel) -> np.ndarray:
+    """Row costs of Megatron-Bridge's packing output (a list of length lists per row) under ``cost``."""
+    return np.asarray([cost.linear * sum(r) + cost.attention * sum(x * x for x in r) for r in rows])
+
+
 #: Megatron-Bridge's GPTSFTDatasetConfig.seed default, the batch sampler's shuffle seed
 SAMPLER_SEED = 1234
 
@@ -183,19 +196,14 @@ SAMPLER_SEED = 1234
 def bench_balance() -> list[dict]:
     from megatron.bridge.data.packing.algorithms import first_fit_decreasing
 
-    sets = {
-        "embedded corpus": embedded_lengths(),
-        "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
-    }
+    sets = balance_sets()
     out = []
     for name, raw in sets.items():
         for cap in (2048, 4096, 8192):
             lengths = np.minimum(raw, cap)
             bins = pack_lengths(lengths, cap, seed=0)
             mb_rows = first_fit_decreasing(lengths.tolist(), cap)
-            mb_costs = np.asarray(
-                [DEFAULT_COST.linear * sum(r) + DEFAULT_COST.attention * sum(x * x for x in r) for r in mb_rows]
-            )
+            mb_costs = list_row_costs(mb_rows, DEFAULT_COST)
             start = time.perf_counter()
             result = balance_bins(lengths, bins, cap, DEFAULT_COST)
             seconds = time.perf_counter() - start
@@ -257,10 +265,7 @@ def bench_builder_prep() -> list[dict]:
     under the scenarios of ``COST_SCENARIOS`` (the layout is not re-tuned)."""
     from megatron.bridge.data.packing.algorithms import first_fit_shuffle
 
-    sets = {
-        "embedded corpus": embedded_lengths(),
-        "lognormal(6.5, 1.2), 20k": np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1,
-    }
+    sets = balance_sets()
     out = []
     for name, raw in sets.items():
         for cap in (2048, 8192):
@@ -294,9 +299,7 @@ def bench_builder_prep() -> list[dict]:
                 }
                 for scenario, factor in COST_SCENARIOS.items():
                     cost = CostModel(DEFAULT_COST.linear, DEFAULT_COST.attention * factor)
-                    mb_costs = np.asarray(
-                        [cost.linear * sum(r) + cost.attention * sum(x * x for x in r) for r in mb_rows]
-                    )
+                    mb_costs = list_row_costs(mb_rows, cost)
                     ours = row_costs(lengths, leveled, result.num_bins, cost)[layout]
                     mb_read = read_order(mb_costs.size, "batch", SAMPLER_SEED, 0)
                     ours_read = read_order(ours.size, "batch", SAMPLER_SEED, 0)

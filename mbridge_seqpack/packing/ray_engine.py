@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
@@ -127,7 +128,7 @@ def tokenize_shard(row: dict[str, Any], job: ShardJob) -> dict[str, Any]:
     shard = Shard(**row)
     try:
         return {**_tokenize_shard(shard, job), "error": ""}
-    except InputError as exc:
+    except SeqpackError as exc:  # a bad record, a spill the disk refused: as data, as write_part's
         return {**_result(shard, 0, b"", 0, 0, ""), "error": str(exc)}
 
 
@@ -224,14 +225,13 @@ def write_part(row: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     the part file ``row["path"]``."""
     import ray
 
-    from mbridge_seqpack.errors import SeqpackError
     from mbridge_seqpack.packing.artifact import write_row_groups
 
     layout, seqs = ray.get(plan["layout"]), ray.get(plan["seqs"])
     bounds = plan["bounds"][row["first"] : row["end"]]
     try:
         write_row_groups(Path(row["path"]), layout, seqs, bounds, plan["info"])
-    except SeqpackError as exc:  # a full disk, truncated spill files: as data, as tokenize_shard's refusals
+    except SeqpackError as exc:  # a full disk, truncated spill files
         return {"part": row["part"], "rows": 0, "error": str(exc)}
     return {"part": row["part"], "rows": bounds[-1][1] - bounds[0][0], "error": ""}
 
@@ -289,8 +289,6 @@ class RayEngine:
             total=source.stat().st_size, unit="B", unit_scale=True, desc=f"tokenize {source.name} (ray)"
         ) as bar:
             for row in _iterate(mapped):  # in shard order: the first refusal is the one a local pack gives
-                if row["error"]:
-                    raise InputError(row["error"])
                 results[row["index"]] = row
                 tokens += int(np.frombuffer(row["sizes"], dtype=np.int64).sum())
                 bar.update(row["bytes"])
@@ -339,8 +337,6 @@ class RayEngine:
         )
         with self._bar(total=layout.num_rows, unit="row", desc=f"write {path.name} (ray)") as bar:
             for row in _iterate(mapped):
-                if row["error"]:
-                    raise InputError(row["error"])
                 bar.update(row["rows"])
         stitch_parquet([Path(part["path"]) for part in parts], path)
         shutil.rmtree(work, ignore_errors=True)
@@ -358,11 +354,15 @@ def _balanced_cuts(layout: Any, bounds: list[tuple[int, int]], parts: int) -> li
 
 
 def _iterate(mapped: Any) -> Any:
-    """The rows of a Ray Data map as they finish; a worker that died (killed, out of memory) is said in one line."""
+    """The rows of a Ray Data map as they finish; a worker's refusal (its row's ``error``) is raised here, and a worker
+    that died (killed, out of memory) is said in one line."""
     import ray
 
     try:
-        yield from mapped.iter_rows()
+        for row in mapped.iter_rows():
+            if row["error"]:
+                raise InputError(row["error"])
+            yield row
     except ray.exceptions.RayError as exc:
         last = [line for line in str(exc).splitlines() if line.strip()][-1:] or [type(exc).__name__]
         raise InputError(
