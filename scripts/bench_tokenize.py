@@ -1,20 +1,24 @@
 """Benchmark: ``pack`` end to end (tokenize, pack, balance, sealed write) vs Megatron-Bridge's own
 ``prepare_gpt_sft_packed_data`` on the same JSONL and tokenizer, each in a process of its own (wall time, tokens/s,
-peak RSS), printed with the ratios.
+peak RSS), printed with the ratios; then every pack is checked to hold exactly the sequences of Megatron-Bridge's
+(tokens and loss mask, byte for byte).
 
 Contenders: Megatron-Bridge's prep with its default workers (-1: serial) and with every core (it packs with
 first-fit-decreasing and does not balance), ``pack`` with Megatron-Bridge's per-example tokenization
 (``batched=False``), ``pack --no-balance`` (batched tokenization and best-fit decreasing only: the work
 Megatron-Bridge's prep does) and ``pack`` as it runs by default (work balance and step leveling included). The
-corpus is the embedded one repeated, each copy's prompts made distinct (no text repeats, so encoding each distinct
-text once gains nothing from the repetition).
+corpus is the embedded one repeated, 56 copies by default (100,744 records), each copy's prompts and answers made
+distinct (no text repeats, so encoding each distinct text once gains nothing); ``--answers repeated`` keeps every
+answer as it is in each copy (answers shared across examples, which the pack encodes once).
 
-    uv run python scripts/bench_tokenize.py [--copies 10] [--pack-size 4096]
+    uv run python scripts/bench_tokenize.py [--copies 56] [--pack-size 4096] [--answers repeated --out F]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import hashlib
 import json
 import os
 import resource
@@ -23,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,15 +43,37 @@ CONTENDERS = (
 )
 
 
-def _corpus(path: Path, copies: int) -> int:
+def _corpus(path: Path, copies: int, answers: str = "distinct") -> int:
+    """The embedded corpus ``copies`` times, every prompt made distinct; every answer too, or (``repeated``) each
+    answer the same in every copy (answers shared across examples: the pack encodes each distinct text once)."""
     from mbridge_seqpack.recipes.kit import embedded_data_dir
 
     rows = [json.loads(line) for line in (embedded_data_dir() / "training.jsonl").read_text().splitlines()]
     with open(path, "w") as out:
         for copy in range(copies):
             for row in rows:
-                out.write(json.dumps({**row, "input": f"{row['input']} (variant {copy})"}) + "\n")
+                variant = f" (variant {copy})"
+                answer = row["output"] + variant if answers == "distinct" else row["output"]
+                out.write(json.dumps({**row, "input": row["input"] + variant, "output": answer}) + "\n")
     return len(rows) * copies
+
+
+def _sequence_digests(path: Path) -> collections.Counter:
+    """The multiset of sequences (tokens and stored loss mask, as int64 / int8 bytes) a packed parquet file holds."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path), columns=["input_ids", "loss_mask", "seq_start_id"])
+    flat = {name: table.column(name).combine_chunks() for name in ("input_ids", "loss_mask", "seq_start_id")}
+    tokens = flat["input_ids"].values.to_numpy(zero_copy_only=False).astype(np.int64)
+    mask = flat["loss_mask"].values.to_numpy(zero_copy_only=False).astype(np.int8)
+    row_starts = flat["input_ids"].offsets.to_numpy()
+    starts_per_row = np.diff(flat["seq_start_id"].offsets.to_numpy())
+    starts = flat["seq_start_id"].values.to_numpy().astype(np.int64) + np.repeat(row_starts[:-1], starts_per_row)
+    ends = np.append(starts[1:], 0)
+    ends[np.cumsum(starts_per_row) - 1] = row_starts[1:]  # a row's last sequence ends with the row
+    return collections.Counter(
+        hashlib.sha256(tokens[s:e].tobytes() + mask[s:e].tobytes()).digest() for s, e in zip(starts, ends)
+    )
 
 
 def run_one(name: str, src: Path, work: Path, pack_size: int) -> dict[str, float]:
@@ -93,8 +121,14 @@ def run_one(name: str, src: Path, work: Path, pack_size: int) -> dict[str, float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=10, help="copies of the embedded corpus (1,799 records each)")
+    parser.add_argument("--copies", type=int, default=56, help="copies of the embedded corpus (1,799 records each)")
     parser.add_argument("--pack-size", type=int, default=4096)
+    parser.add_argument(
+        "--answers",
+        choices=("distinct", "repeated"),
+        default="distinct",
+        help="make every answer distinct too, or keep each answer the same in every copy",
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_tokenize.json"))
     parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
@@ -108,7 +142,7 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "train.jsonl"
-        records = _corpus(src, args.copies)
+        records = _corpus(src, args.copies, args.answers)
         for name in CONTENDERS:
             work = Path(tmp) / name
             work.mkdir()
@@ -117,22 +151,37 @@ def main() -> None:
             if done.returncode != 0:
                 raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
             results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        theirs = _sequence_digests(Path(tmp) / "megatron_bridge_all_cores" / "mb.idx.parquet")
+        identical = {
+            name: _sequence_digests(next((Path(tmp) / name / "ours").glob("training_*.idx.parquet"))) == theirs
+            for name in CONTENDERS
+            if name.startswith("mbridge_seqpack")
+        }
+    if not all(identical.values()):
+        raise SystemExit(f"the packs hold other sequences than Megatron-Bridge's prep: {identical}")
     tokens = int(results["mbridge_seqpack"]["tokens"])
     ours = results["mbridge_seqpack_no_balance"]["seconds"]
     report = {
         "records": records,
+        "answers": args.answers,
         "tokens": tokens,
         "cores": cores,
         "results": results,
+        "same_sequences_as_megatron_bridge": identical,
         "tokens_per_s": {name: tokens / r["seconds"] for name, r in results.items()},
         "time_over_pack_no_balance": {name: r["seconds"] / ours for name, r in results.items()},
+        "megatron_bridge_all_cores_over": {
+            name: results["megatron_bridge_all_cores"]["seconds"] / r["seconds"] for name, r in results.items()
+        },
     }
     for name, r in results.items():
         print(
             f"{name:30s} {r['seconds']:7.1f} s  {tokens / r['seconds']:>11,.0f} tokens/s  peak RSS "
-            f"{r['peak_rss_mib']:6.0f} MiB  {r['seconds'] / ours:5.2f}x the time of pack --no-balance"
+            f"{r['peak_rss_mib']:6.0f} MiB  {r['seconds'] / ours:5.2f}x the time of pack --no-balance, "
+            f"{report['megatron_bridge_all_cores_over'][name]:5.2f}x Megatron-Bridge's speed (all cores)"
         )
-    print(f"{records:,} distinct records, {tokens:,} tokens, {cores} cores")
+    print(f"{records:,} distinct records, {tokens:,} tokens, {cores} cores; every pack holds exactly the sequences")
+    print("(tokens and loss mask, byte for byte) of Megatron-Bridge's prep")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 

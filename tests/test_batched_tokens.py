@@ -88,7 +88,7 @@ _TEXT = st.text(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=st.lists(st.tuples(_TEXT, _TEXT), min_size=1, max_size=40),
-    max_seq_length=st.sampled_from([16, 48, 256]),
+    max_seq_length=st.sampled_from([16, 48, 50, 256]),  # 50: its pad cap (48 for 4) cuts examples of 50 tokens
     mult=st.sampled_from([1, 2, 4]),
     answer_only_loss=st.booleans(),
 )
@@ -195,3 +195,84 @@ def _hf_tokenizers() -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(TOKENIZER)), AutoTokenizer.from_pretrained(str(TOKENIZER))
+
+
+def _chunk_request(path: Path, tokenizer: Any, max_seq_length: int, mult: int, **dataset_kwargs: Any) -> Any:
+    """Megatron-Bridge's ``tokenize_dataset`` on ``path`` with the assembling builder; the request it filled."""
+    from megatron.bridge.data.packing.offline import tokenize_dataset
+
+    from mbridge_seqpack.packing.assembly import AssemblyRequest
+    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split
+
+    request = AssemblyRequest(max_seq_length, mult)
+    builder = functools.partial(counting_gpt_sft_split, batched=True, assembly=request)
+    kwargs = {"index_mapping_dir": str(path.parent / "index"), **dataset_kwargs}
+    items = tokenize_dataset(path, tokenizer, max_seq_length, 0, kwargs, pad_seq_to_mult=mult, dataset_builder=builder)
+    return request, items
+
+
+def test_examples_that_need_no_truncation_are_assembled_in_arrays(tmp_path: Path, tokenizer: Any) -> None:
+    """The assembly is taken, not only harmless: at 4096 tokens no example of the embedded corpus reaches
+    Megatron-Bridge's ``_process_example``; at 64 exactly those it truncates do (and a record without its answer,
+    which its ``is_test`` prep reads as an empty one), and their items are what ``tokenize_dataset`` returned."""
+    source = tmp_path / "training.jsonl"
+    rows = (DATA / "training.jsonl").read_text().splitlines()
+    source.write_text("\n".join(rows[:40] + [json.dumps({"input": "no answer here"})]) + "\n")
+    request, items = _chunk_request(source, tokenizer, 4096, 1)
+    assert request.refusal is None and request.done.remaining.tolist() == [40] and len(items) == 1
+    assert request.chunk(items).sizes.size == 41
+
+    whole, _ = _both(source, tokenizer, workers=1)  # at 4096 tokens: every example whole
+    request, items = _chunk_request(source, tokenizer, 64, 4)
+    cut = [j for j in range(40) if whole.lengths[j] + 1 > 65]  # more than the 64 + 1 stored tokens
+    assert request.done.remaining.tolist() == [*cut, 40] and len(items) == len(cut) + 1 > 10
+
+
+@pytest.mark.parametrize(
+    "dataset_kwargs, max_seq_length, mult",
+    [
+        ({"virtual_tokens": 3, "add_bos": True, "tokens_to_generate": 40}, 128, 2),
+        (
+            {"prompt_template": "{system} [Q] {input}\n\n[A] {output}", "truncation_field": "system,input"},
+            96,
+            8,
+        ),
+        ({"prompt_template": "{input}{output}", "add_eos": False, "add_sep": True, "sep_id": 3}, 4096, 16),
+        ({}, 100, 8),  # the pad cap, 96, cuts examples of 98 to 101 tokens
+    ],
+)
+def test_virtual_tokens_several_fields_and_bare_templates_assemble_identically(
+    tmp_path: Path, tokenizer: Any, dataset_kwargs: dict[str, Any], max_seq_length: int, mult: int
+) -> None:
+    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:300]]
+    source = tmp_path / "training.jsonl"
+    with open(source, "w") as out:
+        for j, row in enumerate(rows):
+            out.write(json.dumps({"system": " you are terse " * (j % 5), **row}) + "\n")
+    megatron, batched = _both(
+        source, tokenizer, max_seq_length=max_seq_length, pad_seq_to_mult=mult, dataset_kwargs=dataset_kwargs
+    )
+    _assert_identical(megatron, batched)
+    assert batched.tokenization == "batched"
+
+
+def test_a_field_megatron_bridge_cannot_read_raises_its_own_error(tmp_path: Path, tokenizer: Any) -> None:
+    """A non-text answer goes to Megatron-Bridge's code, which raises as it does without the assembly."""
+    source = tmp_path / "training.jsonl"
+    source.write_text(
+        json.dumps({"input": "a", "output": "b"}) + "\n" + json.dumps({"input": "c", "output": 7}) + "\n"
+    )
+    errors = []
+    for batched in (False, True):
+        with pytest.raises(AttributeError) as caught:
+            _both(source, tokenizer)[int(batched)]
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == "'int' object has no attribute 'strip'"
+
+
+def test_a_reader_other_than_the_jsonl_lines_says_so_and_assembles_per_example(tmp_path: Path, tokenizer: Any) -> None:
+    source = tmp_path / "training.jsonl"
+    source.write_text("".join(line + "\n" for line in (DATA / "training.jsonl").read_text().splitlines()[:50]))
+    megatron, batched = _both(source, tokenizer, dataset_kwargs={"hf_dataset": True}, max_seq_length=128)
+    _assert_identical(megatron, batched)
+    assert batched.tokenization == "batched, assembled per example (records read through the dataset's own reader)"

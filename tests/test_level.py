@@ -22,9 +22,10 @@ from mbridge_seqpack.packing.balance import (
     balance_bins,
     row_costs,
     slot_order,
+    step_ratios,
     straggler_ratio,
 )
-from mbridge_seqpack.packing.exchange import ExchangePass
+from mbridge_seqpack.packing.exchange import TOLERANCE, ExchangePass
 from mbridge_seqpack.packing.level import level_steps, refill
 from tests.test_balance import _embedded_lengths, _megatron_bridge_rows
 
@@ -124,22 +125,26 @@ def test_refill_brings_a_steps_rows_to_its_cheapest_and_spills_into_the_reservoi
     assert out[[0, 5, 10]].tolist() == [0, 1, 2]  # sequences of 1/16 of the capacity or more stay
 
 
-@pytest.mark.parametrize(("capacity", "closer"), [(4096, 2.0), (8192, 4.0)])
-def test_one_row_per_rank_per_step_is_at_least_twice_closer_to_even_than_megatron_bridges(
-    megatron_bridge: Any, capacity: int, closer: float
+@pytest.mark.parametrize("capacity", [4096, 8192])
+def test_one_row_per_rank_per_step_leaves_no_step_beyond_the_tolerance_where_megatron_bridges_rows_do(
+    megatron_bridge: Any, capacity: int
 ) -> None:
-    # the benchmark's lognormal set; global batch 8 at DP 8 (micro batch 1), as the H100 SFT recipes
+    # the benchmark's lognormal set; global batch 8 at DP 8 (micro batch 1), as the H100 SFT recipes. Megatron-Bridge's
+    # rows leave 3 (4096) and 7 (8192) steps with a rank more than 0.1% slower than the mean (up to 0.18%); leveled,
+    # none is, and the mean is closer to even
     lengths = np.minimum(np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64) + 1, capacity)
     bins = pack_lengths(lengths, capacity, seed=0)
     balanced = balance_bins(lengths, bins, capacity, DEFAULT_COST)
     leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(capacity, DEFAULT_COST, 8))
-    theirs = _megatron_bridge_rows(lengths, capacity)  # its rows' costs in the order its prep writes them
-    assert balanced.num_bins == int(bins.max()) + 1 == theirs.size  # no extra rows
-    ours = straggler_ratio(row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)[order], 8, 1)
-    assert ours - 1 <= (straggler_ratio(theirs, 8, 1) - 1) / closer
+    theirs = step_ratios(_megatron_bridge_rows(lengths, capacity), 8, 1)  # its rows in the order its prep writes them
+    assert balanced.num_bins == int(bins.max()) + 1 == theirs.size * 8 + balanced.num_bins % 8  # no extra rows
+    ours = step_ratios(row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)[order], 8, 1)
+    assert (theirs > 1 + TOLERANCE).sum() >= 3
+    assert ours.max() <= 1 + TOLERANCE
+    assert ours.mean() < theirs.mean()
 
 
-@pytest.mark.parametrize("capacity", [2048, 4096, 8192])
+@pytest.mark.parametrize("capacity", [2048, 4096])
 def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: int) -> None:
     # the embedded corpus: re-dealing its short sequences would spread row costs (a reshuffle loses 0.004-0.03)
     # for a designed-order gain of ~0.0004; the guard keeps the exchanges that pay for themselves instead
@@ -153,3 +158,14 @@ def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: in
     gain = straggler_ratio(before[slot_order(before, 8, 1)], 8, 1) - straggler_ratio(after[order], 8, 1)
     assert gain > 0
     assert _reshuffled(after, 8, 1) - _reshuffled(before, 8, 1) <= gain
+
+
+def test_a_pack_whose_steps_are_all_within_the_tolerance_is_left_as_it_came() -> None:
+    # the embedded corpus at 8192 tokens: every step's slowest rank is within 0.1% of the mean before leveling
+    lengths = np.minimum(_embedded_lengths(), 8192)
+    balanced = balance_bins(lengths, pack_lengths(lengths, 8192, seed=0), 8192, DEFAULT_COST)
+    before = row_costs(lengths, balanced.bins, balanced.num_bins, DEFAULT_COST)
+    ratios = step_ratios(before[slot_order(before, 8, 1)], 8, 1)
+    assert ratios.size == balanced.num_bins // 8 and 1 + TOLERANCE / 10 < ratios.max() <= 1 + TOLERANCE
+    leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(8192, DEFAULT_COST, 8))
+    assert leveled is balanced.bins and order.tolist() == slot_order(before, 8, 1).tolist()

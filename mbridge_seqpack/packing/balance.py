@@ -38,6 +38,7 @@ __all__ = [
     "balance_bins",
     "slot_order",
     "straggler_ratio",
+    "step_ratios",
     "row_costs",
     "SAMPLERS",
     "read_order",
@@ -268,15 +269,21 @@ def slot_order(costs: np.ndarray, dp: int, micro_batches: int, seed: int = 0) ->
     return np.asarray(out, dtype=np.int64)
 
 
-def straggler_ratio(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> float:
-    """Mean over full steps of (slowest rank's cost / mean rank cost), rows read by the ``single`` sampler
-    (row ``k`` of a step to rank ``k % dp``); 1.0 is perfect balance."""
+def step_ratios(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> np.ndarray:
+    """Each full step's slowest rank cost / mean rank cost, rows read by the ``single`` sampler (row ``k`` of a
+    step to rank ``k % dp``); empty when there is no full step or one rank."""
     per_step = dp * micro_batches
     steps = costs_in_order.size // per_step
     if steps == 0 or dp == 1:
-        return 1.0
+        return np.zeros(0)
     per_rank = costs_in_order[: steps * per_step].reshape(steps, micro_batches, dp).sum(axis=1)
-    return float(np.mean(per_rank.max(axis=1) / per_rank.mean(axis=1)))
+    return per_rank.max(axis=1) / per_rank.mean(axis=1)
+
+
+def straggler_ratio(costs_in_order: np.ndarray, dp: int, micro_batches: int) -> float:
+    """Mean over full steps of (slowest rank's cost / mean rank cost); 1.0 is perfect balance."""
+    ratios = step_ratios(costs_in_order, dp, micro_batches)
+    return float(ratios.mean()) if ratios.size else 1.0
 
 
 #: how Megatron-Bridge's samplers read a packed split (``dataset.dataloader_type``): ``batch`` (its SFT

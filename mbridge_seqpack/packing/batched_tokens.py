@@ -6,9 +6,9 @@ per-call overhead is most of its prep time (about 70% on the embedded corpus). H
 its own ``_separate_template`` cuts every example into those same pieces and one call of the same ``transformers``
 tokenizer on the list encodes them all (its Rust backend, on every core). A single string goes through that very
 path as a batch of one (``TokenizersBackend._encode_plus``: ``encode_batch`` either way), so the ids are the same
-by construction; everything else (truncation, BOS/EOS/SEP, masks, padding) is still Megatron-Bridge's code on
-those ids, example by example. Tested byte for byte against Megatron-Bridge's prep. The ids are held as int32
-arrays for the chunk being tokenized (4 bytes a token).
+by construction. Joining the pieces with BOS/SEP/EOS, masks and padding is then done for the chunk in arrays
+(packing/assembly.py), truncation by Megatron-Bridge's code on those ids. Tested byte for byte against
+Megatron-Bridge's prep. The ids are held as int32 arrays for the chunk being tokenized (4 bytes a token).
 
 Where the shortcut does not apply, the dataset runs exactly as Megatron-Bridge's and :func:`batching_refusal`
 says why: chat datasets (a chat template per conversation), ``dataset.preprocessing`` (prompt/completion
@@ -18,11 +18,12 @@ sample mapping (``max_num_samples``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchedTokenizer", "TemplatePieces", "batching_refusal", "batch_tokenize", "expected_refusal"]
+__all__ = ["Batch", "BatchedTokenizer", "TemplatePieces", "batching_refusal", "batch_tokenize", "expected_refusal"]
 
 #: why a dataset is tokenized example by example
 CHAT = "a chat dataset (one chat template per conversation)"
@@ -152,30 +153,43 @@ class TemplatePieces:
         return [text if index is None else text + values[index] for text, index in self.layout]
 
 
-def _examples(dataset: Any) -> Any:
-    """The records of ``dataset``'s JSONL file, parsed once here (its memory-mapped reader would be the slow path;
-    a record read otherwise would only cost its pieces a place in the batch)."""
+def _records(dataset: Any) -> list[Any] | None:
+    """The records of ``dataset``'s JSONL file, parsed once here as its memory-mapped reader parses each line (the
+    line without its newline, decoded as UTF-8, ``json.loads``); None when the file cannot be read so (the dataset's
+    own reader then runs, and raises where Megatron-Bridge would)."""
     import json
 
     path = getattr(dataset, "file_path", None)
-    if isinstance(path, str) and path.endswith(".jsonl"):
-        try:
-            with open(path, "rb") as handle:
-                return [json.loads(line) for line in handle if line.strip()]
-        except (OSError, ValueError):
-            pass
-    examples = dataset.indexed_dataset
-    return (examples[j] for j in range(len(examples)))
+    if getattr(dataset, "hf_dataset", False) or not (isinstance(path, str) and path.endswith(".jsonl")):
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return [json.loads(line.rstrip(b"\n").decode("utf-8")) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return None
 
 
-def batch_tokenize(dataset: Any) -> str | None:
-    """Give ``dataset`` a :class:`BatchedTokenizer` holding the ids of every template piece of its examples; the
-    refusal when the shortcut does not apply (the dataset is then left as Megatron-Bridge built it)."""
+@dataclass(frozen=True)
+class Batch:
+    """What :func:`batch_tokenize` did with a dataset: why it left it alone, or the records it read (None: through
+    the dataset's reader) and each record's template pieces (none for a record the dataset rejects)."""
+
+    refusal: str | None
+    records: list[Any] | None = None
+    pieces: list[list[str]] = field(default_factory=list)
+
+
+def batch_tokenize(dataset: Any) -> Batch:
+    """Give ``dataset`` a :class:`BatchedTokenizer` holding the ids of every template piece of its examples (the
+    dataset is left as Megatron-Bridge built it when the shortcut does not apply, and ``refusal`` says why)."""
     refusal = batching_refusal(dataset)
     if refusal is not None:
-        return refusal
+        return Batch(refusal)
     if not isinstance(dataset.tokenizer, BatchedTokenizer):
         dataset.tokenizer = BatchedTokenizer(dataset.tokenizer, _hf_tokenizer(dataset.tokenizer))
-    pieces = TemplatePieces(dataset)
-    dataset.tokenizer.encode([piece for example in _examples(dataset) for piece in pieces.of(example)])
-    return None
+    template = TemplatePieces(dataset)
+    records = _records(dataset)
+    examples = records if records is not None else (dataset.indexed_dataset[j] for j in range(len(dataset)))
+    pieces = [template.of(example) for example in examples]
+    dataset.tokenizer.encode([piece for texts in pieces for piece in texts])
+    return Batch(None, records, pieces)

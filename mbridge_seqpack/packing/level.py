@@ -8,25 +8,30 @@ under-filled row of a pack waits for its seven full rows. Evening such steps out
 attention is heaviest, and a full pack has its spare tokens in a few rows only. Two stages, each kept only if
 it lowers the straggler ratio:
 
-1. **Refill** (micro batch 1): every row keeps its sequences of at least 1/16 of the capacity; the shorter
-   ones are dealt again, best fit decreasing, into per-row token targets that bring each row of a step down
-   to the step's cheapest. What does not fit goes to the rows of the trailing partial step, a reservoir that a
-   ``drop_last`` sampler skips and the ratio does not count.
+1. **Refill** (micro batch 1; tried when exchanges on the rows as they came leave a step beyond the tolerance):
+   every row keeps its sequences of at least 1/16 of the capacity; the shorter ones are dealt again, best fit
+   decreasing, into per-row token targets that bring each row of a step down to the step's cheapest. What does
+   not fit goes to the rows of the trailing partial step, a reservoir that a ``drop_last`` sampler skips and
+   the ratio does not count.
 2. **Exchanges** (``exchange.ExchangePass``): the slowest rank of a step trades a piece for shorter ones with
    a row that has room, or the fastest takes a longer one, each move kept only when the summed step ratios
    drop; then the rows are regrouped by cost and the pass runs again.
 
 Rows stay within the capacity (and the per-row sequence cap), none empties, and their number never changes,
-so leveling costs no extra bins. The leveled pack is kept only where its gain in the designed order is at
-least its loss under a reshuffle (later epochs of the ``batch`` sampler), which spread row costs can cause.
+so leveling costs no extra bins. Only steps more than 0.1% from even are worked on (``exchange.TOLERANCE``):
+below that the gain is lost in a GPU step's own jitter, and its search took seconds. The leveled pack is kept
+only where its gain in the designed order is at least its loss under a reshuffle (later epochs of the ``batch``
+sampler), which spread row costs can cause.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from mbridge_seqpack.packing.balance import StepShape, row_costs, slot_order, straggler_ratio
-from mbridge_seqpack.packing.exchange import ExchangePass
+from mbridge_seqpack.packing.balance import StepShape, row_costs, slot_order, step_ratios, straggler_ratio
+from mbridge_seqpack.packing.exchange import TOLERANCE, ExchangePass
 
 __all__ = ["level_steps", "refill"]
 
@@ -58,13 +63,11 @@ def level_steps(
     costs, order = costed(bins)
     if dp == 1 or num_bins < dp * micro_batches:
         return bins, order
+    if not (step_ratios(costs[order], dp, micro_batches) > 1 + TOLERANCE).any():
+        return bins, order  # every step within 0.1% of even already (exchange.TOLERANCE)
     before, reshuffled = ratio(costs, order), _reshuffled(costs, dp, micro_batches)
-    starts = [bins]
-    if micro_batches == 1 and shape.max_per_bin is None:
-        refilled = refill(lengths, bins, num_bins, shape, order)
-        if refilled is not None:
-            starts.insert(0, refilled)  # a refill alone may not help; it gives the exchanges room to work
-    for leveled in starts:
+    kept: tuple[float, np.ndarray, np.ndarray] | None = None  # (gain, bins, order) of the best start so far
+    for leveled in _starts(lengths, bins, num_bins, shape, order):
         leveled_order = costed(leveled)[1]
         for _ in range(ROUNDS):  # exchanges, then regroup by cost where that is better
             exchange = ExchangePass(lengths, leveled, num_bins, shape, leveled_order)
@@ -76,9 +79,27 @@ def level_steps(
                 leveled_order = regrouped
         costs = row_costs(lengths, leveled, num_bins, cost)
         gain = before - ratio(costs, leveled_order)
-        if gain > 0 and gain >= _reshuffled(costs, dp, micro_batches) - reshuffled:
-            return leveled, leveled_order
-    return bins, order
+        if (
+            gain > 0
+            and gain >= _reshuffled(costs, dp, micro_batches) - reshuffled
+            and (kept is None or gain > kept[0])
+        ):
+            kept = (gain, leveled, leveled_order)
+            if not (step_ratios(costs[leveled_order], dp, micro_batches) > 1 + TOLERANCE).any():
+                break  # every step within the tolerance: no need of another start
+    return (kept[1], kept[2]) if kept is not None else (bins, order)
+
+
+def _starts(
+    lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, order: np.ndarray
+) -> Iterator[np.ndarray]:
+    """The packs the exchanges start from: the rows as they came, then (micro batch 1, no sequence cap) refilled,
+    which gives the exchanges room where the rows are full but costs more moves."""
+    yield bins
+    if shape.micro_batches == 1 and shape.max_per_bin is None:
+        refilled = refill(lengths, bins, num_bins, shape, order)
+        if refilled is not None:
+            yield refilled
 
 
 def _reshuffled(costs: np.ndarray, dp: int, micro_batches: int) -> float:

@@ -284,23 +284,6 @@ class TokenizedSequences(SequenceOffsets):
         return out[0].astype(np.int64, copy=False), out[1].astype(np.int8, copy=False)
 
 
-def _as_list(values: Any) -> list[Any]:
-    """Megatron-Bridge's chat path returns tensors, its prompt path lists."""
-    return values.tolist() if hasattr(values, "tolist") else list(values)
-
-
-def _stored_mask(item: dict[str, Any], length: int) -> np.ndarray:
-    """Megatron-Bridge's ``fill_packing_strategy``: a ``loss_mask`` rolled left by one, else every position
-    from ``answer_start_idx - 1`` on (int8, ``length`` entries)."""
-    mask = np.zeros(length, dtype=np.int8)
-    if "loss_mask" in item:
-        given = np.asarray(_as_list(item["loss_mask"]), dtype=bool)
-        mask[: given.size - 1] = given[1:]
-        return mask
-    mask[max(int(item["answer_start_idx"]) - 1, 0) :] = 1
-    return mask
-
-
 def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
     """The non-empty lines of ``path`` as JSONL files of at most ``lines_per_chunk`` lines, one at a time."""
     chunk: list[bytes] = []
@@ -360,8 +343,9 @@ def tokenize_split(
     from megatron.bridge.data.packing.offline import tokenize_dataset
     from tqdm import tqdm
 
+    from mbridge_seqpack.packing.assembly import AssemblyRequest, from_items
     from mbridge_seqpack.packing.batched_tokens import expected_refusal
-    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split, truncated_tokens
+    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split
 
     if batched and expected_refusal(tokenizer, dataset_kwargs) is None:
         workers = 1  # the encoding runs on every core; a pool would only pickle the examples back
@@ -375,6 +359,7 @@ def tokenize_split(
     start, tokens = time.perf_counter(), 0
     cut_sequences = cut_tokens = 0
     refusals: list[str] = []
+    assembly_refusals: list[str] = []
     bar = tqdm(
         total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
     )
@@ -389,6 +374,8 @@ def tokenize_split(
         kwargs = {**dataset_kwargs, "index_mapping_dir": str(index_dir)}  # never write index files by the input
         logging.getLogger("megatron.bridge").setLevel(logging.WARNING)
         for chunk, count in _chunks(path, lines_per_chunk, Path(work)):
+            request = AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None
+            builder = functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals, assembly=request)
             with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 items = tokenize_dataset(
                     chunk,
@@ -398,24 +385,22 @@ def tokenize_split(
                     kwargs,
                     pad_seq_to_mult=pad_seq_to_mult,
                     num_tokenizer_workers=workers,
-                    dataset_builder=functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals),
+                    dataset_builder=builder,
                 )
             chunk.unlink()
             bar.update(count)
-            if len(items) == 0:
-                continue
-            cuts = [truncated_tokens(item) for item in items]
-            cut_sequences += sum(1 for cut in cuts if cut > 0)
-            cut_tokens += sum(cuts)
-            chunk_ids = [np.asarray(_as_list(item["input_ids"]), dtype=np.int64) for item in items]
-            sink.append(
-                np.concatenate(chunk_ids),
-                np.concatenate([_stored_mask(item, x.size) for item, x in zip(items, chunk_ids)]),
-            )
-            sizes.append(np.fromiter((len(x) for x in chunk_ids), dtype=np.int64, count=len(chunk_ids)))
-            del chunk_ids
+            arrays = request.chunk(items) if request is not None else from_items(items)
             del items
-            tokens += int(sizes[-1].sum())
+            if request is not None and request.refusal is not None:
+                assembly_refusals.append(request.refusal)
+            if arrays.sizes.size == 0:
+                continue
+            cut_sequences += int((arrays.truncated > 0).sum())
+            cut_tokens += int(arrays.truncated.sum())
+            sink.append(arrays.ids, arrays.mask)
+            sizes.append(arrays.sizes)
+            tokens += int(arrays.sizes.sum())
+            del arrays
             bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s")
     offsets = np.zeros(sum(s.size for s in sizes) + 1, dtype=np.int64)
     if sizes:
@@ -425,6 +410,8 @@ def tokenize_split(
         how = "per example (batching off)"
     elif refusals:
         how = f"per example ({refusals[0]})"
+    elif assembly_refusals:
+        how = f"batched, assembled per example ({assembly_refusals[0]})"
     else:
         how = "batched"
     return TokenizedSequences(tokens, loss_mask, offsets, cut_sequences, cut_tokens, how)

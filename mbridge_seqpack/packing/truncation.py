@@ -75,10 +75,18 @@ class CountingGPTSFTChatDataset(gpt_sft.GPTSFTChatDataset):
 _COUNTING = {gpt_sft.GPTSFTDataset: CountingGPTSFTDataset, gpt_sft.GPTSFTChatDataset: CountingGPTSFTChatDataset}
 
 
-def counting_gpt_sft_split(*args: Any, batched: bool = False, refusals: list[str] | None = None, **kwargs: Any) -> Any:
+def counting_gpt_sft_split(
+    *args: Any,
+    batched: bool = False,
+    refusals: list[str] | None = None,
+    assembly: Any = None,
+    **kwargs: Any,
+) -> Any:
     """Megatron-Bridge's ``build_gpt_sft_split``; its dataset counts truncation when it is one of the two classes
     above (another class is left as it is, and its examples report nothing). ``batched``: its template pieces are
-    encoded in one call (packing/batched_tokens.py); why not, when that does not apply, goes to ``refusals``."""
+    encoded in one call (packing/batched_tokens.py); why not, when that does not apply, goes to ``refusals``. With
+    ``assembly`` (an ``AssemblyRequest``; batched only), the examples are assembled in arrays (packing/assembly.py)
+    and what is returned holds only those left to Megatron-Bridge's code."""
     dataset = build_gpt_sft_split(*args, **kwargs)
     if dataset is None:
         return None
@@ -88,9 +96,11 @@ def counting_gpt_sft_split(*args: Any, batched: bool = False, refusals: list[str
     if batched:
         from mbridge_seqpack.packing.batched_tokens import batch_tokenize
 
-        refusal = batch_tokenize(dataset)
-        if refusal is not None and refusals is not None:
-            refusals.append(refusal)
+        batch = batch_tokenize(dataset)
+        if batch.refusal is not None and refusals is not None:
+            refusals.append(batch.refusal)
+        if assembly is not None:
+            return assembly.build(dataset, batch)
     return dataset
 
 
