@@ -127,10 +127,9 @@ class ChunkAssembly:
         starts = ends - sizes
         position = np.arange(int(ends[-1]) if sizes.size else 0) - np.repeat(starts, sizes)
         mask = (position >= np.repeat(self.mask_from, sizes)).astype(np.int8)
-        for index, start, size, where in zip(
-            self.remaining.tolist(), starts[self.remaining].tolist(), theirs.sizes.tolist(), np.cumsum(theirs.sizes)
-        ):
-            mask[start : start + size] = theirs.mask[where - size : where]
+        their_ends = np.cumsum(theirs.sizes).tolist()
+        for start, size, end in zip(starts[self.remaining].tolist(), theirs.sizes.tolist(), their_ends):
+            mask[start : start + size] = theirs.mask[end - size : end]
         truncated = np.zeros(sizes.size, dtype=np.int64)
         truncated[self.remaining] = theirs.truncated
         return ChunkArrays(ids if ids is not None else np.zeros(0, np.int64), mask, sizes, truncated)
