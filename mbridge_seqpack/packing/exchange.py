@@ -35,7 +35,7 @@ SHORTEST = 24
 MIN_GAIN = 1e-12
 #: a step whose slowest rank is within this fraction of the mean is left as it is: 0.1% of a step is below the
 #: run-to-run spread of a GPU step and far below the cost model's own error, and chasing it costs seconds per
-#: thousand rows (the summed ratio of a 100k-example pack moved from 1.000014 to 1.000009 in 7 s)
+#: thousand rows (the mean step ratio of a 100k-example pack moved from 1.000014 to 1.000009 in 7 s)
 TOLERANCE = 1e-3
 #: candidates scored per row and try; beyond this an even stride of them (rows of hundreds of sequences)
 MAX_SCORED = 10_000
