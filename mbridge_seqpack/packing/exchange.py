@@ -4,14 +4,17 @@ The layout is the order the sampler reads the rows in: step ``k`` holds rows ``o
 ``j`` of a step goes to rank ``j % dp``; the rows after the last full step are the reservoir (no ratio counts
 them). Worst step first:
 
+- **spread**: the slowest rank of the step hands one sequence to its fastest, the one nearest half their gap;
+  tried first, it evens out an under-filled row inside its own step;
 - **give**: a row of the slowest rank hands one or two of its sequences to a row with room (in a step of
   similar cost, or the reservoir) and takes back a shorter one, up to three short ones from the reservoir, or
   nothing;
 - **take**: a row of the fastest rank with room takes a longer sequence from a row of a step of similar cost
   (or the reservoir), handing back one of its own or nothing.
 
-Every candidate is scored by the exact change of the two steps' ratios; the best is applied if it lowers
-their sum. Rows stay within the capacity and the per-row sequence cap, and none empties.
+A spread never slows the step's slowest rank. Every give and take candidate is scored by the exact change of
+the two steps' ratios; the best is applied if it lowers their sum. Rows stay within the capacity and the
+per-row sequence cap, and none empties.
 """
 
 from __future__ import annotations
@@ -267,6 +270,34 @@ class ExchangePass:
                 best = (float(change[k]), (int(source[o[k]]), pieces[o[k] : o[k] + 1], z, own[g[k] : g[k] + 1]))
         return best
 
+    def _best_spread(self, step: int) -> tuple | None:
+        """One sequence from the slowest rank of the step to its fastest, the one that best halves their gap
+        without reaching it (so the step's slowest rank never gets slower), or None. This evens out the deficit
+        of an under-filled row inside its own step in a few dozen cheap moves. Left to the scored search, whose
+        objective is flat while several ranks tie for the slowest, it cascaded through neighbouring steps
+        (220 trades, 2-9 s, for one row 70% empty in a 100k-example pack)."""
+        loads = self.by_step[step]
+        giver, taker = int(loads.argmax()), int(loads.argmin())
+        gap = loads[giver] - loads[taker]
+        if gap <= 0:
+            return None
+        rows = self.rows_of_step[step]
+        ranks = self.unit[rows] - step * self.dp
+        best: tuple[float, tuple | None] = (0.0, None)
+        takers = [z for z in rows[ranks == taker].tolist() if self.room[z] > 0 and self.count[z] < self.most]
+        for x in rows[ranks == giver].tolist():
+            if self.count[x] < 2 or not takers:
+                continue
+            pieces = np.asarray(self.members[x], dtype=np.int64)
+            amount = self._work(self.lengths[pieces], self.lengths[pieces] ** 2)
+            for z in takers:
+                # half the drop of the two loads' squares: positive only for a move short of the gap
+                score = np.where(self.lengths[pieces] <= self.room[z], amount * (gap - amount), 0.0)
+                k = int(np.argmax(score))
+                if score[k] > best[0]:
+                    best = (float(score[k]), (x, pieces[k : k + 1], z, np.empty(0, dtype=np.int64)))
+        return best[1]
+
     # --- applying ---------------------------------------------------------------------------------------------
 
     def _apply(self, x: int, gives: np.ndarray, y: int, takes: np.ndarray) -> set[int]:
@@ -294,8 +325,8 @@ class ExchangePass:
         return touched
 
     def run(self) -> int:
-        """Exchanges, worst step first, until no step beyond ``TOLERANCE`` improves (at most 4 tries per step);
-        returns how many."""
+        """Exchanges, worst step first (a spread where one is left, else the best give or take), until no step
+        beyond ``TOLERANCE`` improves (at most 4 tries per step on average); returns how many."""
         heap = [(1.0 - self.ratio[k], k) for k in range(self.steps)]
         heapq.heapify(heap)
         stuck: set[int] = set()
@@ -305,7 +336,9 @@ class ExchangePass:
             if step in stuck or negative_excess != 1.0 - self.ratio[step] or negative_excess >= -TOLERANCE:
                 continue
             tries += 1
-            gain, move = min(self._best_give(step), self._best_take(step), key=lambda found: found[0])
+            move = self._best_spread(step)
+            if move is None:
+                move = min(self._best_give(step), self._best_take(step), key=lambda found: found[0])[1]
             if move is None:
                 stuck.add(step)
                 continue

@@ -13,9 +13,10 @@ it lowers the straggler ratio:
    decreasing, into per-row token targets that bring each row of a step down to the step's cheapest. What does
    not fit goes to the rows of the trailing partial step, a reservoir that a ``drop_last`` sampler skips and
    the ratio does not count.
-2. **Exchanges** (``exchange.ExchangePass``): the slowest rank of a step trades a piece for shorter ones with
-   a row that has room, or the fastest takes a longer one, each move kept only when the summed step ratios
-   drop; then the rows are regrouped by cost and the pass runs again.
+2. **Exchanges** (``exchange.ExchangePass``): the slowest rank of a step hands a sequence to its fastest (so
+   the deficit of an under-filled row is spread inside its step in a few dozen moves); where that is done,
+   it trades a piece for shorter ones with a row that has room, or the fastest takes a longer one, each trade
+   kept only when the summed step ratios drop; then the rows are regrouped by cost and the pass runs again.
 
 Rows stay within the capacity (and the per-row sequence cap), none empties, and their number never changes,
 so leveling costs no extra bins. Only steps more than 0.1% from even are worked on (``exchange.TOLERANCE``):
