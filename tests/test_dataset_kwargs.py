@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack.cli.main import main
-from mbridge_seqpack.packing.dataset_kwargs import DATASET_KWARGS, MANAGED, check_dataset_kwargs
+from mbridge_seqpack.packing.dataset_kwargs import (
+    DATASET_KWARGS,
+    MANAGED,
+    check_config_dataset_kwargs,
+    check_dataset_kwargs,
+)
 from mbridge_seqpack.packing.sequences import InputError, check_jsonl
 
 
@@ -55,6 +60,61 @@ def test_bad_dataset_kwargs_are_refused_with_the_key(kwargs: dict[str, Any], mes
 
 def test_good_dataset_kwargs_pass() -> None:
     check_dataset_kwargs({"add_eos": False, "prompt_template": "{q} {a}", "sep_id": 0, "tool_schemas": {}})
+
+
+@pytest.mark.parametrize("key", sorted(MANAGED))
+def test_a_recipes_managed_key_is_refused_where_megatron_bridges_builder_fails_on_it(
+    megatron_bridge: Any, tmp_path: Path, key: str
+) -> None:
+    # build_gpt_sft_split pops index_mapping_dir and prompt_completion_config from dataset_kwargs; every other key
+    # the prep manages it also passes itself, so the recipe's value is a second one for the same keyword
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    value = {"index_mapping_dir": str(tmp_path / "index"), "prompt_completion_config": None}.get(key, 1)
+    try:
+        build_gpt_sft_split(
+            data,
+            tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()),
+            seq_length=64,
+            memmap_workers=1,
+            seed=0,
+            packed_sequence_size=-1,
+            dataset_kwargs={key: value},
+        )
+        megatron_bridge_fails = False
+    except TypeError as exc:
+        assert "multiple values for keyword argument" in str(exc)
+        megatron_bridge_fails = True
+    assert megatron_bridge_fails == (key not in ("index_mapping_dir", "prompt_completion_config"))
+    if megatron_bridge_fails:
+        with pytest.raises(InputError) as info:
+            check_config_dataset_kwargs({key: value})
+        assert str(info.value) == (
+            f"dataset.dataset_kwargs: {key!r} is passed by Megatron-Bridge's build_gpt_sft_split itself, so a "
+            f"second value is a TypeError there; remove it: ~dataset.dataset_kwargs.{key}"
+        )
+    else:
+        check_config_dataset_kwargs({key: value})
+
+
+def test_cli_pack_recipe_refuses_a_recipes_unknown_key_without_a_traceback(
+    megatron_bridge: Any, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Megatron-Bridge's own prep fails on it with "GPTSFTDataset.__init__() got an unexpected keyword argument"
+    code = main(
+        ["pack", "--recipe", "small_gpt_smoke_4k", "+dataset.dataset_kwargs.add_sepp=true", "--output", str(tmp_path)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "mbridge-seqpack: error: dataset.dataset_kwargs: unknown key 'add_sepp' (did you mean 'add_sep'?)" in err
+    assert "Traceback" not in err
+    with pytest.raises(InputError, match=r"no 'sep_id' is given; add \+dataset\.dataset_kwargs\.sep_id=<token id>$"):
+        check_config_dataset_kwargs({"add_sep": True})
 
 
 def test_cli_pack_refuses_bad_kwargs_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -48,7 +48,7 @@ def _from_recipe(
 ) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
     where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+    from mbridge_seqpack.packing.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
     from mbridge_seqpack.packing.pipeline import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
 
@@ -71,13 +71,15 @@ def _from_recipe(
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
+    dataset_kwargs = config_dataset_kwargs(cfg.dataset)
+    check_config_dataset_kwargs(dataset_kwargs)
     ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
     dp = ctx.topology.data_parallel or 1
     options = PackOptions(
         pack_size=int(specs.packed_sequence_size),
         pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
         max_seq_length=specs.max_single_sequence_length or None,
-        dataset_kwargs=config_dataset_kwargs(cfg.dataset),
+        dataset_kwargs=dataset_kwargs,
         seed=int(cfg.dataset.seed),
         balance=not args.no_balance,
         data_parallel=dp,

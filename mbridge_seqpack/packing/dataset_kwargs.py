@@ -14,7 +14,14 @@ from typing import Any
 
 from mbridge_seqpack.packing.sequences import InputError
 
-__all__ = ["DATASET_KWARGS", "MANAGED", "check_dataset_kwargs", "config_dataset_kwargs", "content_kwargs"]
+__all__ = [
+    "DATASET_KWARGS",
+    "MANAGED",
+    "check_config_dataset_kwargs",
+    "check_dataset_kwargs",
+    "config_dataset_kwargs",
+    "content_kwargs",
+]
 
 BOOL, INT, STR, MAPPING, TEXT_OR_MAPPING = "a boolean", "an integer", "a string", "an object", "a string or an object"
 
@@ -102,7 +109,26 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
     if kwargs.get("add_sep") and kwargs.get("sep_id") is None:
         # GPTSFTDataset._process_example appends self.sep_id, None unless given: a None token id, which
         # Megatron-Bridge's prep (and every later step) fails on
-        raise InputError(f"{source}: 'add_sep' is true but no 'sep_id' is given; add \"sep_id\": <token id>")
+        fix = f"+{source}.sep_id=<token id>" if source.startswith("dataset.") else '"sep_id": <token id>'
+        raise InputError(f"{source}: 'add_sep' is true but no 'sep_id' is given; add {fix}")
+
+
+#: managed keys that ``build_gpt_sft_split`` pops from a config's dataset_kwargs (a recipe may set them)
+_POPPED_BY_BUILDER = ("index_mapping_dir", "prompt_completion_config")
+
+
+def check_config_dataset_kwargs(kwargs: dict[str, Any]) -> None:
+    """A recipe's dataset_kwargs (``dataset.preprocessing`` folded in), checked as ``--dataset-kwargs`` is: an
+    unknown or wrongly typed key fails deep inside Megatron-Bridge's prep, and a key its builder passes itself
+    (``seed``, ``max_seq_length``...) is a second value for that keyword, a ``TypeError`` there."""
+    source = "dataset.dataset_kwargs"
+    for key in kwargs:
+        if key in MANAGED and key not in _POPPED_BY_BUILDER:
+            raise InputError(
+                f"{source}: {key!r} is passed by Megatron-Bridge's build_gpt_sft_split itself, so a second value "
+                f"is a TypeError there; remove it: ~{source}.{key}"
+            )
+    check_dataset_kwargs({key: value for key, value in kwargs.items() if key not in MANAGED}, source)
 
 
 def config_dataset_kwargs(dataset: Any) -> dict[str, Any]:
