@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets
+from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets, read_segments
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
 
@@ -200,23 +200,19 @@ class ShardedSequences(SequenceOffsets):
         starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
         shard_of = np.searchsorted(self.shard_bases, starts, side="right") - 1
         local = starts - self.shard_bases[shard_of]
+        positions = np.cumsum(sizes) - sizes
         ids = np.empty(int(sizes.sum()), dtype=np.int64)
         mask = np.empty(ids.size, dtype=np.int8)
-        handles: dict[tuple[int, str], int] = {}
-        try:
-            for shard in np.unique(shard_of).tolist():
-                for name in ("tokens.int64", "loss_mask.int8"):
-                    handles[shard, name] = os.open(Path(self.shard_dirs[shard]) / "spill" / name, os.O_RDONLY)
-            position = 0
-            for shard, start, size in zip(shard_of.tolist(), local.tolist(), sizes.tolist()):
-                for name, out, item in (("tokens.int64", ids, 8), ("loss_mask.int8", mask, 1)):
-                    view = memoryview(out[position : position + size]).cast("B")
-                    if os.preadv(handles[shard, name], [view], start * item) != size * item:
-                        raise InputError(f"{self.shard_dirs[shard]}: spilled tokens end early (truncated); re-run")
-                position += size
-        finally:
-            for handle in handles.values():
-                os.close(handle)
+        for shard in np.unique(shard_of).tolist():
+            mine = shard_of == shard
+            for name, out in (("tokens.int64", ids), ("loss_mask.int8", mask)):
+                fd = os.open(Path(self.shard_dirs[shard]) / "spill" / name, os.O_RDONLY)
+                try:
+                    complete = read_segments(fd, out, positions[mine], local[mine], sizes[mine])
+                finally:
+                    os.close(fd)
+                if not complete:
+                    raise InputError(f"{self.shard_dirs[shard]}: spilled tokens end early (truncated); re-run")
         return ids, mask
 
 

@@ -264,24 +264,36 @@ class TokenizedSequences(SequenceOffsets):
         than the few sequences read (the kernel maps around every fault)."""
         starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
         total = int(sizes.sum())
+        positions = np.cumsum(sizes) - sizes
         out = []
         for array in (self.tokens, self.loss_mask):
             if not isinstance(array, np.memmap):
-                seg_starts = np.cumsum(sizes) - sizes
-                out.append(np.asarray(array[np.repeat(starts - seg_starts, sizes) + np.arange(total)]))
+                out.append(np.asarray(array[np.repeat(starts - positions, sizes) + np.arange(total)]))
                 continue
             buffer = np.empty(total, dtype=array.dtype)
-            view, item = memoryview(buffer).cast("B"), buffer.itemsize
-            with open(array.filename, "rb", buffering=0) as handle:
-                position = 0
-                for start, size in zip(starts.tolist(), sizes.tolist()):
-                    wanted = size * item
-                    got = os.preadv(handle.fileno(), [view[position : position + wanted]], array.offset + start * item)
-                    if got != wanted:
-                        raise InputError(f"{array.filename}: spilled tokens end early (truncated); re-run pack")
-                    position += wanted
+            fd = os.open(array.filename, os.O_RDONLY)
+            try:
+                complete = read_segments(fd, buffer, positions, starts, sizes, array.offset)
+            finally:
+                os.close(fd)
+            if not complete:
+                raise InputError(f"{array.filename}: spilled tokens end early (truncated); re-run pack")
             out.append(buffer)
         return out[0].astype(np.int64, copy=False), out[1].astype(np.int8, copy=False)
+
+
+def read_segments(
+    fd: int, out: np.ndarray, positions: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offset: int = 0
+) -> bool:
+    """Read ``sizes[i]`` items of ``out``'s dtype at item ``starts[i]`` of the open file ``fd`` (its items begin at
+    byte ``offset``) into ``out[positions[i]:]``, one ``preadv`` straight into the result each; False when the file
+    ends early (truncated)."""
+    view, item = memoryview(out).cast("B"), out.itemsize
+    for position, start, size in zip(positions.tolist(), starts.tolist(), sizes.tolist()):
+        wanted = size * item
+        if os.preadv(fd, [view[position * item : position * item + wanted]], offset + start * item) != wanted:
+            return False
+    return True
 
 
 def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
