@@ -18,7 +18,6 @@ the pack's staging directory, and removed with it). Ray is an optional extra (``
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -206,12 +205,8 @@ class ShardedSequences(SequenceOffsets):
         for shard in np.unique(shard_of).tolist():
             mine = shard_of == shard
             for name, out in (("tokens.int64", ids), ("loss_mask.int8", mask)):
-                fd = os.open(Path(self.shard_dirs[shard]) / "spill" / name, os.O_RDONLY)
-                try:
-                    complete = read_segments(fd, out, positions[mine], local[mine], sizes[mine])
-                finally:
-                    os.close(fd)
-                if not complete:
+                path = Path(self.shard_dirs[shard]) / "spill" / name
+                if not read_segments(path, out, positions[mine], local[mine], sizes[mine]):
                     raise InputError(f"{self.shard_dirs[shard]}: spilled tokens end early (truncated); re-run")
         return ids, mask
 

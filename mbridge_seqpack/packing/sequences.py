@@ -271,28 +271,27 @@ class TokenizedSequences(SequenceOffsets):
                 out.append(np.asarray(array[np.repeat(starts - positions, sizes) + np.arange(total)]))
                 continue
             buffer = np.empty(total, dtype=array.dtype)
-            fd = os.open(array.filename, os.O_RDONLY)
-            try:
-                complete = read_segments(fd, buffer, positions, starts, sizes, array.offset)
-            finally:
-                os.close(fd)
-            if not complete:
+            if not read_segments(array.filename, buffer, positions, starts, sizes, array.offset):
                 raise InputError(f"{array.filename}: spilled tokens end early (truncated); re-run pack")
             out.append(buffer)
         return out[0].astype(np.int64, copy=False), out[1].astype(np.int8, copy=False)
 
 
 def read_segments(
-    fd: int, out: np.ndarray, positions: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offset: int = 0
+    path: str | Path, out: np.ndarray, positions: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offset: int = 0
 ) -> bool:
-    """Read ``sizes[i]`` items of ``out``'s dtype at item ``starts[i]`` of the open file ``fd`` (its items begin at
+    """Read ``sizes[i]`` items of ``out``'s dtype at item ``starts[i]`` of the file ``path`` (its items begin at
     byte ``offset``) into ``out[positions[i]:]``, one ``preadv`` straight into the result each; False when the file
     ends early (truncated)."""
     view, item = memoryview(out).cast("B"), out.itemsize
-    for position, start, size in zip(positions.tolist(), starts.tolist(), sizes.tolist()):
-        wanted = size * item
-        if os.preadv(fd, [view[position * item : position * item + wanted]], offset + start * item) != wanted:
-            return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for position, start, size in zip(positions.tolist(), starts.tolist(), sizes.tolist()):
+            wanted = size * item
+            if os.preadv(fd, [view[position * item : position * item + wanted]], offset + start * item) != wanted:
+                return False
+    finally:
+        os.close(fd)
     return True
 
 
