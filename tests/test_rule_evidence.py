@@ -330,3 +330,96 @@ def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_pa
         with pytest.raises(ValueError, match="max_seqlen_q must contain exactly one value, got shape"):
             get_packed_seq_params(batch)
         assert "offline.eval_micro_batch_one" in _ids(packed_cfg, 8)
+
+
+@pytest.fixture(scope="module")
+def tiny_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Any:
+    """Three records as JSONL and packed at 64 tokens (parquet and metadata), for Megatron-Bridge's builder."""
+    import json
+
+    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    root = tmp_path_factory.mktemp("tiny_pack")
+    source = root / "training.jsonl"
+    source.write_text("".join(json.dumps({"input": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(3)))
+    pack_jsonl(
+        {"training": source},
+        tokenizer=embedded_tokenizer_dir(),
+        output_dir=root / "pack",
+        options=PackOptions(pack_size=64),
+    )
+    return root
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("add_eso", True),  # a typo of add_eos
+        ("seed", 7),  # build_gpt_sft_split passes it itself
+        ("return_cu_seqlen", True),  # GPTSFTPackedDataset's own keyword
+        ("pad_seq_to_mult", 1),  # passed to a packed split by the builder
+        ("add_eos", False),
+        ("index_mapping_dir", None),  # popped by the builder
+    ],
+)
+def test_dataset_kwargs_are_refused_where_megatron_bridges_builder_raises(
+    request: pytest.FixtureRequest, tiny_pack: Any, key: str, value: Any, packed: bool
+) -> None:
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    pack = tiny_pack / "pack"
+    try:
+        build_gpt_sft_split(
+            pack / "training_64.idx.parquet" if packed else tiny_pack / "training.jsonl",
+            tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()),
+            seq_length=64,
+            memmap_workers=1,
+            seed=1234,
+            packed_sequence_size=64 if packed else -1,
+            pack_metadata_path=pack / "64_metadata.jsonl",
+            dataset_kwargs={key: value},
+        )
+        raised = None
+    except TypeError as exc:
+        raised = str(exc)
+    cfg = request.getfixturevalue("packed_cfg" if packed else "unpacked_cfg")
+    cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), key: value}
+    found = [v for v in check(cfg, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]
+    assert bool(found) == (raised is not None), raised
+    expected_error = {
+        ("add_eso", False): "unexpected keyword argument 'add_eso'",
+        ("add_eso", True): "unexpected keyword argument 'add_eso'",
+        ("seed", False): "multiple values for keyword argument 'seed'",
+        ("seed", True): "multiple values for keyword argument 'seed'",
+        ("return_cu_seqlen", False): "unexpected keyword argument 'return_cu_seqlen'",
+        ("pad_seq_to_mult", False): "unexpected keyword argument 'pad_seq_to_mult'",
+        ("pad_seq_to_mult", True): "multiple values for keyword argument 'pad_seq_to_mult'",
+    }.get((key, packed))
+    assert (raised is None) == (expected_error is None) and (raised is None or expected_error in raised), raised
+    if found:
+        (violation,) = found
+        assert violation.fields == {f"dataset.dataset_kwargs.{key}": value}
+        assert violation.fix.startswith(f"remove it: ~dataset.dataset_kwargs.{key}")
+
+
+def test_the_dataset_kwargs_fix_pastes_into_megatron_bridges_overrides(packed_cfg: Any) -> None:
+    from mbridge_seqpack.overrides import apply_overrides
+
+    packed_cfg.dataset.dataset_kwargs = {**packed_cfg.dataset.dataset_kwargs, "add_eso": True}
+    (violation,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]
+    assert violation.rule == (
+        "GPTSFTPackedParquetDataset takes no keyword 'add_eso': TypeError when the datasets are built, after the "
+        "model is on the GPUs"
+    )
+    assert violation.fix == (
+        "remove it: ~dataset.dataset_kwargs.add_eso (did you mean 'add_eos'? set it with "
+        "+dataset.dataset_kwargs.add_eos=...)"
+    )
+    fixed = apply_overrides(packed_cfg, [violation.fix.split()[2], "+dataset.dataset_kwargs.add_eos=true"])
+    assert fixed.dataset.dataset_kwargs["add_eos"] is True and "add_eso" not in fixed.dataset.dataset_kwargs
+    assert not [v for v in check(fixed, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]

@@ -17,6 +17,7 @@ from mbridge_seqpack.packing.sequences import InputError
 __all__ = [
     "DATASET_KWARGS",
     "MANAGED",
+    "POPPED_BY_BUILDER",
     "check_config_dataset_kwargs",
     "check_dataset_kwargs",
     "config_dataset_kwargs",
@@ -114,7 +115,7 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
 
 
 #: managed keys that ``build_gpt_sft_split`` pops from a config's dataset_kwargs (a recipe may set them)
-_POPPED_BY_BUILDER = ("index_mapping_dir", "prompt_completion_config")
+POPPED_BY_BUILDER = ("index_mapping_dir", "prompt_completion_config")
 
 
 def check_config_dataset_kwargs(kwargs: dict[str, Any]) -> None:
@@ -123,7 +124,7 @@ def check_config_dataset_kwargs(kwargs: dict[str, Any]) -> None:
     (``seed``, ``max_seq_length``...) is a second value for that keyword, a ``TypeError`` there."""
     source = "dataset.dataset_kwargs"
     for key in kwargs:
-        if key in MANAGED and key not in _POPPED_BY_BUILDER:
+        if key in MANAGED and key not in POPPED_BY_BUILDER:
             raise InputError(
                 f"{source}: {key!r} is passed by Megatron-Bridge's build_gpt_sft_split itself, so a second value "
                 f"is a TypeError there; remove it: ~{source}.{key}"

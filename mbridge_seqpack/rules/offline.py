@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
@@ -400,3 +401,55 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
             assignments=fix,
         )
     ]
+
+
+#: keyword arguments of GPTSFTPackedDataset.__init__ a packed split takes from dataset_kwargs (the rest of its own
+#: it gets from build_gpt_sft_split)
+PACKED_DATASET_KWARGS = ("return_cu_seqlen",)
+#: what build_gpt_sft_split passes a packed split itself, besides what it passes every split
+PACKED_BY_BUILDER = ("pad_cu_seqlens", "pad_seq_to_mult", "pack_metadata_file_path")
+
+
+@rule(
+    "gpt_sft.dataset_kwargs_accepted",
+    "dataset.dataset_kwargs of a GPT SFT dataset may hold only keyword arguments its dataset class takes, and none "
+    "that Megatron-Bridge's builder passes itself.",
+    severity=ERROR,
+    evidence=(
+        "data/builders/gpt_sft.py build_gpt_sft_split pops its own keys from dataset_kwargs and passes the rest as "
+        "keyword arguments to GPTSFTDataset / GPTSFTChatDataset, or with offline packing GPTSFTPackedParquetDataset "
+        "(which adds return_cu_seqlen): an unknown key raises TypeError 'unexpected keyword argument', a key it "
+        "passes itself (seed, max_seq_length, file_path, ...) 'got multiple values for keyword argument'. "
+        "GPTSFTDatasetConfig.validate checks neither, and training/setup.py builds the datasets after the model "
+        "and optimizer."
+    ),
+)
+def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.packing.dataset_kwargs import DATASET_KWARGS, MANAGED, POPPED_BY_BUILDER
+
+    kwargs = getattr(ctx.dataset, "dataset_kwargs", None)
+    if not ctx.dataset_is("gpt_sft") or not isinstance(kwargs, dict):
+        return None
+    packed = ctx.offline_packing
+    taken = {*DATASET_KWARGS, *POPPED_BY_BUILDER, *(PACKED_DATASET_KWARGS if packed else ())}
+    passed = {*MANAGED, *(PACKED_BY_BUILDER if packed else ())} - set(POPPED_BY_BUILDER)
+    found = []
+    for key in kwargs:
+        if key in taken:
+            continue
+        path = f"dataset.dataset_kwargs.{key}"
+        dataset = "GPTSFTPackedParquetDataset" if packed else "GPTSFTDataset"
+        if key in passed:
+            why = f"build_gpt_sft_split passes {key!r} to {dataset} itself, so this is a second value: TypeError"
+        else:
+            why = f"{dataset} takes no keyword {key!r}: TypeError"
+        near = difflib.get_close_matches(str(key), sorted(taken), n=1)
+        hint = f" (did you mean {near[0]!r}? set it with +dataset.dataset_kwargs.{near[0]}=...)" if near else ""
+        found.append(
+            Violation(
+                {path: kwargs[key]},
+                f"{why} when the datasets are built, after the model is on the GPUs",
+                fix=f"remove it: ~{path}{hint}",
+            )
+        )
+    return found
