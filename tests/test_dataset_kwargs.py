@@ -113,7 +113,7 @@ def test_cli_pack_recipe_refuses_a_recipes_unknown_key_without_a_traceback(
     assert code == 2
     assert "mbridge-seqpack: error: dataset.dataset_kwargs: unknown key 'add_sepp' (did you mean 'add_sep'?)" in err
     assert "Traceback" not in err
-    with pytest.raises(InputError, match=r"no 'sep_id' is given; add \+dataset\.dataset_kwargs\.sep_id=<token id>$"):
+    with pytest.raises(InputError, match=r"no 'sep_id' is given; add \+\+dataset\.dataset_kwargs\.sep_id=<token id>$"):
         check_config_dataset_kwargs({"add_sep": True})
 
 

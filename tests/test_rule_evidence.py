@@ -362,6 +362,7 @@ def tiny_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) ->
         ("pad_seq_to_mult", 1),  # passed to a packed split by the builder
         ("add_eos", False),
         ("index_mapping_dir", None),  # popped by the builder
+        ("chat_template", "{{ messages }}"),  # popped by the packing prep only, on rank 0 (see the next test)
     ],
 )
 def test_dataset_kwargs_are_refused_where_megatron_bridges_builder_raises(
@@ -399,6 +400,8 @@ def test_dataset_kwargs_are_refused_where_megatron_bridges_builder_raises(
         ("return_cu_seqlen", False): "unexpected keyword argument 'return_cu_seqlen'",
         ("pad_seq_to_mult", False): "unexpected keyword argument 'pad_seq_to_mult'",
         ("pad_seq_to_mult", True): "multiple values for keyword argument 'pad_seq_to_mult'",
+        ("chat_template", False): "unexpected keyword argument 'chat_template'",
+        ("chat_template", True): "unexpected keyword argument 'chat_template'",
     }.get((key, packed))
     assert (raised is None) == (expected_error is None) and (raised is None or expected_error in raised), raised
     if found:
@@ -418,8 +421,43 @@ def test_the_dataset_kwargs_fix_pastes_into_megatron_bridges_overrides(packed_cf
     )
     assert violation.fix == (
         "remove it: ~dataset.dataset_kwargs.add_eso (did you mean 'add_eos'? set it with "
-        "+dataset.dataset_kwargs.add_eos=...)"
+        "++dataset.dataset_kwargs.add_eos=...)"
     )
-    fixed = apply_overrides(packed_cfg, [violation.fix.split()[2], "+dataset.dataset_kwargs.add_eos=true"])
+    fixed = apply_overrides(packed_cfg, [violation.fix.split()[2], "++dataset.dataset_kwargs.add_eos=true"])
     assert fixed.dataset.dataset_kwargs["add_eos"] is True and "add_eso" not in fixed.dataset.dataset_kwargs
+    assert not [v for v in check(fixed, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]
+
+
+def test_only_the_packing_prep_takes_chat_template_out_of_the_builders_dataset_kwargs(
+    tiny_pack: Any, packed_cfg: Any
+) -> None:
+    # GPTSFTDatasetBuilder.build runs prepare_data on rank 0 only, and tokenize_dataset pops chat_template from the
+    # builder's own dataset_kwargs: rank 0 then builds its split without it, every other rank (and rank 0 once the
+    # pack exists) with it, which the test above shows is a TypeError
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.data.packing.offline import tokenize_dataset
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    kwargs = {"chat_template": "{{ messages }}", "add_eos": True}
+    tokenize_dataset(
+        tiny_pack / "training.jsonl",
+        load_megatron_tokenizer(embedded_tokenizer_dir()),
+        64,
+        1234,
+        kwargs,
+        dataset_builder=build_gpt_sft_split,
+    )
+    assert kwargs == {"add_eos": True}
+    packed_cfg.dataset.dataset_kwargs = {**packed_cfg.dataset.dataset_kwargs, "chat_template": "{{ messages }}"}
+    (violation,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]
+    assert violation.fix == (
+        "remove it: ~dataset.dataset_kwargs.chat_template and give the template to the tokenizer: "
+        "tokenizer.chat_template=..."
+    )
+    from mbridge_seqpack.overrides import apply_overrides
+
+    fixed = apply_overrides(packed_cfg, ["~dataset.dataset_kwargs.chat_template", "tokenizer.chat_template=plain"])
+    assert fixed.tokenizer.chat_template == "plain" and "chat_template" not in fixed.dataset.dataset_kwargs
     assert not [v for v in check(fixed, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]

@@ -110,7 +110,7 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
     if kwargs.get("add_sep") and kwargs.get("sep_id") is None:
         # GPTSFTDataset._process_example appends self.sep_id, None unless given: a None token id, which
         # Megatron-Bridge's prep (and every later step) fails on
-        fix = f"+{source}.sep_id=<token id>" if source.startswith("dataset.") else '"sep_id": <token id>'
+        fix = f"++{source}.sep_id=<token id>" if source.startswith("dataset.") else '"sep_id": <token id>'
         raise InputError(f"{source}: 'add_sep' is true but no 'sep_id' is given; add {fix}")
 
 

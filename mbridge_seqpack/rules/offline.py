@@ -420,6 +420,8 @@ PACKED_BY_BUILDER = ("pad_cu_seqlens", "pad_seq_to_mult", "pack_metadata_file_pa
         "keyword arguments to GPTSFTDataset / GPTSFTChatDataset, or with offline packing GPTSFTPackedParquetDataset "
         "(which adds return_cu_seqlen): an unknown key raises TypeError 'unexpected keyword argument', a key it "
         "passes itself (seed, max_seq_length, file_path, ...) 'got multiple values for keyword argument'. "
+        "chat_template is popped only by data/packing/offline.py tokenize_dataset, which GPTSFTDatasetBuilder.build "
+        "runs on rank 0 alone and only when the pack does not exist yet. "
         "GPTSFTDatasetConfig.validate checks neither, and training/setup.py builds the datasets after the model "
         "and optimizer."
     ),
@@ -431,7 +433,8 @@ def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.dataset_is("gpt_sft") or not isinstance(kwargs, dict):
         return None
     packed = ctx.offline_packing
-    taken = {*DATASET_KWARGS, *POPPED_BY_BUILDER, *(PACKED_DATASET_KWARGS if packed else ())}
+    # chat_template: only the prep pops it (tokenize_dataset), on rank 0 and only when it packs
+    taken = {*DATASET_KWARGS, *POPPED_BY_BUILDER, *(PACKED_DATASET_KWARGS if packed else ())} - {"chat_template"}
     passed = {*MANAGED, *(PACKED_BY_BUILDER if packed else ())} - set(POPPED_BY_BUILDER)
     found = []
     for key in kwargs:
@@ -439,12 +442,18 @@ def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
             continue
         path = f"dataset.dataset_kwargs.{key}"
         dataset = "GPTSFTPackedParquetDataset" if packed else "GPTSFTDataset"
+        near = difflib.get_close_matches(str(key), sorted(taken), n=1)
+        hint = f" (did you mean {near[0]!r}? set it with ++dataset.dataset_kwargs.{near[0]}=...)" if near else ""
         if key in passed:
             why = f"build_gpt_sft_split passes {key!r} to {dataset} itself, so this is a second value: TypeError"
+        elif key == "chat_template":
+            why = (
+                f"{dataset} takes no keyword 'chat_template' (only rank 0's packing prep pops it from "
+                f"dataset_kwargs): TypeError on every other rank, and on rank 0 too once the pack exists"
+            )
+            hint = " and give the template to the tokenizer: tokenizer.chat_template=..."
         else:
             why = f"{dataset} takes no keyword {key!r}: TypeError"
-        near = difflib.get_close_matches(str(key), sorted(taken), n=1)
-        hint = f" (did you mean {near[0]!r}? set it with +dataset.dataset_kwargs.{near[0]}=...)" if near else ""
         found.append(
             Violation(
                 {path: kwargs[key]},
