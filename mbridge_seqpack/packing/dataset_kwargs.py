@@ -17,6 +17,9 @@ from mbridge_seqpack.packing.sequences import InputError
 __all__ = [
     "DATASET_KWARGS",
     "MANAGED",
+    "PACKED_BY_BUILDER",
+    "PACKED_DATASET_KWARGS",
+    "PASSED_BY_BUILDER",
     "POPPED_BY_BUILDER",
     "check_config_dataset_kwargs",
     "check_dataset_kwargs",
@@ -116,6 +119,12 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
 
 #: managed keys that ``build_gpt_sft_split`` pops from a config's dataset_kwargs (a recipe may set them)
 POPPED_BY_BUILDER = ("index_mapping_dir", "prompt_completion_config")
+#: managed keys ``build_gpt_sft_split`` passes every split itself: one in dataset_kwargs is a second value
+PASSED_BY_BUILDER = tuple(key for key in MANAGED if key not in POPPED_BY_BUILDER)
+#: keyword arguments of GPTSFTPackedDataset.__init__ a packed split takes from dataset_kwargs
+PACKED_DATASET_KWARGS = ("return_cu_seqlen",)
+#: what ``build_gpt_sft_split`` passes a packed split itself, besides what it passes every split
+PACKED_BY_BUILDER = ("pad_cu_seqlens", "pad_seq_to_mult", "pack_metadata_file_path")
 
 
 def check_config_dataset_kwargs(kwargs: dict[str, Any]) -> None:
@@ -124,7 +133,7 @@ def check_config_dataset_kwargs(kwargs: dict[str, Any]) -> None:
     (``seed``, ``max_seq_length``...) is a second value for that keyword, a ``TypeError`` there."""
     source = "dataset.dataset_kwargs"
     for key in kwargs:
-        if key in MANAGED and key not in POPPED_BY_BUILDER:
+        if key in PASSED_BY_BUILDER:
             raise InputError(
                 f"{source}: {key!r} is passed by Megatron-Bridge's build_gpt_sft_split itself, so a second value "
                 f"is a TypeError there; remove it: ~{source}.{key}"

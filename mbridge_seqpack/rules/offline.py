@@ -403,13 +403,6 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-#: keyword arguments of GPTSFTPackedDataset.__init__ a packed split takes from dataset_kwargs (the rest of its own
-#: it gets from build_gpt_sft_split)
-PACKED_DATASET_KWARGS = ("return_cu_seqlen",)
-#: what build_gpt_sft_split passes a packed split itself, besides what it passes every split
-PACKED_BY_BUILDER = ("pad_cu_seqlens", "pad_seq_to_mult", "pack_metadata_file_path")
-
-
 @rule(
     "gpt_sft.dataset_kwargs_accepted",
     "dataset.dataset_kwargs of a GPT SFT dataset may hold only keyword arguments its dataset class takes, and none "
@@ -427,7 +420,13 @@ PACKED_BY_BUILDER = ("pad_cu_seqlens", "pad_seq_to_mult", "pack_metadata_file_pa
     ),
 )
 def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.packing.dataset_kwargs import DATASET_KWARGS, MANAGED, POPPED_BY_BUILDER
+    from mbridge_seqpack.packing.dataset_kwargs import (
+        DATASET_KWARGS,
+        PACKED_BY_BUILDER,
+        PACKED_DATASET_KWARGS,
+        PASSED_BY_BUILDER,
+        POPPED_BY_BUILDER,
+    )
 
     kwargs = getattr(ctx.dataset, "dataset_kwargs", None)
     if not ctx.dataset_is("gpt_sft") or not isinstance(kwargs, dict):
@@ -435,13 +434,13 @@ def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
     packed = ctx.offline_packing
     # chat_template: only the prep pops it (tokenize_dataset), on rank 0 and only when it packs
     taken = {*DATASET_KWARGS, *POPPED_BY_BUILDER, *(PACKED_DATASET_KWARGS if packed else ())} - {"chat_template"}
-    passed = {*MANAGED, *(PACKED_BY_BUILDER if packed else ())} - set(POPPED_BY_BUILDER)
+    passed = {*PASSED_BY_BUILDER, *(PACKED_BY_BUILDER if packed else ())}
+    dataset = "GPTSFTPackedParquetDataset" if packed else "GPTSFTDataset"
     found = []
     for key in kwargs:
         if key in taken:
             continue
         path = f"dataset.dataset_kwargs.{key}"
-        dataset = "GPTSFTPackedParquetDataset" if packed else "GPTSFTDataset"
         near = difflib.get_close_matches(str(key), sorted(taken), n=1)
         hint = f" (did you mean {near[0]!r}? set it with ++dataset.dataset_kwargs.{near[0]}=...)" if near else ""
         if key in passed:
