@@ -1,0 +1,42 @@
+"""Verdicts many functions share (so one reason is written once and reviewed once)."""
+
+from __future__ import annotations
+
+from mbridge_seqpack.census.verdicts import harmless, unreachable, validated
+
+#: a dataset / collate running in the data-loader process on host tensors
+HOST_DATA = harmless(
+    "host read of a CPU tensor in dataset / collate code: it runs in the data loader before the step, no device "
+    "value is involved and no graph is being captured"
+)
+#: malformed data, not a config
+DATA_CONTENT = harmless(
+    "data content: trips only on a malformed example, file or index (a clear message naming it); a config check "
+    "cannot see the data's content"
+)
+#: an internal consistency check whose inputs the same code has just built
+INVARIANT = unreachable(
+    "internal invariant: the values checked are built a few lines above (or by the only caller) so that it holds"
+)
+#: a missing package of the pinned stack
+ENVIRONMENT = unreachable(
+    "environment: a package or build the pinned stack installs is missing; no config value reaches it"
+)
+#: a programming error: a wrong type or an unknown enum from code, not from a config
+API_MISUSE = unreachable(
+    "API misuse by calling code (a wrong type, a missing argument, an unknown internal enum value); Megatron's "
+    "callers pass well-formed values whatever the config"
+)
+#: inference / generation only
+INFERENCE = unreachable("inference / generation path: training passes no inference context or KV cache")
+#: checkpoint conversion / export
+CHECKPOINT = unreachable("checkpoint loading / conversion / export: no packed data or CP split reaches it")
+#: tensor with fewer bytes, debug and logging
+LOGGING = harmless("logging / debugging / timing only: outside the step's captured region and never fatal")
+#: re-raise of an exception caught in the same function
+RERAISE = harmless("re-raises (or wraps) an exception caught just above: not a new failure point")
+
+
+def config_class(check: str, fields: tuple[str, ...] = ()) -> object:
+    """A config class's own validation: it raises when the config is built or validated, before any GPU work."""
+    return validated(check, "Megatron-Bridge's own config-time check: raised before any GPU work", fields)
