@@ -138,7 +138,7 @@ def build(
             continue
         group, verdict, override, hits = _resolve(s, candidates)
         used_groups.add(id(group))
-        if len(hits) > 1:
+        if len({o.verdict for o in hits}) > 1:  # overrides that agree may overlap
             census.ambiguous.append((s, hits))
         for o in hits:
             used_overrides.add((id(group), id(o)))

@@ -40,3 +40,13 @@ RERAISE = harmless("re-raises (or wraps) an exception caught just above: not a n
 def config_class(check: str, fields: tuple[str, ...] = ()) -> object:
     """A config class's own validation: it raises when the config is built or validated, before any GPU work."""
     return validated(check, "Megatron-Bridge's own config-time check: raised before any GPU work", fields)
+
+#: a version gate the pinned TE / torch satisfy
+TE_PINNED = unreachable(
+    "version gate: the pinned Transformer Engine 2.20.2 / torch 2.13 / Megatron-Core 0.19.2 satisfy it"
+)
+#: model construction that follows a provider's own layer spec
+SPEC_BUILD = unreachable(
+    "model construction: the layer spec and arguments come from Megatron-Core's / Megatron-Bridge's own spec "
+    "builders, which never pass the refused combination"
+)
