@@ -53,6 +53,8 @@ class Verdict:
     rules: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()
     validator: str = ""
+    #: a gap that is on the path but not specific to packed, variable-length or CP data (listed apart)
+    general: bool = False
 
     def __post_init__(self) -> None:
         if self.cls not in CLASSES:
@@ -65,6 +67,8 @@ class Verdict:
             raise ValueError("a megatron_validates verdict names Megatron-Bridge's check")
         if self.cls == "gap" and not self.fields:
             raise ValueError("a gap names the config fields that reach it")
+        if self.general and self.cls != "gap":
+            raise ValueError("only a gap is marked general")
 
 
 def guarded(rules: str | tuple[str, ...], reason: str, fields: tuple[str, ...] = ()) -> Verdict:
@@ -83,8 +87,9 @@ def harmless(reason: str, fields: tuple[str, ...] = ()) -> Verdict:
     return Verdict("harmless", reason, (), tuple(fields))
 
 
-def gap(fields: tuple[str, ...], reason: str) -> Verdict:
-    return Verdict("gap", reason, (), tuple(fields))
+def gap(fields: tuple[str, ...], reason: str, *, general: bool = False) -> Verdict:
+    """``general``: reachable and failing, but not specific to packed / variable-length / CP data."""
+    return Verdict("gap", reason, (), tuple(fields), general=general)
 
 
 @dataclass(frozen=True)

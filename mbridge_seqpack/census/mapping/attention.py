@@ -55,8 +55,8 @@ MAPPING = (
         {
             "YarnRotaryEmbedding.get_emb": gap(
                 ("model.rotary_interleaved", "model.position_embedding_type"),
-                "YaRN with rotary_interleaved asserts at the first forward (not packing-specific; "
-                "TransformerConfig does not check the pair)",
+                "YaRN with rotary_interleaved asserts at the first forward (TransformerConfig does not check the pair)",
+                general=True,
             ),
         },
     ),
@@ -232,7 +232,8 @@ MAPPING = (
             "FusedMLASelfAttention._qkv_down_projection": gap(
                 ("model.q_lora_rank", "model.kv_lora_rank", "model.qk_pos_emb_head_dim", "model.tensor_model_parallel_size"),
                 "fused MLA down projection with q_lora_rank or kv_lora_rank + qk_pos_emb_head_dim not divisible "
-                "by TP asserts at the first forward (not packing-specific)",
+                "by TP asserts at the first forward",
+                general=True,
             ),
             "FusedMLASelfAttention.sharded_state_dict": CHECKPOINT,
         },
@@ -338,7 +339,8 @@ MAPPING = (
                     gap(
                         ("model.pipeline_model_parallel_size", "model.num_layers"),
                         "Qwen3-VL with a first pipeline stage holding fewer decoder layers than the deepstack "
-                        "visual indexes asserts at the first forward (not packing-specific)",
+                        "visual indexes asserts at the first forward",
+                        general=True,
                     ),
                 ),
             ),

@@ -94,7 +94,8 @@ MAPPING = (
                     gap(
                         ("dataset.dataset_kwargs['use_hf_tokenizer_chat_template']", "tokenizer.tokenizer_type"),
                         "chat SFT over a tokenizer without apply_chat_template raises when the dataset is built, "
-                        "after the model (not packing-specific)",
+                        "after the model",
+                        general=True,
                     ),
                 ),
             ),
@@ -298,19 +299,21 @@ MAPPING = (
             "select_direct_hf_sft_collate": gap(
                 ("dataset.preprocessing",),
                 "multimodal rows with a chat loss_mode other than 'assistant', or prompt-completion preprocessing "
-                "over multimodal rows, raise when the dataset is built, after the model (data-dependent, not "
-                "packing-specific)",
+                "over multimodal rows, raise when the dataset is built, after the model (data-dependent)",
+                general=True,
             ),
             "build_direct_hf_sft_split": gap(
                 ("dataset.preprocessing", "dataset.hf_processor_path"),
                 "a processor whose collate is required for all examples (Nemotron Omni) with prompt-completion "
-                "preprocessing raises when the dataset is built (not packing-specific)",
+                "preprocessing raises when the dataset is built",
+                general=True,
             ),
             "DirectHFSFTDatasetBuilder.build": gap(
                 ("dataset.do_validation", "dataset.do_test", "dataset.validation_source", "dataset.test_source"),
                 "a Hugging Face source without a validation / test split while do_validation / do_test is on "
                 "raises when the datasets are built; GPTSFTDatasetConfig.validate checks this at config time, "
-                "DirectHFSFTDatasetConfig.validate does not (not packing-specific)",
+                "DirectHFSFTDatasetConfig.validate does not",
+                general=True,
             ),
         },
     ),

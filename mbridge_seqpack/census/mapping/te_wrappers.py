@@ -100,7 +100,8 @@ MAPPING = groups(
                 gap(
                     ("model.apply_query_key_layer_scaling", "env_vars"),
                     "apply_query_key_layer_scaling must equal NVTE_APPLY_QK_LAYER_SCALING in the environment; a "
-                    "mismatch raises when the model is built, after the GPUs are allocated (not packing-specific)",
+                    "mismatch raises when the model is built, after the GPUs are allocated",
+                    general=True,
                 ),
             ),
             site("hasattr(pg_collection", unreachable("the model builders pass a full process-group collection")),
