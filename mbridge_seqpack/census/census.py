@@ -54,14 +54,18 @@ class Census:
 
     @property
     def clean(self) -> bool:
-        return not (self.unmapped or self.stale_inventory or self.stale_groups or self.stale_overrides or self.ambiguous)
+        return not (
+            self.unmapped or self.stale_inventory or self.stale_groups or self.stale_overrides or self.ambiguous
+        )
 
     def problems(self) -> list[str]:
         """Every drift, one line each (what the drift test prints)."""
         out = [f"unmapped: {u}" for u in self.unmapped]
         out += [f"stale inventory entry (site gone): {k[0]} {k[1]} [{k[2]}] #{k[3]}" for k in self.stale_inventory]
         out += [f"stale group (matches no site): {g.file} {g.qualname}" for g in self.stale_groups]
-        out += [f"stale override (matches no site): {g.file} {g.qualname} ~ {o.match!r}" for g, o in self.stale_overrides]
+        out += [
+            f"stale override (matches no site): {g.file} {g.qualname} ~ {o.match!r}" for g, o in self.stale_overrides
+        ]
         out += [
             f"ambiguous: {s.file}:{s.line} {s.qualname} matched by {[o.match for o in os]}" for s, os in self.ambiguous
         ]

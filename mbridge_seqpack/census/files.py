@@ -143,7 +143,6 @@ PATH_FILES: tuple[PathFile, ...] = (
             "_merge_cu_seqlens_across_micro_batch",
             "flatten_batch_for_packed_sequences",
             "get_batch_on_this_cp_rank",
-            "get_thd_cp_partition_indices",
         ),
     ),
     _f(TE + "attention/dot_product_attention/context_parallel.py", "cp", "TE context parallel (p2p, a2a, ag)"),

@@ -78,7 +78,13 @@ _BOOL_REDUCTIONS = {"any", "all"}
 _TORCH_BOOL_FUNCS = {"any", "all", "isnan", "isinf", "isfinite"}
 _REDUCTIONS = {"sum", "max", "min", "prod", "mean", "count_nonzero"}
 _ASSERT_FUNCS = {"_assert", "_assert_async"}
-_CHECK_CALLS = {"divide", "ensure_divisibility", "validate_result", "assert_dim_for_fp8_exec", "assert_viewless_tensor"}
+_CHECK_CALLS = {
+    "divide",
+    "ensure_divisibility",
+    "validate_result",
+    "assert_dim_for_fp8_exec",
+    "assert_viewless_tensor",
+}
 
 
 def digest(text: str) -> str:
@@ -105,7 +111,7 @@ class Site:
     @property
     def excerpt(self) -> str:
         text = " ".join(self.text.split())
-        return text if len(text) <= 110 else text[:107] + "..."
+        return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_torch(node: ast.expr, names: set[str]) -> bool:
@@ -185,7 +191,9 @@ def _call_kind(call: ast.Call) -> str | None:
                 return None
             repeats = call.args[1] if _is_torch(func, {"repeat_interleave"}) and len(call.args) > 1 else None
             if not _is_torch(func, {"repeat_interleave"}):
-                repeats = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "repeats"), None)
+                repeats = (
+                    call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "repeats"), None)
+                )
             if isinstance(repeats, ast.Constant) and isinstance(repeats.value, int):
                 return None
             return "dynamic_shape"
@@ -200,7 +208,11 @@ def _call_kind(call: ast.Call) -> str | None:
         arg = call.args[0]
         if isinstance(arg, ast.Call) and (
             _is_reduction(arg, _REDUCTIONS | _BOOL_REDUCTIONS)
-            or (isinstance(arg.func, ast.Attribute) and isinstance(arg.func.value, ast.Name) and arg.func.value.id == "torch")
+            or (
+                isinstance(arg.func, ast.Attribute)
+                and isinstance(arg.func.value, ast.Name)
+                and arg.func.value.id == "torch"
+            )
         ):
             return "scalar"
     return None

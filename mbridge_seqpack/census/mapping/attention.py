@@ -55,7 +55,8 @@ MAPPING = (
         {
             "YarnRotaryEmbedding.get_emb": gap(
                 ("model.rotary_interleaved", "model.position_embedding_type"),
-                "YaRN with rotary_interleaved asserts at the first forward (TransformerConfig does not check the pair)",
+                "YaRN with rotary_interleaved asserts at the first forward (TransformerConfig does not check "
+                "the pair)",
                 general=True,
             ),
         },
@@ -121,6 +122,7 @@ MAPPING = (
                 ("model.apply_rope_fusion",),
                 "apply_rope_fusion=True on Qwen3-VL / Qwen3.5-VL asserts at the first forward (the providers "
                 "leave it False; an override turns it on)",
+                general=True,
             ),
         },
     ),
@@ -230,7 +232,12 @@ MAPPING = (
                 "the fused-MLA spec is chosen by the provider only with q_lora_rank set", "spec / config"
             ),
             "FusedMLASelfAttention._qkv_down_projection": gap(
-                ("model.q_lora_rank", "model.kv_lora_rank", "model.qk_pos_emb_head_dim", "model.tensor_model_parallel_size"),
+                (
+                    "model.q_lora_rank",
+                    "model.kv_lora_rank",
+                    "model.qk_pos_emb_head_dim",
+                    "model.tensor_model_parallel_size",
+                ),
                 "fused MLA down projection with q_lora_rank or kv_lora_rank + qk_pos_emb_head_dim not divisible "
                 "by TP asserts at the first forward",
                 general=True,
@@ -243,7 +250,10 @@ MAPPING = (
         MB + "models/gemma/gemma2_provider.py",
         {
             "Gemma2DotProductAttention.__init__": (TRANSFORMER_CONFIG, site("Context parallelism", NON_TE_CP)),
-            "Gemma2DotProductAttention.forward": (STATIC_REPEAT, site("Packed sequence is not supported", NON_TE_PACKED)),
+            "Gemma2DotProductAttention.forward": (
+                STATIC_REPEAT,
+                site("Packed sequence is not supported", NON_TE_PACKED),
+            ),
             "Gemma2FlexDotProductAttention.forward": NON_TE_PACKED,
         },
     ),
@@ -360,7 +370,10 @@ MAPPING = (
             "split_data_cp_rank": unreachable(
                 "called with CP>1 and rows padded to 2*CP by qwen3_vl_step (_pad_and_pack_qwen3_vl_step)"
             ),
-            "expand_thw": (MODEL_HOST_READ, site("assert", harmless("data content: grid_thw from the processor"), "assert")),
+            "expand_thw": (
+                MODEL_HOST_READ,
+                site("assert", harmless("data content: grid_thw from the processor"), "assert"),
+            ),
             "collapse_thw": (MODEL_HOST_READ, site("assert", INVARIANT, "assert")),
             "qwen2vl_pad_and_split": (MODEL_HOST_READ, site("assert", INVARIANT, "assert")),
             "qwen3vl_cp_split": INVARIANT,
@@ -375,6 +388,7 @@ MAPPING = (
                 ("model.max_vision_cuda_graph_seq_length",),
                 "vision-encoder CUDA graphs: an image batch with more patches than "
                 "max_vision_cuda_graph_seq_length raises at that batch (data-dependent bound, no rule)",
+                general=True,
             ),
             "Qwen3VLVisionModel.__init__": unreachable(
                 "the provider builds the vision model unsplit (no PP) with its own CP=1 config"

@@ -41,6 +41,7 @@ def config_class(check: str, fields: tuple[str, ...] = ()) -> object:
     """A config class's own validation: it raises when the config is built or validated, before any GPU work."""
     return validated(check, "Megatron-Bridge's own config-time check: raised before any GPU work", fields)
 
+
 #: a version gate the pinned TE / torch satisfy
 TE_PINNED = unreachable(
     "version gate: the pinned Transformer Engine 2.20.2 / torch 2.13 / Megatron-Core 0.19.2 satisfy it"

@@ -132,7 +132,11 @@ MAPPING = (
                 site("not a HuggingFace AutoTokenizer", DATA_CONTENT),
                 site("generation %}", DATA_CONTENT),
             ),
-            "_preprocess": (HOST_DATA, site("mask role not in", DATA_CONTENT), site("loss_mask is empty", DATA_CONTENT)),
+            "_preprocess": (
+                HOST_DATA,
+                site("mask role not in", DATA_CONTENT),
+                site("loss_mask is empty", DATA_CONTENT),
+            ),
             "_mask_targets": (HOST_DATA, site("skip_name_len", DATA_CONTENT)),
             "_get_header_conversation_type_mask_role": DATA_CONTENT,
             "_add_speaker_and_signal": DATA_CONTENT,
@@ -495,6 +499,7 @@ MAPPING = (
                         "Nemotron Nano VL v2 video samples with a micro batch > 1 assert in the collate at the "
                         "first video batch (data-dependent: image-only batches pass); no rule ties the family to "
                         "micro batch 1",
+                        general=True,
                     ),
                 ),
             ),
@@ -513,7 +518,11 @@ MAPPING = (
             "_render_text_conversation": DATA_CONTENT,
             "_prepare_temporal_rows": DATA_CONTENT,
             "_audio_waveform": HOST_DATA,
-            "_add_audio_inputs": (HOST_DATA, site("raise", DATA_CONTENT, "raise"), site("assert", INVARIANT, "assert")),
+            "_add_audio_inputs": (
+                HOST_DATA,
+                site("raise", DATA_CONTENT, "raise"),
+                site("assert", INVARIANT, "assert"),
+            ),
             "_adjust_image_placeholders": (HOST_DATA, site("raise", DATA_CONTENT, "raise")),
             "_pack_dynamic_images": DATA_CONTENT,
             "_model_merge_row_lengths": (HOST_DATA, site("raise", DATA_CONTENT, "raise")),
@@ -582,7 +591,9 @@ MAPPING = (
             "GPTDataset._query_document_sample_shuffle_indices": INVARIANT,
             "GPTDataset._build_document_sample_shuffle_indices": INVARIANT,
             "GPTDataset._get_num_tokens_per_epoch": HOST_DATA,
-            "MockGPTDataset.__init__": unreachable("built only for mock configs (the builder picks it by config.mock)"),
+            "MockGPTDataset.__init__": unreachable(
+                "built only for mock configs (the builder picks it by config.mock)"
+            ),
         },
     ),
     *groups(
@@ -615,9 +626,7 @@ MAPPING = (
                 site("requires a training dataset", DATA_CONTENT),
             ),
             "build_train_valid_test_data_loaders": (
-                harmless(
-                    "host reads of the do_train / do_valid / do_test flags, once at setup, outside any graph"
-                ),
+                harmless("host reads of the do_train / do_valid / do_test flags, once at setup, outside any graph"),
                 site("MegatronMIMO", unreachable("MIMO models only; not a packing path")),
                 site("num_epochs is currently supported only", validated("ConfigContainer.validate", "duplicated")),
                 site(
@@ -627,6 +636,7 @@ MAPPING = (
                         "dataloader_type='batch' with drop_last=False over a non-GPT-SFT dataset (DirectHF, "
                         "Energon, mock VLM) whose length is not a multiple of the global batch raises when the "
                         "loaders are built (after the model); the length is data, the combination is config",
+                        general=True,
                     ),
                 ),
                 site(

@@ -63,7 +63,12 @@ MAMBA_TP = gap(
     general=True,
 )
 MAMBA_CP = gap(
-    ("model.context_parallel_size", "model.tensor_model_parallel_size", "model.mamba_num_heads", "model.mamba_num_groups"),
+    (
+        "model.context_parallel_size",
+        "model.tensor_model_parallel_size",
+        "model.mamba_num_heads",
+        "model.mamba_num_groups",
+    ),
     "Mamba context parallel splits heads over TP*CP: nheads (and ngroups, or CP by ngroups) not divisible assert "
     "when the model is built; no rule checks Mamba heads against CP",
 )
@@ -184,7 +189,11 @@ MAPPING = (
             "_NCCLEPManager.get_permuted_hidden_states_by_experts": DROPLESS_HOST_READ,
             "MoEFlexTokenDispatcher.__init__": (
                 gap(
-                    ("model.moe_token_dispatcher_type", "model.expert_model_parallel_size", "model.tensor_model_parallel_size"),
+                    (
+                        "model.moe_token_dispatcher_type",
+                        "model.expert_model_parallel_size",
+                        "model.tensor_model_parallel_size",
+                    ),
                     "the flex dispatcher (DeepEP / NCCL-EP) with TP*EP == 1 asserts when the model is built",
                     general=True,
                 ),
@@ -208,7 +217,9 @@ MAPPING = (
                 site("Shared experts builder", SPEC_BUILD),
             ),
             "MoELayer.preprocess": MOE_OPTIONS,
-            "MoELayer.routed_experts_compute": unreachable("TE grouped experts have no mlp bias in Megatron-Core's specs"),
+            "MoELayer.routed_experts_compute": unreachable(
+                "TE grouped experts have no mlp bias in Megatron-Core's specs"
+            ),
             "MoELayer.forward": gap(
                 ("model.tensor_model_parallel_size", "model.sequence_parallel", "model.num_moe_experts"),
                 "MoE with TP > 1 and sequence_parallel off raises at the first training forward (a ValueError, "
@@ -322,7 +333,11 @@ MAPPING = (
             "_moe_unpermute_mask_map_backward_wrapper": MOE_TE,
             "moe_permute": MOE_TE,
             "moe_permute_with_probs": MOE_TE,
-            "moe_permute_and_pad_with_probs": (MOE_TE, site("", DROPLESS_HOST_READ, "item"), site("", DROPLESS_HOST_READ, "tensor_bool")),
+            "moe_permute_and_pad_with_probs": (
+                MOE_TE,
+                site("", DROPLESS_HOST_READ, "item"),
+                site("", DROPLESS_HOST_READ, "tensor_bool"),
+            ),
             "moe_unpermute": MOE_TE,
         },
     ),
@@ -332,7 +347,11 @@ MAPPING = (
             "mark_qb_bin_bounds_validated": MOE_OPTIONS,
             "_validate_qb_bin_bounds": MOE_OPTIONS,
             "_validate_routing_map_format": MOE_TE,
-            "fused_topk_with_score_function": (MOE_TE, site("Quantile Balancing", MOE_OPTIONS), site("qb_", MOE_OPTIONS)),
+            "fused_topk_with_score_function": (
+                MOE_TE,
+                site("Quantile Balancing", MOE_OPTIONS),
+                site("qb_", MOE_OPTIONS),
+            ),
         },
     ),
     # -- MTP ---------------------------------------------------------------------------------------------------
@@ -380,12 +399,15 @@ MAPPING = (
                 site("mamba_training_ssm_states_dtype", ENVIRONMENT),
                 site("pg_collection", INVARIANT),
                 site("% tp_size", MAMBA_TP),
-                site("For FP8, the innermost dimension", guarded(
-                    "fp8.packed_tokens_per_rank",
-                    "Mamba's in_proj output width must be a multiple of 16 under FP8 (the same TE FP8 GEMM "
-                    "alignment; a model-shape bound the Nemotron-H providers meet)",
-                    ("mixed_precision",),
-                )),
+                site(
+                    "For FP8, the innermost dimension",
+                    guarded(
+                        "fp8.packed_tokens_per_rank",
+                        "Mamba's in_proj output width must be a multiple of 16 under FP8 (the same TE FP8 GEMM "
+                        "alignment; a model-shape bound the Nemotron-H providers meet)",
+                        ("mixed_precision",),
+                    ),
+                ),
                 site("RMSNormGated", ENVIRONMENT),
             ),
             "MambaMixer.forward": (
@@ -393,7 +415,11 @@ MAPPING = (
                 site(
                     "Training with packed sequences is not supported in the non-memory-efficient",
                     gap(
-                        ("model.use_mamba_mem_eff_path", "dataset.enable_offline_packing", "dataset.enable_in_batch_packing"),
+                        (
+                            "model.use_mamba_mem_eff_path",
+                            "dataset.enable_offline_packing",
+                            "dataset.enable_in_batch_packing",
+                        ),
                         "packed rows with use_mamba_mem_eff_path=False assert in every Mamba layer at the first "
                         "forward",
                     ),
@@ -473,12 +499,18 @@ MAPPING = (
                 INFERENCE,
                 site(
                     "Packed sequence expects batch dimension to be 1",
-                    guarded(("offline.micro_batch_one",), "packed rows with a micro batch > 1", ("train.micro_batch_size",)),
+                    guarded(
+                        ("offline.micro_batch_one",), "packed rows with a micro batch > 1", ("train.micro_batch_size",)
+                    ),
                 ),
                 site(
                     "Packed sequence does not support deterministic mode",
                     gap(
-                        ("model.deterministic_mode", "dataset.enable_offline_packing", "dataset.enable_in_batch_packing"),
+                        (
+                            "model.deterministic_mode",
+                            "dataset.enable_offline_packing",
+                            "dataset.enable_in_batch_packing",
+                        ),
                         "gated delta net (Qwen3-Next) over packed rows with deterministic_mode asserts at the first "
                         "forward (model.offline_packing_opt_out only advises against packing Qwen3-Next)",
                     ),

@@ -66,9 +66,7 @@ UB_CONFIG = validated(
     "the userbuffer methods per layer come from the shipped tables",
     ("comm_overlap.tp_comm_overlap_cfg",),
 )
-DELAYED_REDUCE_AMAX = unreachable(
-    "DelayedScaling.reduce_amax defaults to True and Megatron-Core never turns it off"
-)
+DELAYED_REDUCE_AMAX = unreachable("DelayedScaling.reduce_amax defaults to True and Megatron-Core never turns it off")
 TE_LINEAR_CONTRACT = unreachable(
     "call contract: Megatron-Core's TE linears pass inputs whose last dimension is in_features, with the "
     "quantizers TE itself set up for the recipe"
@@ -201,7 +199,12 @@ MAPPING = (
                 site(
                     "divisible by 128",
                     gap(
-                        ("comm_overlap.tp_comm_overlap", "mixed_precision", "model.seq_length", "train.micro_batch_size"),
+                        (
+                            "comm_overlap.tp_comm_overlap",
+                            "mixed_precision",
+                            "model.seq_length",
+                            "train.micro_batch_size",
+                        ),
                         "TP comm overlap with MXFP8: the rank-local token count (seq_length * micro batch / CP, / TP "
                         "under SP) must be a multiple of 128 for the userbuffer's scale all-gather, else ValueError "
                         "at the first forward; fp8.packed_tokens_per_rank asks for 32",

@@ -104,7 +104,9 @@ MAPPING = (
             ),
             "P2PCommunicator._communicate": (
                 SCHEDULE_CONTRACT,
-                site("torch.cuda.synchronize", harmless("opt-in debug sync (use_ring_exchange_p2p / batch p2p)"), "sync"),
+                site(
+                    "torch.cuda.synchronize", harmless("opt-in debug sync (use_ring_exchange_p2p / batch p2p)"), "sync"
+                ),
             ),
         },
     ),

@@ -71,7 +71,11 @@ MAPPING = (
         {
             "_expand_packed_metadata_for_visual_embeddings": STEP_HOST_READ,
             "_validate_packed_parallelism": gap(
-                ("model.pipeline_model_parallel_size", "model.context_parallel_size", "dataset.enable_in_batch_packing"),
+                (
+                    "model.pipeline_model_parallel_size",
+                    "model.context_parallel_size",
+                    "dataset.enable_in_batch_packing",
+                ),
                 "LLaVA (llava_step) over packed batches with PP>1 or CP>1 raises at the first step",
             ),
             "get_batch_from_iterator": STEP_HOST_READ,

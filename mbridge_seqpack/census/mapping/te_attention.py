@@ -33,7 +33,9 @@ CP_SEQ_EVEN = guarded(
     "(seq_length for fixed rows, the collate's padding multiple for variable rows)",
     ("model.seq_length", "model.context_parallel_size", "dataset.dataset_kwargs['pad_seq_length_to_mult']"),
 )
-NO_BIAS = unreachable("Megatron-Core's GPT / VLM attention passes no attention bias (core_attention_bias_type no_bias)")
+NO_BIAS = unreachable(
+    "Megatron-Core's GPT / VLM attention passes no attention bias (core_attention_bias_type no_bias)"
+)
 NO_LOAD_BALANCE = unreachable(
     "no-load-balance THD partitioning: Megatron-Core 0.19 passes TE's default (load-balanced) strategy"
 )

@@ -41,7 +41,9 @@ MAPPING = groups(
         "_get_fp8_model_init_for_quant_recipe": QUANT_FILE,
         "_get_fp8_autocast_for_quant_recipe": QUANT_FILE,
         "_gtp_pre_init": validated(
-            "TransformerConfig.__post_init__: generalized-TP split sizes", "config", ("model.tensor_model_parallel_size",)
+            "TransformerConfig.__post_init__: generalized-TP split sizes",
+            "config",
+            ("model.tensor_model_parallel_size",),
         ),
         "TEActivationOp.__new__": validated(
             "use_te_activation_func with an unsupported activation: TransformerConfig.__post_init__", "config"
@@ -81,9 +83,7 @@ MAPPING = groups(
             site("divide(", TE_LINEAR_TP),
         ),
         "TELMHeadColumnParallelLinear.__init__": (
-            validated(
-                "TransformerConfig.__post_init__: fp8_output_proj needs fp8 with the mxfp8 recipe", "config"
-            ),
+            validated("TransformerConfig.__post_init__: fp8_output_proj needs fp8 with the mxfp8 recipe", "config"),
             site("divide(", TE_LINEAR_TP),
         ),
         "TELMHeadColumnParallelLinear.forward": unreachable("GPTModel passes no runtime weight to the TE LM head"),
