@@ -58,29 +58,30 @@ MAPPING = (
     *groups(
         MB + "data/datasets/gpt_sft.py",
         {
-            "GPTSFTDataset._maybe_validate_prompt_template": guarded(
-                "gpt_sft.dataset_kwargs_accepted",
-                "prompt_template / label_key / truncation_field come from dataset.dataset_kwargs (or the default "
-                "preprocessing, which passes a template that satisfies them); the rule checks the keys the "
-                "dataset takes, not the template's text: the template's own shape is data-like and reported "
-                "by the dataset at build with its message",
-                ("dataset.dataset_kwargs",),
+            "GPTSFTDataset._maybe_validate_prompt_template": gap(
+                ("dataset.dataset_kwargs['prompt_template']", "dataset.dataset_kwargs['truncation_field']"),
+                "a legacy prompt_template (dataset_kwargs) that does not end with the label placeholder, or "
+                "truncation fields it does not name, assert when the dataset is built, after the model; "
+                "gpt_sft.dataset_kwargs_accepted checks the keys, not their values, and the preprocessing config's "
+                "validate() covers only the explicit PromptCompletionSFTPreprocessingConfig path",
+                general=True,
             ),
             "GPTSFTDataset.__getitem__": (
                 HOST_DATA,
                 site("assert idx <", INVARIANT),
                 site("raise e", RERAISE),
             ),
-            "GPTSFTDataset._multiple_truncation": guarded(
-                "gpt_sft.dataset_kwargs_accepted",
-                "truncation_method comes from dataset_kwargs; an unknown value raises at the first truncated "
-                "example (left / right are the values; the rule only checks the key exists)",
+            "GPTSFTDataset._multiple_truncation": gap(
                 ("dataset.dataset_kwargs['truncation_method']",),
+                "an unknown truncation_method passed through dataset_kwargs raises at the first example that "
+                "needs truncation (mid-training); only the explicit preprocessing config validates it",
+                general=True,
             ),
-            "GPTSFTDataset._truncation": guarded(
-                "gpt_sft.dataset_kwargs_accepted",
-                "as _multiple_truncation: truncation_method from dataset_kwargs",
+            "GPTSFTDataset._truncation": gap(
                 ("dataset.dataset_kwargs['truncation_method']",),
+                "as _multiple_truncation: an unknown truncation_method from dataset_kwargs raises at the first "
+                "truncated example",
+                general=True,
             ),
             "GPTSFTDataset._process_example": (HOST_DATA, site("raise e", RERAISE)),
             "GPTSFTDataset._maybe_cast_to_list": HOST_DATA,
@@ -698,8 +699,9 @@ MAPPING = (
                     "is not divisible by",
                     guarded(
                         "batch.global_batch_divisible",
-                        "train / eval global batch not divisible by micro batch x DP (the micro-batch calculator "
-                        "asserts the same at setup)",
+                        "the train global batch not divisible by micro batch x DP (the micro-batch calculator asserts "
+                        "the same at setup); for the eval loaders ConfigContainer.validate asserts "
+                        "eval_global_batch_size % (eval micro batch x DP) itself",
                         ("train.global_batch_size", "validation.eval_global_batch_size"),
                     ),
                 ),
