@@ -40,6 +40,8 @@ def test_every_site_on_the_path_is_mapped(census: Census) -> None:
 
 def test_docs_page_is_the_render(census: Census) -> None:
     assert (ROOT / "docs" / "failure-points.md").read_text() == render_markdown(census)
+    evidence = (ROOT / "docs" / "evidence.md").read_text()
+    assert f"({len(census.mapped)} sites in\n{len(PATH_FILES)} files)" in evidence
 
 
 def test_every_rule_id_named_exists_or_is_planned(census: Census) -> None:
