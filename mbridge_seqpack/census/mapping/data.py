@@ -233,9 +233,13 @@ MAPPING = (
         {
             "fill_packing_strategy": (HOST_DATA, site("raise ValueError", DATA_CONTENT), site("left over", INVARIANT)),
             "get_seqlen_list": INVARIANT,
-            "calculate_avg_seqlen": harmless(
-                "FLOP accounting only (training/utils/flop_utils.py, Llama-3-70B LoRA SQuAD reports), reads an "
-                "existing pack; not on the training path"
+            "calculate_avg_seqlen": (
+                unreachable(
+                    "FLOP accounting (training/utils/flop_utils.py, Llama-3-70B LoRA SQuAD only) over the train "
+                    "pack: a pack with fewer rows than one global batch is refused first by the loaders ('Not "
+                    "enough train samples', mapped in data/loaders.py)"
+                ),
+                site("No sequences found", DATA_CONTENT),
             ),
         },
     ),
@@ -361,10 +365,11 @@ MAPPING = (
         MB + "data/collators/registry.py",
         {
             "resolve_model_collate": (
-                harmless(
-                    "a model with a processor no collate is registered for: raised at the first batch with its "
-                    "message; the model, not a packing field, decides it",
+                gap(
                     ("dataset.hf_processor_path",),
+                    "a DirectHF / Energon VLM dataset whose processor has no registered collate (and no collate "
+                    "passed) raises at the first batch, after the model is built",
+                    general=True,
                 ),
                 site("is not callable", INVARIANT),
             ),
