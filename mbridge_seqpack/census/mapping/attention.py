@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import API_MISUSE, CHECKPOINT, ENVIRONMENT, INFERENCE, INVARIANT
+from mbridge_seqpack.census.mapping.common import (
+    API_MISUSE,
+    ARCHITECTURE,
+    CHECKPOINT,
+    ENVIRONMENT,
+    INFERENCE,
+    INVARIANT,
+    enum_gap,
+)
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MB = "megatron/bridge/"
@@ -113,9 +121,7 @@ MAPPING = (
                 MODEL_HOST_READ,
                 site("does not match its padded cu-seqlens", INVARIANT),
             ),
-            "Qwen3VLMultimodalRotaryEmbedding.__init__": unreachable(
-                "the Qwen3-VL provider never sets rotary_interleaved and always passes the CP group"
-            ),
+            "Qwen3VLMultimodalRotaryEmbedding.__init__": ARCHITECTURE,
             "_build_llm_rope_positions": MODEL_HOST_READ,
             "get_rope_index": MODEL_HOST_READ,
             "apply_rotary_pos_emb_absolute": gap(
@@ -189,7 +195,7 @@ MAPPING = (
             "DotProductAttention.__init__": (
                 TRANSFORMER_CONFIG,
                 site("Context parallelism is only supported", NON_TE_CP),
-                site("Softmax type not supported", validated("TransformerConfig softmax_type Literal", "enum")),
+                site("Softmax type not supported", enum_gap("model.softmax_type")),
             ),
             "DotProductAttention.forward": (
                 STATIC_REPEAT,
@@ -204,7 +210,7 @@ MAPPING = (
     *groups(
         MC + "transformer/multi_latent_attention.py",
         {
-            "MultiLatentAttention.__init__": validated("MLATransformerConfig rope_type Literal", "enum"),
+            "MultiLatentAttention.__init__": enum_gap("model.rope_type"),
             "MultiLatentAttention.forward": (
                 INFERENCE,
                 site("Rotary position embeddings should not be passed", INVARIANT),
@@ -263,7 +269,7 @@ MAPPING = (
             "Gemma3SelfAttention.forward": unreachable(
                 "Gemma3RotaryEmbedding always returns the (local, global) pair and no cos/sin (training)"
             ),
-            "Gemma3RotaryEmbedding.__init__": unreachable("the Gemma-3 provider passes rope_scaling=False"),
+            "Gemma3RotaryEmbedding.__init__": ARCHITECTURE,
         },
     ),
     *groups(
@@ -328,19 +334,19 @@ MAPPING = (
     ),
     *groups(
         MB + "models/qwen_vl/modelling_qwen3_vl/text_model.py",
-        {"Qwen3VLGPTModel.__init__": unreachable("the Qwen3-VL provider always sets mrope_section")},
+        {"Qwen3VLGPTModel.__init__": ARCHITECTURE},
     ),
     *groups(
         MB + "models/qwen_vl/modelling_qwen3_vl/transformer_block.py",
         {
             "Qwen3VLVisionTransformerBlock.__init__": unreachable("the vision encoder is never pipeline-split"),
             "Qwen3VLVisionTransformerBlock._checkpointed_forward": validated(
-                "TransformerConfig recompute_method Literal", "enum"
+                "TransformerConfig.__post_init__: recompute_method in (block, uniform) under full recompute", "config"
             ),
             "Qwen3VLVisionTransformerBlock.forward": INVARIANT,
             "Qwen3VLVisionTransformerBlock.sharded_state_dict": CHECKPOINT,
             "Qwen3VLTransformerBlock._checkpointed_forward": validated(
-                "TransformerConfig recompute_method Literal", "enum"
+                "TransformerConfig.__post_init__: recompute_method in (block, uniform) under full recompute", "config"
             ),
             "Qwen3VLTransformerBlock.forward": (
                 INVARIANT,

@@ -51,3 +51,23 @@ SPEC_BUILD = unreachable(
     "model construction: the layer spec and arguments come from Megatron-Core's / Megatron-Bridge's own spec "
     "builders, which never pass the refused combination"
 )
+#: the model's architecture fields
+ARCHITECTURE = unreachable(
+    "model architecture: the fields come from the provider's (or the Hugging Face config's) model shape and must "
+    "match the checkpoint; an override that breaks them builds a model no checkpoint loads, not a packing or "
+    "parallelism choice"
+)
+
+
+def enum_gap(*fields: str) -> object:
+    """A value outside a field's documented choices: dataclass ``Literal`` types are not enforced, so a typo in an
+    override reaches the code that dispatches on it."""
+    from mbridge_seqpack.census.verdicts import gap
+
+    return gap(
+        tuple(fields),
+        "a value outside the field's documented choices (a typo in an override: dataclass Literal types are not "
+        "enforced, and neither TransformerConfig nor ConfigContainer.validate checks this one) raises when the "
+        "model / data loader is built or at the first forward",
+        general=True,
+    )

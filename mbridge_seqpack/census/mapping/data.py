@@ -10,6 +10,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     RERAISE,
     config_class,
+    enum_gap,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -150,9 +151,12 @@ MAPPING = (
         MB + "data/packing/gpt_sft.py",
         {
             "GPTSFTPackedDataset.__init__": (
-                unreachable(
-                    "virtual_tokens (P-Tuning) is not a field Megatron-Bridge's GPT SFT builder passes for packed "
-                    "splits; it stays 0"
+                gap(
+                    ("dataset.dataset_kwargs['virtual_tokens']", "dataset.enable_offline_packing"),
+                    "virtual_tokens > 0 (P-Tuning) in dataset_kwargs reaches GPTSFTPackedDataset through "
+                    "build_gpt_sft_split and asserts 'P-Tuning with packed sequence is not supported' when the "
+                    "packed dataset is built, after the model; gpt_sft.dataset_kwargs_accepted accepts the key "
+                    "(the unpacked dataset takes it)",
                 ),
                 site(
                     "a metadata json file is required",
@@ -654,17 +658,15 @@ MAPPING = (
                     ),
                 ),
             ),
-            "build_train_valid_test_data_iterators": config_class("dataloader_type Literal (DataloaderConfig)"),
-            "build_train_valid_test_data_iterators._get_iterator": config_class(
-                "dataloader_type Literal (DataloaderConfig)"
-            ),
+            "build_train_valid_test_data_iterators": enum_gap("dataset.dataloader_type"),
+            "build_train_valid_test_data_iterators._get_iterator": enum_gap("dataset.dataloader_type"),
         },
     ),
     *groups(
         MB + "data/samplers.py",
         {
             "build_pretraining_data_loader": (
-                config_class("dataloader_type Literal (DataloaderConfig)"),
+                enum_gap("dataset.dataloader_type"),
                 site(
                     "global_batch_size must be provided",
                     unreachable("the loaders always pass train.global_batch_size / eval_gbs"),

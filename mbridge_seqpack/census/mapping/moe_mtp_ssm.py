@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.census.mapping.common import (
     API_MISUSE,
+    ARCHITECTURE,
     CHECKPOINT,
     ENVIRONMENT,
     INFERENCE,
@@ -11,6 +12,7 @@ from mbridge_seqpack.census.mapping.common import (
     LOGGING,
     SPEC_BUILD,
     TE_PINNED,
+    enum_gap,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -50,12 +52,7 @@ MTP_LAYOUT = validated(
     "layout checked by the provider's spec",
     ("model.mtp_num_layers", "model.pipeline_model_parallel_layout"),
 )
-MAMBA_CONFIG = validated(
-    "MambaModelProvider / TransformerConfig: Mamba head, group and state sizes (d_inner % headdim, nheads % "
-    "ngroups) come from the provider's published model shapes",
-    "model shape",
-    ("model.mamba_num_heads", "model.mamba_num_groups", "model.mamba_head_dim"),
-)
+MAMBA_CONFIG = ARCHITECTURE
 MAMBA_TP = gap(
     ("model.tensor_model_parallel_size", "model.mamba_num_heads", "model.mamba_num_groups"),
     "Mamba heads / groups not divisible by TP assert when the model is built (TransformerConfig checks attention "
@@ -121,15 +118,15 @@ MAPPING = (
                 MOE_TE_VERSION,
                 site("logits.dim() == 2", INVARIANT),
                 site("precomputed_indices", unreachable("router replay only (precomputed indices)")),
-                site("Invalid score_function", validated("TransformerConfig moe_router_score_function", "enum")),
+                site("Invalid score_function", enum_gap("model.moe_router_score_function")),
             ),
             "compute_routing_scores_for_aux_loss": (
                 MOE_TE_VERSION,
-                site("Invalid score_function", validated("TransformerConfig moe_router_score_function", "enum")),
+                site("Invalid score_function", enum_gap("model.moe_router_score_function")),
             ),
             "apply_router_token_dropping": (
                 INVARIANT,
-                site("Invalid drop_policy", validated("TransformerConfig moe_token_drop_policy Literal", "enum")),
+                site("Invalid drop_policy", enum_gap("model.moe_token_drop_policy")),
             ),
             "maybe_move_tensor_to_cpu": LOGGING,
             "MoECudaGraphPartialCaptureSignal.get_early_return_outputs": INVARIANT,
@@ -197,7 +194,7 @@ MAPPING = (
                     "the flex dispatcher (DeepEP / NCCL-EP) with TP*EP == 1 asserts when the model is built",
                     general=True,
                 ),
-                site("Invalid backend", validated("TransformerConfig moe_flex_dispatcher_backend", "enum")),
+                site("Invalid backend", enum_gap("model.moe_flex_dispatcher_backend")),
             ),
         },
     ),
@@ -213,7 +210,7 @@ MAPPING = (
             "MoELayer.__init__": (
                 INFERENCE,
                 site("MoE latent projections", ENVIRONMENT),
-                site("Unsupported token dispatcher type", validated("TransformerConfig dispatcher Literal", "enum")),
+                site("Unsupported token dispatcher type", enum_gap("model.moe_token_dispatcher_type")),
                 site("Shared experts builder", SPEC_BUILD),
             ),
             "MoELayer.preprocess": MOE_OPTIONS,
@@ -560,10 +557,11 @@ MAPPING = (
                 ),
             ),
             "_GDNBase.sharded_state_dict": CHECKPOINT,
-            "_build_head_perm_for_split_sections": gap(
-                ("model.context_parallel_size", "model.linear_num_key_heads", "model.linear_num_value_heads"),
-                "gated delta net under CP splits heads over CP: head sections not divisible by CP assert when the "
-                "model is built",
+            "_build_head_perm_for_split_sections": validated(
+                "TransformerConfig.__post_init__: linear_num_key_heads and linear_num_value_heads multiples of TP*CP "
+                "(model.finalize() at validate())",
+                "the head sections split over CP are those heads",
+                ("model.linear_num_key_heads", "model.linear_num_value_heads", "model.context_parallel_size"),
             ),
             "tensor_a2a_cp2hp": INVARIANT,
             "tensor_a2a_hp2cp": INVARIANT,

@@ -9,6 +9,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     SPEC_BUILD,
     TE_PINNED,
+    enum_gap,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -137,7 +138,7 @@ MAPPING = (
                     ),
                 ),
                 site("CUDA_DEVICE_MAX_CONNECTIONS", ENVIRONMENT),
-                site("pipeline_model_parallel_comm_backend", validated("Literal of the dist config", "enum")),
+                site("pipeline_model_parallel_comm_backend", enum_gap("model.pipeline_model_parallel_comm_backend")),
             ),
             "get_context_parallel_group": INVARIANT,
             "get_hierarchical_context_parallel_groups": guarded(

@@ -9,6 +9,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     LOGGING,
     TE_PINNED,
+    enum_gap,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -25,11 +26,11 @@ QTENSOR = unreachable(
     "the quantizers the recipe built; no config value reaches them except through the GEMM input shapes, which "
     "the quantizers check in C++ (listed by hand)"
 )
-RECIPE = validated(
-    "Megatron-Bridge's mixed-precision recipes (training/mixed_precision.py get_mixed_precision_config) and "
-    "TransformerConfig (fp8 / fp8_recipe / fp4_recipe Literals)",
-    "recipe names and formats come from the shipped presets",
-    ("mixed_precision",),
+RECIPE = enum_gap("model.fp8", "model.fp8_recipe", "model.fp4_recipe")
+#: TE recipe objects Megatron-Core built
+TE_RECIPE_OBJECT = unreachable(
+    "TE recipe state built from the recipe object Megatron-Core's get_fp8_recipe / get_fp4_recipe made (which "
+    "refuses unknown names first)"
 )
 FP8_DIMS = guarded(
     "fp8.packed_tokens_per_rank",
@@ -63,10 +64,11 @@ MAPPING = (
                 site("fp8_quantizer_factory is not None", validated("TransformerConfig: custom recipe", "config")),
                 site("Please make sure to use TransformerEngine version", TE_PINNED),
             ),
-            "get_fp8_context": gap(
+            "get_fp8_context": validated(
+                "TransformerConfig.__post_init__: 'Delayed scaling does not support first / last layer in BF16' "
+                "(model.finalize() at validate())",
+                "the same condition, refused at config time",
                 ("model.first_last_layers_bf16", "mixed_precision"),
-                "first / last layers in BF16 with the delayed-scaling recipe assert when the FP8 context is built",
-                general=True,
             ),
             "prepare_model_for_fp8_inference": INFERENCE,
         },
@@ -123,7 +125,7 @@ MAPPING = (
                 ),
             ),
             "get_default_fp8_recipe": unreachable("torch.compile: not a Megatron-Bridge option"),
-            "get_fp4_te_dtype": RECIPE,
+            "get_fp4_te_dtype": TE_RECIPE_OBJECT,
             "FP8GlobalStateManager.fp8_graph_capturing": INVARIANT,
             "FP8GlobalStateManager.autocast_enter": gap(
                 ("mixed_precision",),
@@ -132,10 +134,10 @@ MAPPING = (
             ),
             "autocast.__enter__": INVARIANT,
             "RecipeState._validate_roles": INVARIANT,
-            "RecipeState.create": RECIPE,
+            "RecipeState.create": TE_RECIPE_OBJECT,
             "MXFP8BlockScalingRecipeState.make_quantizers": INVARIANT,
             "Float8BlockScalingRecipeState.make_quantizers": INVARIANT,
-            "NVFP4BlockScalingRecipeState.make_quantizers._make": RECIPE,
+            "NVFP4BlockScalingRecipeState.make_quantizers._make": TE_RECIPE_OBJECT,
             "NVFP4BlockScalingRecipeState.make_quantizers": INVARIANT,
             "_handle_delayed_scaling_requests": unreachable("custom FP8 recipes: not built by Megatron-Bridge"),
             "CustomRecipeState.__init__": unreachable("custom FP8 recipes: not built by Megatron-Bridge"),

@@ -167,7 +167,9 @@ MAPPING = (
                     "not self.config.overlap_moe_expert_parallel_comm",
                     gap(
                         ("model.overlap_moe_expert_parallel_comm", "model.cuda_graph_modules"),
-                        "TE graphs capturing the whole MoE layer with EP A2A overlap assert at the first replay",
+                        "TE whole-layer graphs (cuda_graph_modules empty) of MoE layers with EP A2A overlap assert "
+                        "at the first replay; TransformerConfig refuses the 'moe' / 'mlp' scopes with the overlap, "
+                        "not the whole-layer capture",
                         general=True,
                     ),
                 ),
@@ -182,11 +184,11 @@ MAPPING = (
                 TE_PINNED,
                 site(
                     "cuda_graph_warmup_steps > 0",
-                    gap(
+                    validated(
+                        "TransformerConfig.__post_init__: fine-grained activation offloading under CUDA graphs "
+                        "asserts cuda_graph_warmup_steps > 0 (model.finalize() at validate())",
+                        "the same condition, refused at config time",
                         ("model.fine_grained_activation_offloading", "model.cuda_graph_warmup_steps"),
-                        "fine-grained activation offloading of graphed modules with cuda_graph_warmup_steps=0 asserts "
-                        "when the layer is built",
-                        general=True,
                     ),
                 ),
             ),

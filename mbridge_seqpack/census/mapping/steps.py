@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import CHECKPOINT, INFERENCE, INVARIANT, LOGGING
+from mbridge_seqpack.census.mapping.common import ARCHITECTURE, CHECKPOINT, INFERENCE, INVARIANT, LOGGING
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MB = "megatron/bridge/"
@@ -183,9 +183,7 @@ MAPPING = (
     *groups(
         MC + "models/gpt/gpt_model.py",
         {
-            "GPTModel.__init__": unreachable(
-                "Megatron-Bridge's mrope providers (Qwen2.5-VL / Qwen3-VL) always set mrope_section"
-            ),
+            "GPTModel.__init__": ARCHITECTURE,
             "GPTModel.set_input_tensor": INVARIANT,
             "GPTModel._preprocess": (
                 INFERENCE,

@@ -9,6 +9,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     SPEC_BUILD,
     TE_PINNED,
+    enum_gap,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -52,7 +53,7 @@ MAPPING = groups(
         "TEFusedResidualRMSNorm._register_hooks_on_fused_impl.forward_post_hook": FUSED_HOOKS,
         "TEFusedResidualRMSNorm._register_hooks_on_fused_impl": FUSED_HOOKS,
         "TENorm.__new__": (
-            validated("TransformerConfig normalization Literal ('LayerNorm' / 'RMSNorm')", "enum"),
+            enum_gap("model.normalization"),
             site("Transformer Engine is not installed", ENVIRONMENT),
             site("hasattr(te.pytorch", TE_PINNED),
             site("TEFusedResidualRMSNorm is not None", TE_PINNED),
