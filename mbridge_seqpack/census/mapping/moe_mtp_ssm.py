@@ -371,10 +371,19 @@ MAPPING = (
                     unreachable("GPT / hybrid MTP layers use causal (padding_causal for THD) masks"),
                 ),
             ),
-            "MultiTokenPredictionLayer._checkpointed_forward": gap(
-                ("model.recompute_granularity", "model.recompute_num_layers", "model.mtp_num_layers"),
-                "MTP under full recompute with recompute_num_layers != 1 asserts at the first forward",
-                general=True,
+            "MultiTokenPredictionLayer._checkpointed_forward": (
+                gap(
+                    ("model.recompute_granularity", "model.recompute_num_layers", "model.mtp_num_layers"),
+                    "MTP under full recompute with recompute_num_layers != 1 asserts at the first forward",
+                    general=True,
+                ),
+                site(
+                    "Invalid activation recompute method",
+                    validated(
+                        "TransformerConfig.__post_init__: recompute_method in (block, uniform) under full recompute",
+                        "config",
+                    ),
+                ),
             ),
             "MultiTokenPredictionLayer.forward": unreachable("decoder-only models pass no cross-attention context"),
             "_get_mtp_block_submodules": SPEC_BUILD,

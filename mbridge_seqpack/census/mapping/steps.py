@@ -146,7 +146,14 @@ MAPPING = (
         {
             "train": (
                 harmless("train-loop bookkeeping asserts on values the loop itself maintains"),
-                site("manual_gc_interval", validated("the assert restates a train config bound", "config")),
+                site(
+                    "manual_gc_interval",
+                    gap(
+                        ("train.manual_gc_interval",),
+                        "a negative manual_gc_interval asserts when training starts; no config check bounds it",
+                        general=True,
+                    ),
+                ),
                 site(
                     "check_param_hashes_across_dp_replicas",
                     harmless("opt-in debugging check (check_weight_hash_across_dp_replicas_interval)"),
