@@ -16,10 +16,16 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     energon,
     in_batch,
     models,
+    moe,
     offline,
     parallelism,
     precision,
+    prep,
+    rope,
+    schedules,
+    ssm,
     types,
+    values,
 )
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import Rule, RuleResult, registered, run_rule
@@ -41,6 +47,12 @@ MODULE_ORDER = (
     models,
     energon,
     artifacts,
+    values,
+    prep,
+    ssm,
+    rope,
+    moe,
+    schedules,
 )
 
 

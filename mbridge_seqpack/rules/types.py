@@ -116,6 +116,20 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
+    # read by the gap rules (ssm, rope, moe, schedules, prep): a string 'false' would turn these on
+    "model.use_mamba_mem_eff_path": BOOL,
+    "model.deterministic_mode": BOOL,
+    "model.fused_single_qkv_rope": BOOL,
+    "model.qk_layernorm": BOOL,
+    "model.rotary_interleaved": BOOL,
+    "model.moe_router_fusion": BOOL,
+    "model.moe_apply_probs_on_input": BOOL,
+    "model.moe_router_topk": POSITIVE_INT,
+    "model.mamba_num_heads": OPTIONAL_POSITIVE_INT,
+    "model.mamba_num_groups": POSITIVE_INT,
+    "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
+    "dataset.pad_to_multiple_of": POSITIVE_INT,
+    "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
 }
 
 

@@ -1,0 +1,104 @@
+"""The token widths a training micro batch can take, as Megatron-Bridge's collates make them.
+
+Rules whose failure depends on a token count (a kernel's block size, a router's quantile, a quantizer's block) ask
+one question: is every count that can occur a multiple of some ``d``? Every width a collate emits is an integer
+combination of a few *generators* (the padding multiple and the cap it is clipped to), so the answer is whether
+every generator is. The collates, by dataset kind:
+
+- GPT SFT, offline packs (``data/packing/gpt_sft.py`` collate_fn): one row, ``packed_sequence_size`` wide with
+  ``pad_to_max_length``, else min(packed_sequence_size, ceil(row, pad_seq_length_to_mult));
+- GPT SFT, unpacked (``data/datasets/gpt_sft.py`` collate_fn): micro-batch rows, all as wide as the longest rounded up
+  to pad_seq_length_to_mult (chat: at least 16), at most seq_length; seq_length with ``pad_to_max_length``;
+- collate-time in-batch packing (``data/packing/in_batch.py``): one THD row, the sum of the sequences each padded to
+  the CP/SP collate multiple (``ConfigContainer.validate`` sets ``in_batch_packing_pad_to_multiple_of`` to it);
+- Hugging Face / VLM datasets unpacked (``data/collators/sequence_padding.py``): micro-batch rows min(seq_length,
+  ceil(longest, lcm(pad_to_multiple_of, CP/SP multiple))), seq_length with ``pad_to_max_length`` (which validate turns
+  on under PP>1 / EP>1);
+- pretraining ``GPTDataset``: micro-batch rows of seq_length.
+
+Energon online packing (its task encoder's widths) is not modelled: ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mbridge_seqpack.rules.context import SPECS, RuleContext
+
+__all__ = ["RowWidths", "row_widths"]
+
+GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16)
+ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
+
+
+@dataclass(frozen=True)
+class RowWidths:
+    """A micro batch holds ``rows`` rows of one width; every width is an integer combination of ``generators``
+    (each of which occurs); ``fields`` are the settings that decide them, for a violation to name."""
+
+    rows: int
+    generators: tuple[int, ...]
+    fields: dict[str, object]
+    fixed: bool = False
+
+    def tokens_divisible(self, d: int) -> bool:
+        """Whether every micro batch's token count (rows x width) is a multiple of ``d``."""
+        return all(self.rows * g % d == 0 for g in self.generators)
+
+    def widths_divisible(self, d: int) -> bool:
+        """Whether every row width is a multiple of ``d``."""
+        return all(g % d == 0 for g in self.generators)
+
+
+def _gpt_sft_multiple(ctx: RuleContext) -> int:
+    kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
+    mult = int(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE))
+    return max(GPT_SFT_ROW_MULTIPLE, mult) if kwargs.get("chat") else mult
+
+
+def _fixed_width(ctx: RuleContext) -> bool:
+    """``pad_to_max_length`` as the collate will see it: Megatron-Bridge's validate() turns it on itself for datasets
+    that carry the field, under PP>1 or EP>1 (training/config.py)."""
+    if ctx.pad_to_max_length:
+        return True
+    topo = ctx.topology
+    return hasattr(ctx.dataset, "pad_to_max_length") and (topo.pp > 1 or topo.ep > 1)
+
+
+def _pad_field(ctx: RuleContext) -> dict[str, object]:
+    return {ctx.pad_to_max_length_path: True}
+
+
+def row_widths(ctx: RuleContext) -> RowWidths | None:
+    """The widths of this config's training micro batches, or None where they are not modelled."""
+    from megatron.bridge.training.config import GPTDatasetConfig
+
+    seq = getattr(ctx.dataset, "seq_length", None) or ctx.model.seq_length
+    mbs = ctx.train.micro_batch_size
+    if not isinstance(mbs, int) or not isinstance(seq, int):
+        return None
+    fixed = _fixed_width(ctx)
+    if ctx.offline_packing and ctx.specs is not None:
+        size = ctx.specs.packed_sequence_size
+        if fixed:
+            return RowWidths(1, (size,), {f"{SPECS}.packed_sequence_size": size, **_pad_field(ctx)}, fixed=True)
+        mult = _gpt_sft_multiple(ctx)
+        return RowWidths(1, (mult, size), {f"{SPECS}.packed_sequence_size": size, ROW_MULT: mult})
+    if ctx.energon_packing:
+        return None
+    if ctx.in_batch_packing:
+        return RowWidths(1, (ctx.topology.alignment,), {"dataset.enable_in_batch_packing": True})
+    if ctx.dataset_is("gpt_sft"):
+        if fixed:
+            return RowWidths(mbs, (seq,), {"dataset.seq_length": seq, **_pad_field(ctx)}, fixed=True)
+        mult = _gpt_sft_multiple(ctx)
+        return RowWidths(mbs, (mult, seq), {"dataset.seq_length": seq, ROW_MULT: mult})
+    if ctx.has_collate_padding:
+        if fixed:
+            return RowWidths(mbs, (seq,), {"dataset.seq_length": seq, **_pad_field(ctx)}, fixed=True)
+        mult = math.lcm(int(getattr(ctx.dataset, "pad_to_multiple_of", 1) or 1), ctx.topology.alignment)
+        return RowWidths(mbs, (mult, seq), {"dataset.seq_length": seq, "dataset.pad_to_multiple_of": mult})
+    if isinstance(ctx.dataset, GPTDatasetConfig):
+        return RowWidths(mbs, (seq,), {"dataset.seq_length": seq}, fixed=True)
+    return None

@@ -1,0 +1,394 @@
+"""The gap rules against the code that fails (issue #32): each test runs the installed Megatron-Bridge /
+Megatron-Core / Transformer Engine function that asserts or raises, on CPU, and shows the rule firing exactly where
+it fails and quiet on the near-miss. Process groups of the sizes a layer checks come from torch's in-process fake
+backend; modules whose constructor needs a GPU are made with ``__new__`` and given the attributes the checked code
+reads (as tests/test_attention_evidence.py does)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+
+from mbridge_seqpack import check
+from tests.test_rule_evidence import tiny_pack  # noqa: F401  (module fixture: three records packed at 64)
+
+pytestmark = pytest.mark.slow
+
+
+def _ids(cfg: Any, world: int = 8) -> set[str]:
+    return {v.rule_id for v in check(cfg, world_size=world) if v.severity == "error"}
+
+
+def _packed_params() -> Any:
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=5, max_seqlen_kv=5)
+
+
+def _config(**fields: Any) -> Any:
+    from megatron.core.transformer import TransformerConfig
+
+    return TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, **fields)
+
+
+@pytest.fixture(scope="module")
+def groups() -> Any:
+    """Process groups of size 1, 2, 4 and 8 (torch's fake backend: sizes and ranks, no communication)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    assert not dist.is_initialized()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        yield {n: dist.new_group(list(range(n))) for n in (1, 2, 4, 8)}
+    finally:
+        dist.destroy_process_group()
+
+
+def _hybrid(cfg: Any, **fields: Any) -> Any:
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    shape = dict(hidden_size=256, num_attention_heads=4, mamba_num_heads=8, mamba_head_dim=32, mamba_num_groups=8)
+    cfg.model = HybridModelProvider(
+        hybrid_layer_pattern="M*M-", vocab_size=1024, seq_length=4096, is_hybrid_model=True, **(shape | fields)
+    )
+    return cfg
+
+
+# ---- Mamba ---------------------------------------------------------------------------------------------------
+def _megatron_mamba_split(groups: Any, heads: int, n_groups: int, tp: int, cp: int) -> str | None:
+    """The assertion MambaMixer.__init__ (TP) or MambaContextParallel.__init__ (CP) raises, else None."""
+    import megatron.core.ssm.mamba_mixer as mamba_mixer
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.ssm.mamba_context_parallel import MambaContextParallel
+
+    config = _config(mamba_num_heads=heads, mamba_head_dim=16, mamba_num_groups=n_groups, use_cpu_initialization=True)
+    pg = ProcessGroupCollection(tp=groups[tp], cp=groups[cp])
+    try:
+        mamba_mixer.MambaMixer(config, mamba_mixer.MambaMixerSubmodules(), d_model=64, pg_collection=pg)
+    except AssertionError as exc:
+        return str(exc)
+    except AttributeError:
+        pass  # past the TP checks: building in_proj from the empty submodules is the next step
+    zero = torch.zeros(1)
+    try:
+        MambaContextParallel(
+            cp_group=groups[cp], d_inner_local_tp=heads // tp * 16, nheads_local_tp=heads // tp,
+            ngroups_local_tp=n_groups // tp, d_state=4, conv1d_weight_cp1=zero, conv1d_bias_cp1=zero,
+            conv1d_padding=3, dt_bias_cp1=zero, A_log_cp1=zero, D_cp1=zero, D_has_hdim=False,
+        )  # fmt: skip
+    except AssertionError as exc:
+        return str(exc)
+    return None
+
+
+def test_mamba_heads_and_groups_split_exactly_where_megatron_core_asserts(
+    groups: Any, monkeypatch: pytest.MonkeyPatch, packed_cfg: Any
+) -> None:
+    """MambaMixer.__init__'s TP asserts (past its mamba_ssm import guard, which the CPU stack lacks) and
+    MambaContextParallel.__init__'s CP asserts, over a grid; then the rule on a real config for each refusal kind."""
+    import megatron.core.ssm.mamba_mixer as mamba_mixer
+
+    from mbridge_seqpack.rules.ssm import mamba_split_problem
+
+    monkeypatch.setattr(mamba_mixer, "HAVE_MAMBA_SSM", True)
+    seen = set()
+    for heads, n_groups, tp, cp in itertools.product((4, 6, 8, 12, 24), (1, 2, 3, 4, 6), (1, 2, 4), (1, 2, 4, 8)):
+        if heads % n_groups:
+            continue  # 'nheads must be evenly divisible by ngroups': the architecture, not the layout
+        megatron = _megatron_mamba_split(groups, heads, n_groups, tp, cp)
+        ours = mamba_split_problem(heads, n_groups, tp, cp)
+        assert (megatron is None) == (ours is None), (heads, n_groups, tp, cp, megatron, ours)
+        if megatron is not None:
+            seen.add(megatron)
+            assert megatron in ours  # the rule quotes the assertion it predicts
+    assert seen == {
+        "nheads must be evenly divisble by tp_size",
+        "ngroups must be evenly divisible by tp_size",
+        "nheads must be evenly divisible by tp_size * cp_size",
+        "cp_size must be evenly divisible by ngroups/tp_size",
+        "ngroups must be evenly divisible by tp_size * cp_size",
+    }
+    cfg = _hybrid(packed_cfg, mamba_num_heads=12, mamba_num_groups=2)
+    cfg.model.tensor_model_parallel_size = 2
+    assert _ids(cfg) == set()  # 6 heads and 1 group a TP rank
+    cfg.model.tensor_model_parallel_size = 4
+    assert _ids(cfg) == {"mamba.heads_divisible"}  # 2 groups over TP 4
+    cfg.model.tensor_model_parallel_size, cfg.model.context_parallel_size = 2, 4
+    cfg.model.calculate_per_token_loss, cfg.ddp.average_in_collective = True, False
+    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 8
+    assert _ids(cfg) == {"mamba.heads_divisible"}  # 6 heads a TP rank over CP 4
+
+
+def test_mamba_refuses_packed_rows_off_the_memory_efficient_path(groups: Any, packed_cfg: Any) -> None:
+    import megatron.core.ssm.mamba_mixer as mamba_mixer
+    from megatron.core.ssm.mamba_context_parallel import MambaContextParallel
+
+    zero = torch.zeros(1)
+    mixer = mamba_mixer.MambaMixer.__new__(mamba_mixer.MambaMixer)
+    torch.nn.Module.__init__(mixer)
+    mixer.config, mixer.use_mem_eff_path = _config(), False
+    mixer.in_proj = lambda hidden: (hidden, None)  # the input projection's (output, bias); CP 1 passes it through
+    mixer.cp = MambaContextParallel(groups[1], 64, 4, 2, 4, zero, zero, 3, zero, zero, zero, False)
+    with pytest.raises(AssertionError, match="Training with packed sequences is not supported in the non-memory"):
+        mixer.forward(torch.zeros(8, 1, 64), packed_seq_params=_packed_params())
+    cfg = _hybrid(packed_cfg, use_mamba_mem_eff_path=False)
+    assert _ids(cfg) == {"mamba.packing_needs_mem_eff_path"}
+    cfg.model.use_mamba_mem_eff_path = True
+    assert _ids(cfg) == set()
+
+
+def test_the_nemotron_h_4b_recipes_pack_through_the_path_that_refuses_packing(megatron_bridge: Any) -> None:
+    """Megatron-Bridge 0.6.2 ships them with offline packing (from _sft_common) and use_mamba_mem_eff_path=False."""
+    import warnings
+
+    from megatron.bridge.recipes.nemotronh.h100 import nemotronh
+
+    for recipe in (
+        nemotronh.nemotronh_4b_sft_1gpu_h100_bf16_config,
+        nemotronh.nemotronh_4b_peft_1gpu_h100_bf16_config,
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = recipe()
+        assert cfg.dataset.enable_offline_packing and cfg.model.use_mamba_mem_eff_path is False
+        (v,) = [v for v in check(cfg, world_size=1) if v.rule_id == "mamba.packing_needs_mem_eff_path"]
+        assert v.overrides == ["model.use_mamba_mem_eff_path=true"]
+
+
+# ---- gated delta net -----------------------------------------------------------------------------------------
+def test_gated_delta_net_refuses_packed_rows_in_deterministic_mode(packed_cfg: Any) -> None:
+    from megatron.core.ssm.gated_delta_net.gdn import GatedDeltaNet
+
+    layer = GatedDeltaNet.__new__(GatedDeltaNet)
+    torch.nn.Module.__init__(layer)
+    layer.config, layer.sp_size, layer.cp_size = _config(deterministic_mode=True), 1, 1
+    with pytest.raises(AssertionError, match="Packed sequence does not support deterministic mode"):
+        layer.forward(torch.zeros(8, 1, 64), None, packed_seq_params=_packed_params())
+    layer.config.deterministic_mode = False
+    with pytest.raises(AttributeError, match="in_proj"):  # past the check: the input projection comes next
+        layer.forward(torch.zeros(8, 1, 64), None, packed_seq_params=_packed_params())
+
+    packed_cfg.model.experimental_attention_variant = "gated_delta_net"
+    packed_cfg.model.cross_entropy_loss_fusion = False
+    packed_cfg.env_vars = {**packed_cfg.env_vars, "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+    assert _ids(packed_cfg) == set()
+    packed_cfg.model.deterministic_mode = True
+    assert _ids(packed_cfg) == {"gdn.packing_deterministic"}
+    packed_cfg.dataset.enable_offline_packing, packed_cfg.dataset.offline_packing_specs = False, None
+    assert "gdn.packing_deterministic" not in _ids(packed_cfg)  # unpacked rows take the other branch
+
+
+# ---- attention / RoPE ----------------------------------------------------------------------------------------
+def test_fused_single_qkv_rope_asserts_where_self_attention_splits_qkv(packed_cfg: Any) -> None:
+    from megatron.core.transformer.attention import HAVE_FUSED_QKV_ROPE, SelfAttention
+
+    assert HAVE_FUSED_QKV_ROPE  # the pinned TE has the kernel: only the config decides
+    attention = SelfAttention.__new__(SelfAttention)
+    torch.nn.Module.__init__(attention)
+    attention.config = _config(fused_single_qkv_rope=True)
+    attention.layer_number, attention.attention_type = 1, "self"
+    attention.q_layernorm = attention.k_layernorm = None
+    emb, hidden = torch.zeros(8, 1, 1, 16), torch.zeros(8, 1, 64)
+    message = "fused_single_qkv_rope requested but not available/supported for the config"
+    with pytest.raises(AssertionError, match=message):
+        attention.forward(hidden, None, rotary_pos_emb=emb, packed_seq_params=_packed_params())
+    with pytest.raises(AssertionError, match=message):
+        attention.forward(hidden, None, rotary_pos_emb=None)  # a layer without RoPE
+    with pytest.raises(AttributeError, match="offload_qkv_linear"):  # unpacked, with RoPE: past the check
+        attention.forward(hidden, None, rotary_pos_emb=emb)
+    attention.q_layernorm = torch.nn.LayerNorm(16)
+    with pytest.raises(AssertionError, match=message):
+        attention.forward(hidden, None, rotary_pos_emb=emb)
+
+    packed_cfg.model.fused_single_qkv_rope = True
+    assert _ids(packed_cfg) == {"rope.fused_single_qkv"}
+    packed_cfg.dataset.enable_offline_packing, packed_cfg.dataset.offline_packing_specs = False, None
+    packed_cfg.model.position_embedding_type = "rope"
+    assert _ids(packed_cfg) == set()
+    packed_cfg.model.qk_layernorm = True
+    assert _ids(packed_cfg) == {"rope.fused_single_qkv"}
+
+
+def test_yarn_refuses_interleaved_rotary_embeddings(unpacked_cfg: Any) -> None:
+    from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
+
+    yarn = YarnRotaryEmbedding.__new__(YarnRotaryEmbedding)
+    torch.nn.Module.__init__(yarn)
+    yarn.rotary_interleaved = True
+    with pytest.raises(AssertionError, match="Yarn RoPE does not support interleaved rotary embeddings"):
+        yarn.get_emb(16)
+    unpacked_cfg.model.position_embedding_type = "yarn"
+    unpacked_cfg.model.rotary_interleaved = True
+    assert _ids(unpacked_cfg) == {"rope.yarn_not_interleaved"}
+    unpacked_cfg.model.position_embedding_type = "rope"
+    assert _ids(unpacked_cfg) == set()
+
+
+# ---- MoE ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("experts", "topk", "row_multiple"), [(60, 4, 16), (60, 4, 240), (64, 8, 16), (6, 2, 16)])
+def test_quantile_balancing_needs_token_counts_the_router_splits_evenly(
+    packed_cfg: Any, experts: int, topk: int, row_multiple: int
+) -> None:
+    """Every width a packed row can take (multiples of pad_seq_length_to_mult, up to the pack size) through
+    qb_dual_update; the rule fires exactly when one of them fails."""
+    from megatron.core.transformer.moe.moe_utils import qb_dual_update
+
+    size = 1920  # a multiple of 16, 64 and 240
+    failing = []
+    for width in range(row_multiple, size + 1, row_multiple):
+        try:
+            qb_dual_update(torch.randn(width, experts), topk, torch.zeros(experts))
+        except AssertionError as exc:
+            assert "Quantile balancing requires the number of routed assignments" in str(exc)
+            failing.append(width)
+    packed_cfg.model.num_moe_experts, packed_cfg.model.moe_router_topk = experts, topk
+    packed_cfg.model.moe_router_load_balancing_type, packed_cfg.model.moe_aux_loss_coeff = "quantile_balancing", 0.0
+    packed_cfg.dataset.dataset_kwargs["pad_seq_length_to_mult"] = row_multiple
+    for name in ("model.seq_length", "dataset.seq_length", "dataset.offline_packing_specs.packed_sequence_size"):
+        from mbridge_seqpack.paths import set_path
+
+        set_path(packed_cfg, name, size)
+    assert ("moe.quantile_balancing_tokens" in _ids(packed_cfg)) == bool(failing), failing
+    assert bool(failing) == ((experts, row_multiple) in {(60, 16), (6, 16)})
+
+
+def test_moe_layers_refuse_tensor_parallelism_without_sequence_parallelism(groups: Any, packed_cfg: Any) -> None:
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    layer = MoELayer.__new__(MoELayer)
+    torch.nn.Module.__init__(layer)
+    layer.config, layer.attn_tp_group = _config(num_moe_experts=4, add_bias_linear=False), groups[2]
+    with pytest.raises(ValueError, match="MoE and tensor parallelism"):
+        layer.forward(torch.zeros(8, 1, 64))
+    layer.config.sequence_parallel = True
+    with pytest.raises(AttributeError):  # past the check
+        layer.forward(torch.zeros(8, 1, 64))
+    packed_cfg.model.num_moe_experts, packed_cfg.model.tensor_model_parallel_size = 4, 2
+    assert _ids(packed_cfg) == {"moe.tp_needs_sequence_parallel"}
+    packed_cfg.model.sequence_parallel = True
+    assert _ids(packed_cfg) == set()
+
+
+def test_flex_dispatchers_need_an_expert_parallel_group(groups: Any, packed_cfg: Any) -> None:
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.moe.token_dispatcher import MoEFlexTokenDispatcher
+
+    config = _config(num_moe_experts=4, moe_token_dispatcher_type="flex", moe_router_topk=2, add_bias_linear=False)
+    one = {name: groups[1] for name in ("tp", "cp", "ep", "expt_tp", "tp_ep", "expt_dp", "tp_cp")}
+    with pytest.raises(AssertionError, match="DeepEP dispatcher requires TPxEP > 1"):
+        MoEFlexTokenDispatcher(4, [0, 1, 2, 3], config, pg_collection=ProcessGroupCollection(**one))
+    with pytest.raises(Exception) as past:  # EP 2: past the check, into DeepEP's own setup
+        MoEFlexTokenDispatcher(2, [0, 1], config, pg_collection=ProcessGroupCollection(**{**one, "ep": groups[2]}))
+    assert "requires TPxEP" not in str(past.value)
+    packed_cfg.model.num_moe_experts, packed_cfg.model.moe_token_dispatcher_type = 4, "flex"
+    assert _ids(packed_cfg) == {"moe.flex_dispatcher_parallel"}
+    packed_cfg.model.expert_model_parallel_size = 2
+    assert "moe.flex_dispatcher_parallel" not in _ids(packed_cfg)
+
+
+def test_router_option_pairs_megatron_core_refuses(packed_cfg: Any) -> None:
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    router = TopKRouter.__new__(TopKRouter)
+    torch.nn.Module.__init__(router)
+    router.config = _config(num_moe_experts=4, moe_aux_loss_coeff=0.01, add_bias_linear=False)
+    with pytest.raises(AssertionError, match="Sinkhorn routing does not support aux loss"):
+        router.sinkhorn_load_balancing(torch.randn(8, 4))
+    router.config.moe_router_fusion = True
+    with pytest.raises(AssertionError, match="Quantile balancing routing does not support moe_router_fusion"):
+        router.quantile_balancing(torch.randn(8, 4))
+    packed_cfg.model.num_moe_experts = 4
+    packed_cfg.model.moe_router_load_balancing_type, packed_cfg.model.moe_aux_loss_coeff = "sinkhorn", 0.01
+    assert _ids(packed_cfg) == {"moe.router_options"}
+    packed_cfg.model.moe_aux_loss_coeff = 0.0
+    assert _ids(packed_cfg) == set()
+    packed_cfg.model.moe_router_load_balancing_type, packed_cfg.model.moe_router_fusion = "quantile_balancing", True
+    (v,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "moe.router_options"]
+    assert v.assignments == {"model.moe_router_fusion": False}
+
+
+# ---- values Megatron dispatches on ----------------------------------------------------------------------------
+def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any) -> None:
+    from megatron.bridge.data.samplers import build_pretraining_data_loader
+    from megatron.core.extensions.transformer_engine import TENorm
+    from megatron.core.fp8_utils import get_fp8_recipe
+    from megatron.core.transformer.moe.moe_utils import apply_router_token_dropping, topk_routing_with_score_function
+
+    from mbridge_seqpack.rules.values import declared_choices
+
+    config = _config()
+    config.fp8, config.fp8_recipe = "e4m3", "mxfp9"
+    with pytest.raises(ValueError, match="are the only supported FP8 recipes"):
+        get_fp8_recipe(config)
+    config.fp8 = "e5m2"
+    with pytest.raises(ValueError, match="E4M3 and HYBRID are the only supported FP8 formats"):
+        get_fp8_recipe(config)
+    config.normalization = "RMSnorm"
+    with pytest.raises(Exception, match="Only LayerNorm and RMSNorm are currently supported"):
+        TENorm(config, 64)
+    with pytest.raises(ValueError, match="Invalid score_function: softmaks"):
+        topk_routing_with_score_function(torch.randn(4, 8), 2, score_function="softmaks")
+    probs, routing = torch.rand(4, 8), torch.ones(4, 8, dtype=torch.bool)
+    with pytest.raises(ValueError, match="Invalid drop_policy"):
+        apply_router_token_dropping(probs, routing, router_topk=2, capacity_factor=1.0, drop_policy="prob")
+    with pytest.raises(Exception, match="batched"):
+        build_pretraining_data_loader(list(range(8)), 0, "batched", 1, 0, False)
+
+    assert declared_choices(packed_cfg.dataset, "dataloader_type") == {"single", "cyclic", "batch", "external", None}
+    assert declared_choices(packed_cfg.model, "normalization") == {"LayerNorm", "RMSNorm"}
+    assert declared_choices(packed_cfg.model, "fp8_recipe") == {
+        "tensorwise",
+        "delayed",
+        "mxfp8",
+        "blockwise",
+        "custom",
+        None,
+    }
+    packed_cfg.model.moe_router_score_function = "softmaks"  # a dense model never routes: not reached
+    assert _ids(packed_cfg) == set()
+    packed_cfg.model.num_moe_experts = 4
+    (v,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "config.known_values"]
+    assert v.fields == {"model.moe_router_score_function": "softmaks"}
+    assert v.overrides == ["model.moe_router_score_function=softmax"]
+
+
+# ---- the offline prep and the packed dataset ----------------------------------------------------------------------
+def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: Any, packed_cfg: Any) -> None:  # noqa: F811
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.data.packing.offline import tokenize_dataset
+
+    with pytest.raises(ValueError, match=r"max_seq_length \(64\) must be at least the effective padding multiple"):
+        tokenize_dataset(tiny_pack / "training.jsonl", None, 64, 1234, {}, pad_seq_to_mult=128,
+                         dataset_builder=build_gpt_sft_split)  # fmt: skip
+    packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = 8192
+    assert _ids(packed_cfg) == {"offline.pad_multiple_within_length"}
+    packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(
+        tiny_pack / "pack" / "training_64.idx.parquet"
+    )
+    assert "offline.pad_multiple_within_length" not in _ids(packed_cfg)  # the pack exists: the prep is skipped
+
+
+def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: Any) -> None:  # noqa: F811
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    def build(packed: bool) -> Any:
+        return build_gpt_sft_split(
+            tiny_pack / "pack" / "training_64.idx.parquet" if packed else tiny_pack / "training.jsonl",
+            tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()), seq_length=64, memmap_workers=1, seed=1234,
+            packed_sequence_size=64 if packed else -1, pack_metadata_path=tiny_pack / "pack" / "64_metadata.jsonl",
+            dataset_kwargs={"virtual_tokens": 2},
+        )  # fmt: skip
+
+    assert build(packed=False).virtual_tokens == 2  # the unpacked dataset takes the key
+    with pytest.raises(AssertionError, match="P-Tuning with packed sequence is not supported"):
+        build(packed=True)
+    packed_cfg.dataset.dataset_kwargs["virtual_tokens"] = 2
+    assert _ids(packed_cfg) == {"offline.no_p_tuning"}
