@@ -424,6 +424,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "forward_backward_pipelining_with_interleaving",
         "microbatch_group_size_per_vp_stage",
     ),
+    FieldUse(
+        "model.rmsnorm",
+        "bridge/models/falcon_h1/modeling_falconh1/falconh1_block.py",
+        "FalconH1Stack (MambaMixer rmsnorm)",
+        "rmsnorm",
+    ),
 )
 
 

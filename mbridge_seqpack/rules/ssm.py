@@ -39,6 +39,18 @@ def hybrid_layer_counts(model: Any) -> dict[str, int]:
         return {}
 
 
+def _is_falcon_h1(model: Any) -> bool:
+    """Falcon-H1 runs a MambaMixer beside attention in every layer (models/falcon_h1/modeling_falconh1)."""
+    from megatron.bridge.models.falcon_h1.falconh1_provider import FalconH1ModelProvider
+
+    return isinstance(model, FalconH1ModelProvider)
+
+
+def has_mamba_layers(model: Any) -> bool:
+    """Whether the model builds Megatron-Core MambaMixer layers (a hybrid 'M' layer, or Falcon-H1's)."""
+    return _is_falcon_h1(model) or hybrid_layer_counts(model).get(MAMBA, 0) > 0
+
+
 def has_gdn_layers(model: Any) -> bool:
     """Gated delta net layers: a GPT stack with ``experimental_attention_variant='gated_delta_net'`` (Qwen3-Next,
     Qwen3.5, Qwen3.5-VL; models/gpt/experimental_attention_variant_module_specs.py) or 'G' in a hybrid pattern."""
@@ -50,12 +62,13 @@ def has_gdn_layers(model: Any) -> bool:
 def mamba_heads(model: Any) -> tuple[int, int] | None:
     """(nheads, ngroups) of the model's Mamba layers as MambaMixer.__init__ derives them, or None without Mamba
     layers (or with fields it cannot read)."""
-    if hybrid_layer_counts(model).get(MAMBA, 0) == 0:
+    if not has_mamba_layers(model):
         return None
     groups, head_dim = getattr(model, "mamba_num_groups", None), getattr(model, "mamba_head_dim", None)
     heads = getattr(model, "mamba_num_heads", None)
     if heads is None and isinstance(head_dim, int) and head_dim > 0:
-        heads = MAMBA_EXPAND * int(getattr(model, "hidden_size", 0) or 0) // head_dim
+        expand = getattr(model, "expand", MAMBA_EXPAND) if _is_falcon_h1(model) else MAMBA_EXPAND
+        heads = int(expand) * int(getattr(model, "hidden_size", 0) or 0) // head_dim
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, groups)):
         return None
     return heads, groups
@@ -146,7 +159,7 @@ def mamba_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
 )
 def mamba_packing_needs_mem_eff_path(ctx: RuleContext) -> list[Violation] | None:
     flags = _packing_flags(ctx)
-    if not flags or hybrid_layer_counts(ctx.model).get(MAMBA, 0) == 0:
+    if not flags or not has_mamba_layers(ctx.model):
         return None
     if getattr(ctx.model, "use_mamba_mem_eff_path", True):
         return []
@@ -155,6 +168,36 @@ def mamba_packing_needs_mem_eff_path(ctx: RuleContext) -> list[Violation] | None
             {"model.use_mamba_mem_eff_path": False, **flags},
             "the non-memory-efficient Mamba path refuses packed sequences: every Mamba layer asserts at the first "
             "forward",
+            assignments={"model.use_mamba_mem_eff_path": True},
+        )
+    ]
+
+
+@rule(
+    "mamba.cp_needs_rmsnorm_off_mem_eff_path",
+    "Mamba layers with CP>1 off the memory-efficient path need their gated RMSNorm (Falcon-H1's rmsnorm=True).",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/ssm/mamba_mixer.py MambaMixer._ssm_prefill (the training path when use_mamba_mem_eff_path is "
+        "False) asserts 'Context parallel not supported for use_mem_eff_path==False and rmsnorm==False' at the first "
+        "forward; MambaMixer takes rmsnorm from its spec, which only Falcon-H1 sets from the config "
+        "(models/falcon_h1/modeling_falconh1/falconh1_block.py rmsnorm=self.config.rmsnorm)."
+    ),
+)
+def mamba_cp_needs_rmsnorm(ctx: RuleContext) -> list[Violation] | None:
+    if ctx.topology.cp == 1 or not has_mamba_layers(ctx.model) or getattr(ctx.model, "use_mamba_mem_eff_path", True):
+        return None
+    if getattr(ctx.model, "rmsnorm", True):
+        return []
+    return [
+        Violation(
+            {
+                "model.use_mamba_mem_eff_path": False,
+                "model.rmsnorm": False,
+                "model.context_parallel_size": ctx.topology.cp,
+            },
+            "off the memory-efficient path, Mamba's ungated norm would run over the heads one CP rank holds: the "
+            "first forward asserts",
             assignments={"model.use_mamba_mem_eff_path": True},
         )
     ]

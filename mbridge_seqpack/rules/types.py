@@ -118,6 +118,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
     # read by the gap rules (ssm, rope, moe, schedules, prep): a string 'false' would turn these on
     "model.use_mamba_mem_eff_path": BOOL,
+    "model.rmsnorm": BOOL,  # Falcon-H1 only
     "model.deterministic_mode": BOOL,
     "model.fused_single_qkv_rope": BOOL,
     "model.qk_layernorm": BOOL,

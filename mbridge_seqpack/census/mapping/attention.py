@@ -10,6 +10,7 @@ from mbridge_seqpack.census.mapping.common import (
     INFERENCE,
     INVARIANT,
     enum_gap,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -61,11 +62,11 @@ MAPPING = (
     *groups(
         MC + "models/common/embeddings/yarn_rotary_pos_embedding.py",
         {
-            "YarnRotaryEmbedding.get_emb": gap(
-                ("model.rotary_interleaved", "model.position_embedding_type"),
+            "YarnRotaryEmbedding.get_emb": guarded(
+                "rope.yarn_not_interleaved",
                 "YaRN with rotary_interleaved asserts at the first forward (TransformerConfig does not check "
                 "the pair)",
-                general=True,
+                ("model.rotary_interleaved", "model.position_embedding_type"),
             ),
         },
     ),
@@ -154,16 +155,12 @@ MAPPING = (
                 INFERENCE,
                 site(
                     "fused_single_qkv_rope requested",
-                    gap(
-                        (
-                            "model.fused_single_qkv_rope",
-                            "dataset.enable_offline_packing",
-                            "dataset.enable_in_batch_packing",
-                            "model.qk_layernorm",
-                        ),
+                    guarded(
+                        "rope.fused_single_qkv",
                         "fused_single_qkv_rope over packed rows asserts at the first forward: Attention.forward "
                         "sets split_qkv=True whenever packed_seq_params is passed (also with qk layernorm, "
                         "flash decode or no RoPE) and then asserts the fused path was not requested",
+                        ("model.fused_single_qkv_rope", "dataset.enable_offline_packing", "model.qk_layernorm"),
                     ),
                 ),
                 site(
@@ -195,7 +192,7 @@ MAPPING = (
             "DotProductAttention.__init__": (
                 TRANSFORMER_CONFIG,
                 site("Context parallelism is only supported", NON_TE_CP),
-                site("Softmax type not supported", enum_gap("model.softmax_type")),
+                site("Softmax type not supported", known_value("model.softmax_type")),
             ),
             "DotProductAttention.forward": (
                 STATIC_REPEAT,

@@ -71,3 +71,15 @@ def enum_gap(*fields: str) -> object:
         "model / data loader is built or at the first forward",
         general=True,
     )
+
+
+def known_value(*fields: str) -> object:
+    """A value outside a field's declared Literal choices, refused at validate() by the values rule."""
+    from mbridge_seqpack.census.verdicts import guarded
+
+    return guarded(
+        "config.known_values",
+        "a value outside the field's declared (Literal) choices raises where Megatron dispatches on it; the rule "
+        "reads the choices from the annotations and refuses any other value",
+        tuple(fields),
+    )

@@ -10,7 +10,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     RERAISE,
     config_class,
-    enum_gap,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -151,12 +151,12 @@ MAPPING = (
         MB + "data/packing/gpt_sft.py",
         {
             "GPTSFTPackedDataset.__init__": (
-                gap(
-                    ("dataset.dataset_kwargs['virtual_tokens']", "dataset.enable_offline_packing"),
+                guarded(
+                    "offline.no_p_tuning",
                     "virtual_tokens > 0 (P-Tuning) in dataset_kwargs reaches GPTSFTPackedDataset through "
                     "build_gpt_sft_split and asserts 'P-Tuning with packed sequence is not supported' when the "
-                    "packed dataset is built, after the model; gpt_sft.dataset_kwargs_accepted accepts the key "
-                    "(the unpacked dataset takes it)",
+                    "packed dataset is built, after the model",
+                    ("dataset.dataset_kwargs['virtual_tokens']", "dataset.enable_offline_packing"),
                 ),
                 site(
                     "a metadata json file is required",
@@ -220,11 +220,11 @@ MAPPING = (
                 config_class("PackedSequenceSpecs.__post_init__ (pad_seq_to_mult <= 0)"),
                 site(
                     "must be at least the effective padding multiple",
-                    gap(
-                        (f"{SPECS}.pad_seq_to_mult", f"{SPECS}.max_single_sequence_length", "dataset.seq_length"),
+                    guarded(
+                        "offline.pad_multiple_within_length",
                         "a pad_seq_to_mult larger than the longest allowed sequence (max_single_sequence_length, "
-                        "else seq_length) raises in the rank-0 prep, after the model is built; no rule compares "
-                        "the two (offline.alignment_multiple asks for a multiple of 2*CP, not a bound)",
+                        "else seq_length) raises in the rank-0 prep, after the model is built",
+                        (f"{SPECS}.pad_seq_to_mult", f"{SPECS}.max_single_sequence_length", "dataset.seq_length"),
                     ),
                 ),
                 site("GPT SFT input path does not exist", DATA_CONTENT),
@@ -658,15 +658,15 @@ MAPPING = (
                     ),
                 ),
             ),
-            "build_train_valid_test_data_iterators": enum_gap("dataset.dataloader_type"),
-            "build_train_valid_test_data_iterators._get_iterator": enum_gap("dataset.dataloader_type"),
+            "build_train_valid_test_data_iterators": known_value("dataset.dataloader_type"),
+            "build_train_valid_test_data_iterators._get_iterator": known_value("dataset.dataloader_type"),
         },
     ),
     *groups(
         MB + "data/samplers.py",
         {
             "build_pretraining_data_loader": (
-                enum_gap("dataset.dataloader_type"),
+                known_value("dataset.dataloader_type"),
                 site(
                     "global_batch_size must be provided",
                     unreachable("the loaders always pass train.global_batch_size / eval_gbs"),

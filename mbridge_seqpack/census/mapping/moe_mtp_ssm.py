@@ -12,7 +12,7 @@ from mbridge_seqpack.census.mapping.common import (
     LOGGING,
     SPEC_BUILD,
     TE_PINNED,
-    enum_gap,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -53,21 +53,24 @@ MTP_LAYOUT = validated(
     ("model.mtp_num_layers", "model.pipeline_model_parallel_layout"),
 )
 MAMBA_CONFIG = ARCHITECTURE
-MAMBA_TP = gap(
-    ("model.tensor_model_parallel_size", "model.mamba_num_heads", "model.mamba_num_groups"),
+MAMBA_TP = guarded(
+    "mamba.heads_divisible",
     "Mamba heads / groups not divisible by TP assert when the model is built (TransformerConfig checks attention "
     "heads, not Mamba's)",
-    general=True,
+    ("model.tensor_model_parallel_size", "model.mamba_num_heads", "model.mamba_num_groups"),
 )
-MAMBA_CP = gap(
-    (
-        "model.context_parallel_size",
-        "model.tensor_model_parallel_size",
-        "model.mamba_num_heads",
-        "model.mamba_num_groups",
-    ),
+MAMBA_CP = guarded(
+    "mamba.heads_divisible",
     "Mamba context parallel splits heads over TP*CP: nheads (and ngroups, or CP by ngroups) not divisible assert "
-    "when the model is built; no rule checks Mamba heads against CP",
+    "when the model is built",
+    ("model.context_parallel_size", "model.mamba_num_heads", "model.mamba_num_groups"),
+)
+ROUTER_PAIRS = guarded(
+    "moe.router_options",
+    "a router / expert option pair Megatron-Core refuses when the model is built or at its first forward "
+    "(quantile balancing with aux loss, router fusion or group-limited routing; sinkhorn with aux loss; "
+    "moe_apply_probs_on_input with top-k > 1)",
+    ("model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_apply_probs_on_input"),
 )
 PREFILL_OPS = unreachable(
     "Megatron-Core's own varlen SSD / conv kernels serve the inference prefill and the non-memory-efficient path "
@@ -87,9 +90,9 @@ MAPPING = (
         {
             "Router.routing": ABSTRACT,
             "Router.forward": ABSTRACT,
-            "TopKRouter.__init__": MOE_OPTIONS,
-            "TopKRouter.sinkhorn_load_balancing": MOE_OPTIONS,
-            "TopKRouter.quantile_balancing": MOE_OPTIONS,
+            "TopKRouter.__init__": ROUTER_PAIRS,
+            "TopKRouter.sinkhorn_load_balancing": ROUTER_PAIRS,
+            "TopKRouter.quantile_balancing": ROUTER_PAIRS,
             "TopKRouter.routing": unreachable(
                 "the training steps pass no padding_mask to the model, so the router never gets one (it counts "
                 "padding tokens instead: moe.router_counts_padding, listed with the silent mechanisms)"
@@ -101,11 +104,12 @@ MAPPING = (
         MOE + "moe_utils.py",
         {
             "switch_load_balancing_loss_func": MOE_TE_VERSION,
-            "qb_dual_update": gap(
-                ("model.moe_router_load_balancing_type", "dataset.enable_offline_packing", "model.num_moe_experts"),
-                "quantile balancing asserts tokens * top-k divisible by the number of experts at every update; "
-                "with variable-width packed rows the per-step token count varies (fixed-width rows of a multiple "
-                "of num_experts / gcd(k, num_experts) pass)",
+            "qb_dual_update": guarded(
+                "moe.quantile_balancing_tokens",
+                "quantile balancing asserts tokens * top-k divisible by the number of experts at every update; the "
+                "rule checks every width the collate can emit (packed, unpacked, collate-packed rows) against "
+                "num_experts / gcd(k, num_experts)",
+                ("model.moe_router_load_balancing_type", "model.num_moe_experts", "model.moe_router_topk"),
             ),
             "permute": (MOE_TE_VERSION, site("assert", INVARIANT, "assert")),
             "unpermute": (
@@ -118,15 +122,15 @@ MAPPING = (
                 MOE_TE_VERSION,
                 site("logits.dim() == 2", INVARIANT),
                 site("precomputed_indices", unreachable("router replay only (precomputed indices)")),
-                site("Invalid score_function", enum_gap("model.moe_router_score_function")),
+                site("Invalid score_function", known_value("model.moe_router_score_function")),
             ),
             "compute_routing_scores_for_aux_loss": (
                 MOE_TE_VERSION,
-                site("Invalid score_function", enum_gap("model.moe_router_score_function")),
+                site("Invalid score_function", known_value("model.moe_router_score_function")),
             ),
             "apply_router_token_dropping": (
                 INVARIANT,
-                site("Invalid drop_policy", enum_gap("model.moe_token_drop_policy")),
+                site("Invalid drop_policy", known_value("model.moe_token_drop_policy")),
             ),
             "maybe_move_tensor_to_cpu": LOGGING,
             "MoECudaGraphPartialCaptureSignal.get_early_return_outputs": INVARIANT,
@@ -185,16 +189,12 @@ MAPPING = (
             "_NCCLEPManager._ensure_bootstrap": MOE_OPTIONS,
             "_NCCLEPManager.get_permuted_hidden_states_by_experts": DROPLESS_HOST_READ,
             "MoEFlexTokenDispatcher.__init__": (
-                gap(
-                    (
-                        "model.moe_token_dispatcher_type",
-                        "model.expert_model_parallel_size",
-                        "model.tensor_model_parallel_size",
-                    ),
-                    "the flex dispatcher (DeepEP / NCCL-EP) with TP*EP == 1 asserts when the model is built",
-                    general=True,
+                guarded(
+                    "moe.flex_dispatcher_parallel",
+                    "the flex dispatcher (DeepEP / NCCL-EP) with expert TP * EP == 1 asserts when the model is built",
+                    ("model.moe_token_dispatcher_type", "model.expert_model_parallel_size"),
                 ),
-                site("Invalid backend", enum_gap("model.moe_flex_dispatcher_backend")),
+                site("Invalid backend", known_value("model.moe_flex_dispatcher_backend")),
             ),
         },
     ),
@@ -210,19 +210,18 @@ MAPPING = (
             "MoELayer.__init__": (
                 INFERENCE,
                 site("MoE latent projections", ENVIRONMENT),
-                site("Unsupported token dispatcher type", enum_gap("model.moe_token_dispatcher_type")),
+                site("Unsupported token dispatcher type", known_value("model.moe_token_dispatcher_type")),
                 site("Shared experts builder", SPEC_BUILD),
             ),
             "MoELayer.preprocess": MOE_OPTIONS,
             "MoELayer.routed_experts_compute": unreachable(
                 "TE grouped experts have no mlp bias in Megatron-Core's specs"
             ),
-            "MoELayer.forward": gap(
-                ("model.tensor_model_parallel_size", "model.sequence_parallel", "model.num_moe_experts"),
+            "MoELayer.forward": guarded(
+                "moe.tp_needs_sequence_parallel",
                 "MoE with TP > 1 and sequence_parallel off raises at the first training forward (a ValueError, "
-                "despite its 'performance may degrade' wording); neither TransformerConfig nor Megatron-Bridge "
-                "checks it",
-                general=True,
+                "despite its 'performance may degrade' wording)",
+                ("model.tensor_model_parallel_size", "model.sequence_parallel", "model.num_moe_experts"),
             ),
             "MoELayer.forward.custom_forward": unreachable(
                 "TE grouped experts have no mlp bias in Megatron-Core's specs"
@@ -239,12 +238,12 @@ MAPPING = (
             "TEGroupedMLP.forward": (
                 DROPLESS_HOST_READ,
                 site("output_buffer is None", INVARIANT),
-                site("moe_apply_probs_on_input", MOE_OPTIONS),
+                site("moe_apply_probs_on_input", ROUTER_PAIRS),
             ),
             "TEGroupedMLP.forward.bias_act_func": SPEC_BUILD,
             "TEGroupedMLP.backward_dw": INVARIANT,
             "InferenceGroupedMLP.*": INFERENCE,
-            "SequentialMLP.forward": (DROPLESS_HOST_READ, site("moe_apply_probs_on_input", MOE_OPTIONS)),
+            "SequentialMLP.forward": (DROPLESS_HOST_READ, site("moe_apply_probs_on_input", ROUTER_PAIRS)),
             "SequentialMLP.sharded_state_dict": CHECKPOINT,
         },
     ),
@@ -420,14 +419,11 @@ MAPPING = (
                 INFERENCE,
                 site(
                     "Training with packed sequences is not supported in the non-memory-efficient",
-                    gap(
-                        (
-                            "model.use_mamba_mem_eff_path",
-                            "dataset.enable_offline_packing",
-                            "dataset.enable_in_batch_packing",
-                        ),
+                    guarded(
+                        "mamba.packing_needs_mem_eff_path",
                         "packed rows with use_mamba_mem_eff_path=False assert in every Mamba layer at the first "
                         "forward",
+                        ("model.use_mamba_mem_eff_path", "dataset.enable_offline_packing"),
                     ),
                 ),
                 site("assert ssm_state is None", INVARIANT),
@@ -442,10 +438,11 @@ MAPPING = (
                 PREFILL_OPS,
                 site(
                     "Context parallel not supported for use_mem_eff_path==False",
-                    gap(
-                        ("model.use_mamba_mem_eff_path", "model.context_parallel_size"),
-                        "Mamba with use_mamba_mem_eff_path=False, CP>1 and no rmsnorm asserts at the first forward",
-                        general=True,
+                    guarded(
+                        "mamba.cp_needs_rmsnorm_off_mem_eff_path",
+                        "Mamba with use_mamba_mem_eff_path=False, CP>1 and no rmsnorm (Falcon-H1's rmsnorm=False) "
+                        "asserts at the first forward",
+                        ("model.use_mamba_mem_eff_path", "model.context_parallel_size", "model.rmsnorm"),
                     ),
                 ),
             ),
@@ -511,14 +508,11 @@ MAPPING = (
                 ),
                 site(
                     "Packed sequence does not support deterministic mode",
-                    gap(
-                        (
-                            "model.deterministic_mode",
-                            "dataset.enable_offline_packing",
-                            "dataset.enable_in_batch_packing",
-                        ),
-                        "gated delta net (Qwen3-Next) over packed rows with deterministic_mode asserts at the first "
-                        "forward (model.offline_packing_opt_out only advises against packing Qwen3-Next)",
+                    guarded(
+                        "gdn.packing_deterministic",
+                        "gated delta net (Qwen3-Next, Qwen3.5, hybrid 'G' layers) over packed rows with "
+                        "deterministic_mode asserts at the first forward",
+                        ("model.deterministic_mode", "dataset.enable_offline_packing"),
                     ),
                 ),
                 site("torch.equal(cu_seqlens_q, cu_seqlens_kv)", INVARIANT),

@@ -9,7 +9,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     SPEC_BUILD,
     TE_PINNED,
-    enum_gap,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -138,7 +138,10 @@ MAPPING = (
                     ),
                 ),
                 site("CUDA_DEVICE_MAX_CONNECTIONS", ENVIRONMENT),
-                site("pipeline_model_parallel_comm_backend", enum_gap("model.pipeline_model_parallel_comm_backend")),
+                site(
+                    "pipeline_model_parallel_comm_backend",
+                    known_value("model.pipeline_model_parallel_comm_backend"),
+                ),
             ),
             "get_context_parallel_group": INVARIANT,
             "get_hierarchical_context_parallel_groups": guarded(

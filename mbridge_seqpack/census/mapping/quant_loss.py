@@ -9,7 +9,7 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     LOGGING,
     TE_PINNED,
-    enum_gap,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -26,7 +26,7 @@ QTENSOR = unreachable(
     "the quantizers the recipe built; no config value reaches them except through the GEMM input shapes, which "
     "the quantizers check in C++ (listed by hand)"
 )
-RECIPE = enum_gap("model.fp8", "model.fp8_recipe", "model.fp4_recipe")
+RECIPE = known_value("model.fp8", "model.fp8_recipe", "model.fp4_recipe")
 #: TE recipe objects Megatron-Core built
 TE_RECIPE_OBJECT = unreachable(
     "TE recipe state built from the recipe object Megatron-Core's get_fp8_recipe / get_fp4_recipe made (which "

@@ -61,21 +61,21 @@ MAPPING = (
                 ),
                 site(
                     "raise ValueError(msg)",
-                    gap(
-                        ("train.global_batch_size", "train.micro_batch_size", "model.pipeline_model_parallel_size"),
+                    guarded(
+                        "pipeline.interleaved_micro_batches",
                         "the interleaved (VPP) schedule needs microbatch_group_size_per_vp_stage (default PP) <= the "
-                        "number of micro batches: fewer micro batches than PP per step raise at the first step; "
-                        "nothing at config time compares them",
-                        general=True,
+                        "number of micro batches: fewer micro batches than PP per step raise at the first training "
+                        "or evaluation step",
+                        ("train.global_batch_size", "train.micro_batch_size", "model.pipeline_model_parallel_size"),
                     ),
                 ),
                 site(
                     "raise RuntimeError(msg)",
-                    gap(
-                        ("train.global_batch_size", "train.micro_batch_size", "model.pipeline_model_parallel_size"),
+                    guarded(
+                        "pipeline.interleaved_micro_batches",
                         "the interleaved schedule raises when the micro batches leave a final group smaller than PP "
                         "(M % group size in (0, PP)) at the first step",
-                        general=True,
+                        ("train.global_batch_size", "train.micro_batch_size", "model.pipeline_model_parallel_size"),
                     ),
                 ),
                 site("wait_handles", INVARIANT),

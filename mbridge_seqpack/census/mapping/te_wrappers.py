@@ -9,7 +9,8 @@ from mbridge_seqpack.census.mapping.common import (
     INVARIANT,
     SPEC_BUILD,
     TE_PINNED,
-    enum_gap,
+    config_class,
+    known_value,
 )
 from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
@@ -53,7 +54,13 @@ MAPPING = groups(
         "TEFusedResidualRMSNorm._register_hooks_on_fused_impl.forward_post_hook": FUSED_HOOKS,
         "TEFusedResidualRMSNorm._register_hooks_on_fused_impl": FUSED_HOOKS,
         "TENorm.__new__": (
-            enum_gap("model.normalization"),
+            known_value("model.normalization"),
+            site(
+                "Fused residual is only supported",
+                config_class(
+                    "TransformerConfig.__post_init__: fused_residual_rmsnorm needs RMSNorm", ("model.normalization",)
+                ),
+            ),
             site("Transformer Engine is not installed", ENVIRONMENT),
             site("hasattr(te.pytorch", TE_PINNED),
             site("TEFusedResidualRMSNorm is not None", TE_PINNED),
