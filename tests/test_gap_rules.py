@@ -29,6 +29,17 @@ def _hybrid(**fields: Any) -> Callable[[Any, Any], None]:
     return mutate
 
 
+def _falcon_h1(cfg: Any, tmp_path: Any) -> None:
+    """A small Falcon-H1 (a MambaMixer beside attention in every layer) with its Mamba RMSNorm off."""
+    from megatron.bridge.models.falcon_h1.falconh1_provider import FalconH1ModelProvider
+
+    cfg.model = FalconH1ModelProvider(
+        num_layers=2, hidden_size=256, num_attention_heads=4, mamba_num_heads=8, mamba_head_dim=32, vocab_size=1024,
+        seq_length=4096, rmsnorm=False, use_mamba_mem_eff_path=False,
+    )  # fmt: skip
+    _set(**CP2_LOSS)(cfg, tmp_path)
+
+
 def _gdn_deterministic(cfg: Any, tmp_path: Any) -> None:
     cfg.model.experimental_attention_variant = "gated_delta_net"
     cfg.model.deterministic_mode = True
@@ -228,6 +239,14 @@ CASES = [
             "model.context_parallel_size": 1,
         },
         {"model.tensor_model_parallel_size": 2},
+    ),
+    Case(
+        "mamba.cp_needs_rmsnorm_off_mem_eff_path",
+        "unpacked_cfg",
+        8,
+        _falcon_h1,
+        {"model.use_mamba_mem_eff_path": False, "model.rmsnorm": False, "model.context_parallel_size": 2},
+        {"model.use_mamba_mem_eff_path": True},
     ),
     Case(
         "gdn.packing_deterministic",
