@@ -392,3 +392,80 @@ def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: 
         build(packed=True)
     packed_cfg.dataset.dataset_kwargs["virtual_tokens"] = 2
     assert _ids(packed_cfg) == {"offline.no_p_tuning"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "raised"),
+    [
+        ({"prompt_template": "Q: {input}\\nA: {output}\\n"}, "{output} must be at the end of prompt_template."),
+        ({"prompt_template": "{question} {output}"}, "truncation_fields ['input'] must in ['question', 'output']"),
+        ({"prompt_template": "{question} {output}", "truncation_field": "question"}, None),
+        ({"prompt_template": "Q: {input}\\nA: {output}"}, None),
+    ],
+)
+def test_legacy_prompt_templates_are_refused_where_the_dataset_asserts(
+    tiny_pack: Any,  # noqa: F811
+    unpacked_cfg: Any,
+    kwargs: dict[str, Any],
+    raised: str | None,
+) -> None:
+    """Megatron-Bridge's builder over the JSONL split, as the packing prep and the unpacked run build it."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    try:
+        build_gpt_sft_split(
+            tiny_pack / "training.jsonl", tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()), seq_length=64,
+            memmap_workers=1, seed=1234, packed_sequence_size=-1, dataset_kwargs=dict(kwargs),
+        )  # fmt: skip
+        error = None
+    except AssertionError as exc:
+        error = str(exc)
+    assert error == raised
+    unpacked_cfg.dataset.dataset_kwargs.update(kwargs)
+    assert ("gpt_sft.prompt_template" in _ids(unpacked_cfg)) == (raised is not None)
+
+
+def test_an_unknown_truncation_method_raises_at_the_first_truncated_example(tiny_pack: Any, unpacked_cfg: Any) -> None:  # noqa: F811
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    dataset = build_gpt_sft_split(
+        tiny_pack / "training.jsonl",
+        tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()),
+        seq_length=4,
+        memmap_workers=1,
+        seed=1234,
+        packed_sequence_size=-1,
+        dataset_kwargs={"truncation_method": "middle"},
+    )  # fmt: skip  (built fine: the method is read only when a row needs cutting)
+    with pytest.raises(ValueError, match="middle is not supported"):
+        dataset[0]  # every example is longer than 4 tokens
+    unpacked_cfg.dataset.dataset_kwargs["truncation_method"] = "middle"
+    assert _ids(unpacked_cfg) == {"gpt_sft.prompt_template"}
+
+
+def test_te_attention_reads_query_key_layer_scaling_from_the_environment(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from megatron.core.extensions.transformer_engine import TEDotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    monkeypatch.delenv("NVTE_APPLY_QK_LAYER_SCALING", raising=False)
+    config = _config(apply_query_key_layer_scaling=True)
+    with pytest.raises(ValueError, match="apply_query_key_layer_scaling is True but environment variable"):
+        TEDotProductAttention(config, 1, AttnMaskType.causal, "self")
+    monkeypatch.setenv("NVTE_APPLY_QK_LAYER_SCALING", "1")
+    try:
+        TEDotProductAttention(config, 1, AttnMaskType.causal, "self")
+    except Exception as exc:  # noqa: BLE001 - past the check, TE's own setup may need a GPU
+        assert "NVTE_APPLY_QK_LAYER_SCALING" not in str(exc)
+    monkeypatch.delenv("NVTE_APPLY_QK_LAYER_SCALING")
+    packed_cfg.model.apply_query_key_layer_scaling = True
+    assert _ids(packed_cfg) == {"te.qk_layer_scaling_env"}
+    packed_cfg.env_vars = {**packed_cfg.env_vars, "NVTE_APPLY_QK_LAYER_SCALING": "1"}
+    assert _ids(packed_cfg) == set()

@@ -4,6 +4,7 @@ parser, clear it (then every reported override clears the config)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import pytest
@@ -275,6 +276,73 @@ CASES = [
             "model.virtual_pipeline_model_parallel_size": 2,
         },
         {"train.global_batch_size": 8},
+    ),
+]
+
+
+def _qk_scaling(cfg: Any, tmp_path: Any) -> None:
+    os.environ.pop("NVTE_APPLY_QK_LAYER_SCALING", None)  # the environment is restored after each test
+    cfg.model.apply_query_key_layer_scaling = True
+
+
+CASES += [
+    Case(
+        "gpt_sft.prompt_template",
+        "packed_cfg",
+        8,
+        _set(**{"dataset__dataset_kwargs['prompt_template']": "Q: {input}\\nA: {output}\\n"}),
+        {"dataset.dataset_kwargs.prompt_template": "Q: {input}\\nA: {output}\\n"},
+        {"dataset.dataset_kwargs.prompt_template": "Q: {input}\\nA: {output}"},
+    ),
+    Case(
+        "gpt_sft.prompt_template",
+        "unpacked_cfg",
+        8,
+        _set(**{"dataset__dataset_kwargs['prompt_template']": "{question} {output}"}),
+        {"dataset.dataset_kwargs.prompt_template": "{question} {output}"},
+        {"dataset.dataset_kwargs.truncation_field": "question"},
+    ),
+    Case(
+        "gpt_sft.prompt_template",
+        "unpacked_cfg",
+        8,
+        _set(**{"dataset__dataset_kwargs['truncation_method']": "middle"}),
+        {"dataset.dataset_kwargs.truncation_method": "middle"},
+        {"dataset.dataset_kwargs.truncation_method": "right"},
+    ),
+    Case(
+        "gpt_sft.prompt_template",
+        "unpacked_cfg",
+        8,
+        _set(**{"dataset__dataset_kwargs['prompt_template']": None}),
+        {"dataset.dataset_kwargs.prompt_template": None},
+        {"dataset.dataset_kwargs.prompt_template": "{input} {output}"},
+    ),
+    Case(
+        "mtp.full_recompute_layers",
+        "unpacked_cfg",
+        8,
+        _set(
+            model__mtp_num_layers=1,
+            model__recompute_granularity="full",
+            model__recompute_method="uniform",
+            model__recompute_num_layers=2,
+        ),
+        {
+            "model.mtp_num_layers": 1,
+            "model.recompute_granularity": "full",
+            "model.recompute_method": "uniform",
+            "model.recompute_num_layers": 2,
+        },
+        {"model.recompute_num_layers": 1},
+    ),
+    Case(
+        "te.qk_layer_scaling_env",
+        "packed_cfg",
+        8,
+        _qk_scaling,
+        {"model.apply_query_key_layer_scaling": True, "env NVTE_APPLY_QK_LAYER_SCALING": None},
+        {"env_vars.NVTE_APPLY_QK_LAYER_SCALING": "1"},
     ),
 ]
 

@@ -15,6 +15,7 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     cuda_graphs,
     energon,
     in_batch,
+    layers,
     models,
     moe,
     offline,
@@ -23,6 +24,7 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     prep,
     rope,
     schedules,
+    sft_kwargs,
     ssm,
     types,
     values,
@@ -53,6 +55,8 @@ MODULE_ORDER = (
     rope,
     moe,
     schedules,
+    sft_kwargs,
+    layers,
 )
 
 

@@ -430,6 +430,60 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "FalconH1Stack (MambaMixer rmsnorm)",
         "rmsnorm",
     ),
+    FieldUse(
+        "dataset.dataset_kwargs['prompt_template']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset._maybe_validate_prompt_template / _truncation",
+        "prompt_template",
+    ),
+    FieldUse(
+        "dataset.dataset_kwargs['label_key']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset._maybe_validate_prompt_template / _truncation",
+        "label_key",
+    ),
+    FieldUse(
+        "dataset.dataset_kwargs['truncation_field']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset._maybe_validate_prompt_template / _truncation",
+        "truncation_field",
+    ),
+    FieldUse(
+        "dataset.dataset_kwargs['truncation_method']",
+        "bridge/data/datasets/gpt_sft.py",
+        "GPTSFTDataset._maybe_validate_prompt_template / _truncation",
+        "truncation_method",
+    ),
+    FieldUse(
+        "model.recompute_granularity",
+        "core/transformer/multi_token_prediction.py",
+        "MultiTokenPredictionBlock.forward (full recompute)",
+        "recompute_granularity",
+    ),
+    FieldUse(
+        "model.recompute_method",
+        "core/transformer/multi_token_prediction.py",
+        "MultiTokenPredictionLayer._checkpointed_forward",
+        "recompute_method",
+    ),
+    FieldUse(
+        "model.recompute_num_layers",
+        "core/transformer/multi_token_prediction.py",
+        "MultiTokenPredictionLayer._checkpointed_forward",
+        "recompute_num_layers",
+    ),
+    FieldUse(
+        "model.apply_query_key_layer_scaling",
+        "core/extensions/transformer_engine.py",
+        "TEDotProductAttention.__init__",
+        "apply_query_key_layer_scaling",
+    ),
+    FieldUse(
+        "train.manual_gc_interval",
+        "bridge/training/train.py",
+        "train (asserts >= 0)",
+        "manual_gc_interval",
+    ),
 )
 
 

@@ -50,6 +50,7 @@ OPTIONAL_NON_NEGATIVE_INT = FieldType(
     "a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0), None
 )
 ANY_INT = FieldType("an integer", _is_int, -1)
+NON_NEGATIVE_INT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0, 0)
 BOOL = FieldType("true or false", _is_bool, False)
 OPTIONAL_STR = FieldType("a string or null", lambda v: v is None or isinstance(v, str), None)
 OPTIONAL_PATH = FieldType(
@@ -131,6 +132,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
     "dataset.pad_to_multiple_of": POSITIVE_INT,
     "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
+    "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
 }
 
 
@@ -215,8 +217,9 @@ def type_problems(ctx: RuleContext) -> list[Violation]:
     "training/config.py ConfigContainer.validate (e.g. `self.train.micro_batch_size > 1`, "
     "data/packing/config.py PackedSequenceSpecs.__post_init__ `self.pad_seq_to_mult <= 0`), which raise "
     "TypeError/AttributeError on a string, a dict or 0; pad_seq_to_mult=None passes PackedSequenceSpecs but "
-    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; a string "
-    "'false' is truthy and silently turns flags on.",
+    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; "
+    "training/train.py asserts train.manual_gc_interval >= 0 when training starts; a string 'false' is truthy and "
+    "silently turns flags on.",
 )
 def config_types(ctx: RuleContext) -> list[Violation]:
     return type_problems(ctx)

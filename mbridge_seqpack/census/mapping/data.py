@@ -59,30 +59,29 @@ MAPPING = (
     *groups(
         MB + "data/datasets/gpt_sft.py",
         {
-            "GPTSFTDataset._maybe_validate_prompt_template": gap(
+            "GPTSFTDataset._maybe_validate_prompt_template": guarded(
+                "gpt_sft.prompt_template",
+                "a legacy prompt_template (dataset_kwargs) that is missing, does not end with the label placeholder, "
+                "or does not name the truncation fields asserts when the dataset is built, after the model; the rule "
+                "runs this check on the config's values",
                 ("dataset.dataset_kwargs['prompt_template']", "dataset.dataset_kwargs['truncation_field']"),
-                "a legacy prompt_template (dataset_kwargs) that does not end with the label placeholder, or "
-                "truncation fields it does not name, assert when the dataset is built, after the model; "
-                "gpt_sft.dataset_kwargs_accepted checks the keys, not their values, and the preprocessing config's "
-                "validate() covers only the explicit PromptCompletionSFTPreprocessingConfig path",
-                general=True,
             ),
             "GPTSFTDataset.__getitem__": (
                 HOST_DATA,
                 site("assert idx <", INVARIANT),
                 site("raise e", RERAISE),
             ),
-            "GPTSFTDataset._multiple_truncation": gap(
+            "GPTSFTDataset._multiple_truncation": guarded(
+                "gpt_sft.prompt_template",
+                "an unknown truncation_method passed through dataset_kwargs raises at the first example that needs "
+                "truncation (mid-training); the rule runs GPTSFTDataset._truncation on the config's value",
                 ("dataset.dataset_kwargs['truncation_method']",),
-                "an unknown truncation_method passed through dataset_kwargs raises at the first example that "
-                "needs truncation (mid-training); only the explicit preprocessing config validates it",
-                general=True,
             ),
-            "GPTSFTDataset._truncation": gap(
+            "GPTSFTDataset._truncation": guarded(
+                "gpt_sft.prompt_template",
+                "an unknown truncation_method passed through dataset_kwargs raises at the first example that needs "
+                "truncation (mid-training); the rule runs GPTSFTDataset._truncation on the config's value",
                 ("dataset.dataset_kwargs['truncation_method']",),
-                "as _multiple_truncation: an unknown truncation_method from dataset_kwargs raises at the first "
-                "truncated example",
-                general=True,
             ),
             "GPTSFTDataset._process_example": (HOST_DATA, site("raise e", RERAISE)),
             "GPTSFTDataset._maybe_cast_to_list": HOST_DATA,

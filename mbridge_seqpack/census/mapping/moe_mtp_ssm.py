@@ -371,10 +371,10 @@ MAPPING = (
                 ),
             ),
             "MultiTokenPredictionLayer._checkpointed_forward": (
-                gap(
+                guarded(
+                    "mtp.full_recompute_layers",
+                    "MTP under uniform full recompute with recompute_num_layers != 1 asserts at the first forward",
                     ("model.recompute_granularity", "model.recompute_num_layers", "model.mtp_num_layers"),
-                    "MTP under full recompute with recompute_num_layers != 1 asserts at the first forward",
-                    general=True,
                 ),
                 site(
                     "Invalid activation recompute method",

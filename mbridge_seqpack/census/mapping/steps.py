@@ -148,10 +148,11 @@ MAPPING = (
                 harmless("train-loop bookkeeping asserts on values the loop itself maintains"),
                 site(
                     "manual_gc_interval",
-                    gap(
+                    guarded(
+                        "config.types",
+                        "a negative manual_gc_interval asserts when training starts; the types rule asks for a "
+                        "non-negative integer",
                         ("train.manual_gc_interval",),
-                        "a negative manual_gc_interval asserts when training starts; no config check bounds it",
-                        general=True,
                     ),
                 ),
                 site(

@@ -12,7 +12,7 @@ from mbridge_seqpack.census.mapping.common import (
     config_class,
     known_value,
 )
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
+from mbridge_seqpack.census.verdicts import groups, guarded, harmless, site, unreachable, validated
 
 F = "megatron/core/extensions/transformer_engine.py"
 
@@ -105,11 +105,11 @@ MAPPING = groups(
             site("Transformer Engine is not installed", ENVIRONMENT),
             site(
                 "apply_query_key_layer_scaling",
-                gap(
-                    ("model.apply_query_key_layer_scaling", "env_vars"),
+                guarded(
+                    "te.qk_layer_scaling_env",
                     "apply_query_key_layer_scaling must equal NVTE_APPLY_QK_LAYER_SCALING in the environment; a "
                     "mismatch raises when the model is built, after the GPUs are allocated",
-                    general=True,
+                    ("model.apply_query_key_layer_scaling", "env_vars"),
                 ),
             ),
             site("hasattr(pg_collection", unreachable("the model builders pass a full process-group collection")),
