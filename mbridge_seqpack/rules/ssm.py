@@ -17,23 +17,19 @@ MAMBA_EXPAND = 2
 
 
 def hybrid_layer_counts(model: Any) -> dict[str, int]:
-    """Layers by type symbol a hybrid provider builds (main pattern and MTP depths), by Megatron-Core's own parser:
-    ``hybrid_layer_pattern`` (or the deprecated override pattern), else the deprecated ratios as HybridModel turns
-    them into a pattern; {} for other providers or a pattern Megatron will refuse itself."""
+    """Layers by type symbol a hybrid provider builds (main pattern and MTP depths), by Megatron-Core's own parser of
+    ``hybrid_layer_pattern`` (HybridModelProvider.finalize moves the deprecated override pattern there; provide()
+    passes the pattern alone, never the deprecated ratios); {} for other providers, no pattern, or a pattern
+    Megatron will refuse itself."""
     from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
-    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts, pattern_from_ratios
+    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
 
     if not isinstance(model, HybridModelProvider):
         return {}
     pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
+    if not isinstance(pattern, str):
+        return {}
     try:
-        if not isinstance(pattern, str):
-            layers = getattr(model, "num_layers", None)
-            if not isinstance(layers, int) or layers <= 0:
-                return {}
-            attention = getattr(model, "hybrid_attention_ratio", 0.0) or 0.0
-            mlp = getattr(model, "hybrid_mlp_ratio", 0.0) or 0.0
-            pattern = pattern_from_ratios(layers, attention, mlp)
         return dict(get_hybrid_layer_counts(pattern))
     except (AssertionError, ValueError):
         return {}

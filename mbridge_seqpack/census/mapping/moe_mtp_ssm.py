@@ -578,11 +578,10 @@ MAPPING = (
         {
             "_hybrid_logging_pg_kwargs": INVARIANT,
             "HybridModel.__init__": (
-                gap(
-                    ("model.hybrid_override_pattern", "model.hybrid_layer_pattern", "model.hybrid_attention_ratio"),
-                    "conflicting hybrid layer patterns (deprecated override pattern or ratios together with "
-                    "hybrid_layer_pattern) raise when the model is built",
-                    general=True,
+                unreachable(
+                    "Megatron-Bridge's HybridModelProvider.provide passes hybrid_layer_pattern alone (no override "
+                    "pattern, no ratios); its finalize() moves hybrid_override_pattern there and asserts the two are "
+                    "not both set, at validate()"
                 ),
                 site("mtp_block_spec is not None", SPEC_BUILD),
             ),
