@@ -214,6 +214,17 @@ def test_fused_single_qkv_rope_asserts_where_self_attention_splits_qkv(packed_cf
     assert _ids(packed_cfg) == {"rope.fused_single_qkv"}
 
 
+def test_qwen3_vl_attention_refuses_rope_fusion(qwen3vl_cfg: Any) -> None:
+    from megatron.bridge.models.qwen_vl.modelling_qwen3_vl.rope import apply_rotary_pos_emb_absolute
+
+    qwen3vl_cfg.model.apply_rope_fusion = True  # what an override does; the provider defaults it to False
+    with pytest.raises(AssertionError, match="apply_rope_fusion is not supported for Qwen3-VL"):
+        apply_rotary_pos_emb_absolute(torch.zeros(4, 1, 2, 8), torch.zeros(4, 1, 1, 8), qwen3vl_cfg.model)
+    assert _ids(qwen3vl_cfg) == {"rope.qwen3_vl_no_fusion"}
+    qwen3vl_cfg.model.apply_rope_fusion = False
+    assert _ids(qwen3vl_cfg) == set()
+
+
 def test_yarn_refuses_interleaved_rotary_embeddings(unpacked_cfg: Any) -> None:
     from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
 

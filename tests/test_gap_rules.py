@@ -319,6 +319,14 @@ CASES += [
         {"dataset.dataset_kwargs.prompt_template": "{input} {output}"},
     ),
     Case(
+        "rope.qwen3_vl_no_fusion",
+        "qwen3vl_cfg",
+        8,
+        _set(model__apply_rope_fusion=True),
+        {"model": "Qwen3VLModelProvider", "model.apply_rope_fusion": True},
+        {"model.apply_rope_fusion": False},
+    ),
+    Case(
         "mtp.full_recompute_layers",
         "unpacked_cfg",
         8,

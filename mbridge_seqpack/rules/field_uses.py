@@ -484,6 +484,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "train (asserts >= 0)",
         "manual_gc_interval",
     ),
+    FieldUse(
+        "model.apply_rope_fusion",
+        "bridge/models/qwen_vl/modelling_qwen3_vl/rope.py",
+        "apply_rotary_pos_emb_absolute",
+        "apply_rope_fusion",
+    ),
 )
 
 

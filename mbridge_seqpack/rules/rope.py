@@ -80,3 +80,37 @@ def yarn_not_interleaved(ctx: RuleContext) -> list[Violation] | None:
             assignments={"model.rotary_interleaved": False},
         )
     ]
+
+
+def _qwen3_vl_providers() -> tuple[type, ...]:
+    from megatron.bridge.models.qwen_vl.qwen3_vl_provider import Qwen3VLModelProvider, Qwen3VLMoEModelProvider
+    from megatron.bridge.models.qwen_vl.qwen35_vl_provider import Qwen35VLModelProvider, Qwen35VLMoEModelProvider
+
+    return (Qwen3VLModelProvider, Qwen3VLMoEModelProvider, Qwen35VLModelProvider, Qwen35VLMoEModelProvider)
+
+
+@rule(
+    "rope.qwen3_vl_no_fusion",
+    "Qwen3-VL / Qwen3.5-VL need apply_rope_fusion=False.",
+    severity=ERROR,
+    evidence=(
+        "megatron/bridge/models/qwen_vl/modelling_qwen3_vl/rope.py apply_rotary_pos_emb_absolute (called by "
+        "Qwen3VLSelfAttention in every language layer) asserts 'apply_rope_fusion is not supported for Qwen3-VL / "
+        "Qwen3.5-VL models' at the first forward (run on CPU). The providers default it to False, but their provide() "
+        "builds the language model from the provider itself without GPTModelProvider.provide's "
+        "validate_rope_fusion_compatibility reset, so an override that turns it on reaches the assertion."
+    ),
+)
+def qwen3_vl_no_fusion(ctx: RuleContext) -> list[Violation] | None:
+    if not isinstance(ctx.model, _qwen3_vl_providers()):
+        return None
+    if not getattr(ctx.model, "apply_rope_fusion", False):
+        return []
+    return [
+        Violation(
+            {"model": type(ctx.model).__name__, "model.apply_rope_fusion": True},
+            "Qwen3-VL's attention applies per-token absolute rotary frequencies that TE's fused kernel cannot take: "
+            "every language layer asserts at the first forward",
+            assignments={"model.apply_rope_fusion": False},
+        )
+    ]

@@ -124,6 +124,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "model.fused_single_qkv_rope": BOOL,
     "model.qk_layernorm": BOOL,
     "model.rotary_interleaved": BOOL,
+    "model.apply_rope_fusion": BOOL,
     "model.moe_router_fusion": BOOL,
     "model.moe_apply_probs_on_input": BOOL,
     "model.moe_router_topk": POSITIVE_INT,

@@ -125,11 +125,11 @@ MAPPING = (
             "Qwen3VLMultimodalRotaryEmbedding.__init__": ARCHITECTURE,
             "_build_llm_rope_positions": MODEL_HOST_READ,
             "get_rope_index": MODEL_HOST_READ,
-            "apply_rotary_pos_emb_absolute": gap(
-                ("model.apply_rope_fusion",),
+            "apply_rotary_pos_emb_absolute": guarded(
+                "rope.qwen3_vl_no_fusion",
                 "apply_rope_fusion=True on Qwen3-VL / Qwen3.5-VL asserts at the first forward (the providers "
-                "leave it False; an override turns it on)",
-                general=True,
+                "leave it False and their provide() does not reset an override)",
+                ("model.apply_rope_fusion",),
             ),
         },
     ),
