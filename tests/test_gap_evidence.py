@@ -323,6 +323,43 @@ def test_router_option_pairs_megatron_core_refuses(packed_cfg: Any) -> None:
     assert v.assignments == {"model.moe_router_fusion": False}
 
 
+# ---- process groups -------------------------------------------------------------------------------------------
+def test_process_group_options_initialize_model_parallel_refuses(groups: Any, packed_cfg: Any) -> None:
+    """Megatron-Core's initialize_model_parallel over a fake world of 8 (TP 1, PP 1: DP 8)."""
+    from megatron.core import parallel_state
+
+    def refusal(**options: Any) -> str | None:
+        try:
+            parallel_state.initialize_model_parallel(1, 1, **options)
+        except AssertionError as exc:
+            return str(exc)
+        except Exception:  # noqa: BLE001 - past the checks: the fake backend cannot make every group kind
+            return None
+        finally:
+            parallel_state.destroy_model_parallel()
+        return None
+
+    assert refusal(num_distributed_optimizer_instances=3) == (
+        "Data parallel size should be divisible by partial DistOpt shard factor"
+    )
+    assert refusal(num_distributed_optimizer_instances=2) is None
+    assert (
+        refusal(use_sharp=False, sharp_enabled_group="dp")
+        == "sharp_enabled_group is only valid when use_sharp is True"
+    )
+    assert refusal(use_sharp=True, sharp_enabled_group="dp_replica") == (
+        "dp_replica group requires num_distributed_optimizer_instances > 1"
+    )
+    packed_cfg.ddp.num_distributed_optimizer_instances = 3
+    assert _ids(packed_cfg) == {"process_groups.optimizer_instances"}
+    packed_cfg.ddp.num_distributed_optimizer_instances = 2
+    assert _ids(packed_cfg) == set()
+    packed_cfg.dist.use_sharp, packed_cfg.dist.sharp_enabled_group = True, "dp_replica"
+    assert _ids(packed_cfg) == set()
+    packed_cfg.ddp.num_distributed_optimizer_instances = 1
+    assert _ids(packed_cfg) == {"process_groups.sharp_group"}
+
+
 # ---- values Megatron dispatches on ----------------------------------------------------------------------------
 def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any) -> None:
     from megatron.bridge.data.samplers import build_pretraining_data_loader

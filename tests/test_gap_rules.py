@@ -327,6 +327,32 @@ CASES += [
         {"model.apply_rope_fusion": False},
     ),
     Case(
+        "process_groups.optimizer_instances",
+        "packed_cfg",
+        8,
+        _set(ddp__num_distributed_optimizer_instances=3),
+        {"ddp.num_distributed_optimizer_instances": 3, "DP x CP": 8, "expert DP": 8},
+        {"ddp.num_distributed_optimizer_instances": 2},
+    ),
+    Case(
+        "process_groups.sharp_group",
+        "packed_cfg",
+        8,
+        _set(dist__sharp_enabled_group="dp"),
+        {"dist.sharp_enabled_group": "dp", "dist.use_sharp": False},
+        {"dist.sharp_enabled_group": None},
+    ),
+    Case(
+        "config.known_values",
+        "packed_cfg",
+        8,
+        _set(
+            dist__use_sharp=True, dist__sharp_enabled_group="dp_replicas", ddp__num_distributed_optimizer_instances=2
+        ),
+        {"dist.sharp_enabled_group": "dp_replicas"},
+        {"dist.sharp_enabled_group": "dp_replica"},
+    ),
+    Case(
         "mtp.full_recompute_layers",
         "unpacked_cfg",
         8,

@@ -22,6 +22,7 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     parallelism,
     precision,
     prep,
+    process_groups,
     rope,
     schedules,
     sft_kwargs,
@@ -57,6 +58,7 @@ MODULE_ORDER = (
     schedules,
     sft_kwargs,
     layers,
+    process_groups,
 )
 
 

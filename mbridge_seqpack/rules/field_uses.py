@@ -490,6 +490,19 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "apply_rotary_pos_emb_absolute",
         "apply_rope_fusion",
     ),
+    FieldUse(
+        "ddp.num_distributed_optimizer_instances",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "num_distributed_optimizer_instances",
+    ),
+    FieldUse("dist.use_sharp", "bridge/training/initialize.py", "initialize_model_parallel", "use_sharp"),
+    FieldUse(
+        "dist.sharp_enabled_group",
+        "bridge/training/initialize.py",
+        "initialize_model_parallel",
+        "sharp_enabled_group",
+    ),
 )
 
 

@@ -133,6 +133,8 @@ FIELD_TYPES: dict[str, FieldType] = {
     "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
     "dataset.pad_to_multiple_of": POSITIVE_INT,
     "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
+    "ddp.num_distributed_optimizer_instances": POSITIVE_INT,
+    "dist.use_sharp": BOOL,
     "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
 }
 

@@ -81,6 +81,10 @@ KNOWN_VALUE_FIELDS: dict[str, tuple[Callable[[RuleContext], bool], str]] = {
         lambda ctx: _moe(ctx) and getattr(ctx.model, "moe_expert_capacity_factor", None) is not None,
         "core/transformer/moe/moe_utils.py apply_router_token_dropping raises 'Invalid drop_policy'",
     ),
+    "dist.sharp_enabled_group": (
+        lambda ctx: bool(getattr(getattr(ctx.cfg, "dist", None), "use_sharp", False)),
+        "core/parallel_state.py initialize_model_parallel asserts 'Invalid sharp_enabled_group'",
+    ),
     "model.moe_flex_dispatcher_backend": (
         lambda ctx: _moe(ctx) and getattr(ctx.model, "moe_token_dispatcher_type", None) == "flex",
         "core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ raises 'Invalid backend'",

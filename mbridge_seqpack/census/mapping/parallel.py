@@ -34,11 +34,15 @@ WORLD = guarded(
 )
 ALREADY = unreachable("process groups are initialized once per process (initialize_model_parallel)")
 PG_FEATURE = gap(
-    ("ddp.num_distributed_optimizer_instances", "dist.use_sharp", "dist.sharp_enabled_group"),
-    "process-group options (partial distributed optimizer, SHARP groups, generalized-TP remat) with sizes that "
-    "do not divide DP*CP / expert DP, or an inconsistent SHARP group, assert at setup after the GPUs are "
-    "allocated; ConfigContainer.validate does not check them",
+    ("ddp.num_distributed_optimizer_instances", "model.tensor_parallel_num_weight_shards"),
+    "generalized-TP weight rematerialization with a partial distributed optimizer (more than one instance) "
+    "asserts at setup after the GPUs are allocated; ConfigContainer.validate does not check it",
     general=True,
+)
+SHARP_GROUP = guarded(
+    "process_groups.sharp_group",
+    "a SHARP group without use_sharp, or 'dp_replica' with a single optimizer instance, asserts at setup",
+    ("dist.use_sharp", "dist.sharp_enabled_group", "ddp.num_distributed_optimizer_instances"),
 )
 SP_SPLIT = guarded(
     ("offline.row_width_alignment", "gpt_sft.row_width_alignment", "collate.seq_length_alignment"),
@@ -120,8 +124,17 @@ MAPPING = (
                     "should be greater than 1 with interleaved schedule",
                     validated("ModelParallelConfig / TransformerConfig: VPP needs PP > 1", "config"),
                 ),
-                site("sharp_enabled_group", PG_FEATURE),
-                site("num_distributed_optimizer_instances", PG_FEATURE),
+                site("Invalid sharp_enabled_group", known_value("dist.sharp_enabled_group")),
+                site("sharp_enabled_group is only valid", SHARP_GROUP),
+                site("dp_replica group requires", SHARP_GROUP),
+                site(
+                    "partial DistOpt shard factor",
+                    guarded(
+                        "process_groups.optimizer_instances",
+                        "the partial distributed optimizer's instance count must divide DP*CP and the expert DP size",
+                        ("ddp.num_distributed_optimizer_instances",),
+                    ),
+                ),
                 site("GTP_remat", PG_FEATURE),
                 site("torch.distributed.is_initialized", INVARIANT),
                 site("yaml", ENVIRONMENT),
