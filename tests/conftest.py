@@ -142,3 +142,23 @@ def energon_cfg(megatron_bridge):
     cfg.model.calculate_per_token_loss = True
     cfg.ddp.average_in_collective = False
     return cfg
+
+
+@pytest.fixture
+def pretrain_cfg(megatron_bridge):
+    """Small GPT on Megatron-Bridge's pretraining defaults (mock GPTDataset data, NullTokenizer), seq 4096, global
+    batch 16: valid at world size 8."""
+    from megatron.bridge.recipes.common import _pretrain_common
+
+    from mbridge_seqpack.recipes.kit import small_gpt_provider
+
+    cfg = _pretrain_common()
+    cfg.model = small_gpt_provider(4096)
+    cfg.tokenizer.tokenizer_type = "NullTokenizer"
+    cfg.tokenizer.tokenizer_model = None
+    cfg.tokenizer.vocab_size = 8192
+    cfg.dataset.seq_length = 4096
+    cfg.train.global_batch_size = 16
+    cfg.train.micro_batch_size = 1
+    cfg.train.train_iters = 1000
+    return cfg
