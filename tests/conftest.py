@@ -162,3 +162,33 @@ def pretrain_cfg(megatron_bridge):
     cfg.train.micro_batch_size = 1
     cfg.train.train_iters = 1000
     return cfg
+
+
+@pytest.fixture
+def hybrid_cfg(packed_cfg):
+    """The packed base with a small Mamba + attention HybridModelProvider, is_hybrid_model=True as Megatron-Bridge's
+    Nemotron-H bridge sets it."""
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    packed_cfg.model = HybridModelProvider(
+        hybrid_layer_pattern="M*M-",
+        hidden_size=256,
+        num_attention_heads=4,
+        mamba_num_heads=8,
+        mamba_head_dim=32,
+        vocab_size=1024,
+        seq_length=4096,
+        is_hybrid_model=True,
+    )
+    return packed_cfg
+
+
+@pytest.fixture
+def qwen3omni_cfg(vlm_cfg):
+    """The vlm base (in-batch packed, micro batch 2) with a small Qwen3OmniModelProvider."""
+    from megatron.bridge.models.qwen_omni.qwen3_omni_provider import Qwen3OmniModelProvider
+
+    vlm_cfg.model = Qwen3OmniModelProvider(
+        num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
+    )
+    return vlm_cfg
