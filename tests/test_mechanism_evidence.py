@@ -144,6 +144,12 @@ def test_the_dataset_mask_costs_eight_bytes_per_token_pair_while_built(pretrain_
     # NVIDIA-NeMo/Megatron-Bridge#3555: 4096 tokens, a 455-dataset blend, ~32 workers per node -> a RAM ramp to OOM
     assert mask_host_bytes(4096, 4, 455, 8) > 200 * 2**30
     assert mask_host_bytes(4096, 2, 1, 8) < 64 * 2**30  # the shipped 4k/8k recipes stay quiet
+    from mbridge_seqpack.rules.pretraining import _blend_size
+
+    assert _blend_size(pretrain_cfg.dataset) == 1  # mock data
+    pretrain_cfg.dataset.blend_per_split = [(["a", "b", "c"], None), None, None]
+    assert _blend_size(pretrain_cfg.dataset) == 3  # one cached mask per training dataset
+    pretrain_cfg.dataset.blend_per_split = None
     assert _ids(pretrain_cfg) == set()
     pretrain_cfg.model.seq_length = pretrain_cfg.dataset.seq_length = 32768
     assert _one(pretrain_cfg, "dataset.create_attention_mask").severity == ADVISORY
@@ -250,6 +256,9 @@ def test_registered_vlm_collates_refuse_in_batch_packing(processor: str, vlm_cfg
     """DirectSFTDataset binds the collate registered for the processor type; both refuse packing at the first batch."""
     from megatron.bridge.data.collators.registry import resolve_model_collate
 
+    from mbridge_seqpack.rules.families import _refusing_collate_families
+
+    assert processor in _refusing_collate_families().values()  # both provider modules import here
     examples = [{"conversation": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}] * 2
     with pytest.raises(ValueError, match="does not support in-batch packing"):
         resolve_model_collate(processor)(examples, None, enable_in_batch_packing=True)

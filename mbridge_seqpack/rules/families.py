@@ -9,14 +9,27 @@ from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 
+#: providers whose registered collate (data/collators/registry.py, keyed by HF processor type) or step refuses
+#: in-batch packing: (module, class) -> that processor's name
+_MODELS = "megatron.bridge.models"
+REFUSING_COLLATE_FAMILIES = {
+    (f"{_MODELS}.nemotron_vl.nemotron_vl_provider", "NemotronVLModelProvider"): "NemotronNanoVLV2Processor",
+    (f"{_MODELS}.qwen_omni.qwen3_omni_provider", "Qwen3OmniModelProvider"): "Qwen3OmniMoeProcessor",
+}
+
 
 def _refusing_collate_families() -> dict[type, str]:
-    """Providers whose registered collate (data/collators/registry.py, keyed by HF processor type) or step refuses
-    in-batch packing, with that processor's name."""
-    from megatron.bridge.models.nemotron_vl.nemotron_vl_provider import NemotronVLModelProvider
-    from megatron.bridge.models.qwen_omni.qwen3_omni_provider import Qwen3OmniModelProvider
+    """The provider classes of ``REFUSING_COLLATE_FAMILIES`` this installation has (a family whose module does not
+    import, e.g. for a missing optional dependency, cannot be the model either)."""
+    import importlib
 
-    return {NemotronVLModelProvider: "NemotronNanoVLV2Processor", Qwen3OmniModelProvider: "Qwen3OmniMoeProcessor"}
+    found = {}
+    for (module, name), processor in REFUSING_COLLATE_FAMILIES.items():
+        try:
+            found[getattr(importlib.import_module(module), name)] = processor
+        except (ImportError, AttributeError):
+            continue
+    return found
 
 
 @rule(

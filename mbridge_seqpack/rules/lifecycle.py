@@ -103,6 +103,17 @@ def packed_split_rows(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
+def _read_train_state(path: Path) -> Any:
+    """A checkpoint's TrainState, read as Megatron-Bridge's read_train_state does without torch.distributed (a config
+    check runs on every rank and must not enter its broadcast)."""
+    import torch
+    from megatron.bridge.training.state import TrainState
+
+    state = TrainState()
+    state.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return state
+
+
 def _checkpoint_train_state(ctx: RuleContext) -> tuple[Any, Path, Path] | None:
     """The train state a launch resumes from (``checkpoint.load``, its ``ckpt_step`` or latest tracker), with the
     state file and the checkpoint's run_config.yaml; None when nothing will be resumed."""
@@ -111,7 +122,6 @@ def _checkpoint_train_state(ctx: RuleContext) -> tuple[Any, Path, Path] | None:
         get_checkpoint_name,
         get_checkpoint_run_config_filename,
         get_checkpoint_train_state_filename,
-        read_train_state,
     )
 
     checkpoint = getattr(ctx.cfg, "checkpoint", None)
@@ -123,23 +133,24 @@ def _checkpoint_train_state(ctx: RuleContext) -> tuple[Any, Path, Path] | None:
         tracker = Path(get_checkpoint_train_state_filename(str(load), prefix=TRACKER_PREFIX))
         if not tracker.is_file():
             return None
-        step = read_train_state(str(tracker)).step
+        step = _read_train_state(tracker).step
     iteration = Path(get_checkpoint_name(str(load), step))
     state_file = Path(get_checkpoint_train_state_filename(str(iteration)))
     if not state_file.is_file():
         return None
-    return read_train_state(str(state_file)), state_file, Path(get_checkpoint_run_config_filename(str(iteration)))
+    return _read_train_state(state_file), state_file, Path(get_checkpoint_run_config_filename(str(iteration)))
 
 
 def _specs_then(run_config: Path) -> dict[str, Any]:
-    """The offline packing specs the checkpointed run trained with (its run_config.yaml), {} when unknown."""
-    from megatron.bridge.training.utils.checkpoint_utils import read_run_config
+    """The offline packing specs the checkpointed run trained with (its run_config.yaml, read as
+    read_run_config does without torch.distributed), {} when unknown."""
+    import yaml
 
     if not run_config.is_file():
         return {}
     try:
-        then = read_run_config(str(run_config))
-    except (OSError, RuntimeError, ValueError):
+        then = yaml.safe_load(run_config.read_text())
+    except (OSError, yaml.YAMLError):
         return {}
     specs = (then.get("dataset") or {}).get("offline_packing_specs") if isinstance(then, dict) else None
     return specs if isinstance(specs, dict) else {}

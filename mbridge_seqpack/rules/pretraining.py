@@ -131,6 +131,9 @@ def reset_position_ids(ctx: RuleContext) -> list[Violation] | None:
 def _blend_size(dataset: object) -> int:
     """Datasets in the training blend (each GPTDataset caches its own mask), 1 for mock data."""
     blend = getattr(dataset, "blend", None)
+    per_split = getattr(dataset, "blend_per_split", None)
+    if blend is None and isinstance(per_split, (list, tuple)) and per_split:
+        blend = per_split[0]  # the training split's blend
     paths = blend[0] if isinstance(blend, (tuple, list)) and blend and isinstance(blend[0], (list, tuple)) else None
     if paths is None and isinstance(getattr(dataset, "data_path", None), (list, str)):
         data_path = dataset.data_path
