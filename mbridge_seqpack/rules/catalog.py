@@ -12,13 +12,17 @@ from mbridge_seqpack.rules import (  # each module registers its rules on import
     artifacts,
     attention,
     batch,
+    comm,
     cuda_graphs,
     energon,
+    families,
     in_batch,
+    lifecycle,
     models,
     offline,
     parallelism,
     precision,
+    pretraining,
     types,
 )
 from mbridge_seqpack.rules.context import RuleContext
@@ -41,6 +45,10 @@ MODULE_ORDER = (
     models,
     energon,
     artifacts,
+    pretraining,
+    comm,
+    families,
+    lifecycle,
 )
 
 
