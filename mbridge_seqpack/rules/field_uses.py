@@ -281,6 +281,75 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "packed_metadata_path",
     ),
     FieldUse(
+        "dataset.inter_document_masking",
+        "core/datasets/gpt_dataset.py",
+        "GPTDataset.__getitem__: cu_seqlens per sample",
+        "inter_document_masking",
+    ),
+    FieldUse(
+        "dataset.reset_attention_mask",
+        "core/datasets/gpt_dataset.py",
+        "_get_ltor_masks_and_position_ids",
+        "reset_attention_mask",
+    ),
+    FieldUse(
+        "dataset.reset_position_ids",
+        "core/datasets/gpt_dataset.py",
+        "_get_ltor_masks_and_position_ids",
+        "reset_position_ids",
+    ),
+    FieldUse(
+        "dataset.create_attention_mask",
+        "core/datasets/gpt_dataset.py",
+        "_get_ltor_masks_and_position_ids",
+        "create_attention_mask",
+    ),
+    FieldUse(
+        "dataset.skip_getting_attention_mask_from_dataset",
+        "bridge/training/gpt_step.py",
+        "get_batch_from_iterator",
+        "skip_getting_attention_mask_from_dataset",
+    ),
+    FieldUse("dataset.num_workers", "bridge/data/loaders.py", "build_train_valid_test_data_loaders", "num_workers"),
+    FieldUse(
+        "dataset.do_validation", "bridge/data/builders/gpt_sft.py", "GPTSFTDatasetBuilder.build", "do_validation"
+    ),
+    FieldUse("validation.eval_iters", "bridge/data/loaders.py", "build_train_valid_test_data_loaders", "eval_iters"),
+    FieldUse(
+        "model.position_embedding_type",
+        "core/models/gpt/gpt_model.py",
+        "GPTModel._preprocess: rotary embeddings",
+        "position_embedding_type",
+    ),
+    FieldUse(
+        "model.hybrid_context_parallel",
+        "core/pipeline_parallel/schedules.py",
+        "forward_backward_no_pipelining",
+        "hybrid_context_parallel",
+    ),
+    FieldUse(
+        "model.tp_comm_overlap",
+        "bridge/training/initialize.py",
+        "_initialize_tp_communicators",
+        "tp_comm_overlap",
+    ),
+    FieldUse(
+        "comm_overlap.tp_comm_overlap",
+        "bridge/training/comm_overlap.py",
+        "CommOverlapConfig.setup",
+        "tp_comm_overlap",
+    ),
+    FieldUse("model.is_hybrid_model", "bridge/training/gpt_step.py", "_forward_step_common", "is_hybrid_model"),
+    FieldUse(
+        "model.experimental_attention_variant",
+        "core/transformer/transformer_config.py",
+        "TransformerConfig.__post_init__ (DSA CP)",
+        "experimental_attention_variant",
+    ),
+    FieldUse("model.num_moe_experts", "core/transformer/moe/router.py", "TopKRouter", "num_moe_experts"),
+    FieldUse("checkpoint.load", "bridge/training/checkpointing.py", "load_checkpoint: train state", "load"),
+    FieldUse("checkpoint.finetune", "bridge/training/checkpointing.py", "load_checkpoint", "finetune"),
+    FieldUse(
         "dataset.dataset_kwargs['virtual_tokens']",
         "bridge/data/packing/gpt_sft.py",
         "GPTSFTPackedDataset.__init__ (asserts 0)",
@@ -317,12 +386,6 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "qk_layernorm",
     ),
     FieldUse(
-        "model.position_embedding_type",
-        "core/models/gpt/gpt_model.py",
-        "GPTModel.__init__ (rotary embedding)",
-        "position_embedding_type",
-    ),
-    FieldUse(
         "model.rotary_interleaved",
         "core/models/gpt/gpt_model.py",
         "GPTModel.__init__ (YarnRotaryEmbedding)",
@@ -345,12 +408,6 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "core/ssm/mamba_mixer.py",
         "MambaMixer.forward",
         "use_mamba_mem_eff_path",
-    ),
-    FieldUse(
-        "model.num_moe_experts",
-        "core/transformer/moe/router.py",
-        "TopKRouter",
-        "num_moe_experts",
     ),
     FieldUse(
         "model.moe_router_topk",

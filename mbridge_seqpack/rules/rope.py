@@ -7,7 +7,6 @@ from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.models import _packing_flags
 from mbridge_seqpack.rules.registry import rule
 
 #: position embeddings for which GPTModel computes a rotary_pos_emb (models/gpt/gpt_model.py GPTModel.__init__)
@@ -17,7 +16,7 @@ ROTARY_TYPES = ("rope", "yarn", "mrope")
 def _split_qkv_reasons(ctx: RuleContext) -> dict[str, Any]:
     """The fields that make Attention.forward split Q, K and V (split_qkv=True) in a self-attention layer."""
     m = ctx.model
-    found: dict[str, Any] = dict(_packing_flags(ctx))
+    found: dict[str, Any] = dict(ctx.packing_flags)
     if getattr(m, "qk_layernorm", False):
         found["model.qk_layernorm"] = True
     kind = getattr(m, "position_embedding_type", None)

@@ -57,28 +57,17 @@ def _gpt_sft_multiple(ctx: RuleContext) -> int:
     return max(GPT_SFT_ROW_MULTIPLE, mult) if kwargs.get("chat") else mult
 
 
-def _fixed_width(ctx: RuleContext) -> bool:
-    """``pad_to_max_length`` as the collate will see it: Megatron-Bridge's validate() turns it on itself for datasets
-    that carry the field, under PP>1 or EP>1 (training/config.py)."""
-    if ctx.pad_to_max_length:
-        return True
-    topo = ctx.topology
-    return hasattr(ctx.dataset, "pad_to_max_length") and (topo.pp > 1 or topo.ep > 1)
-
-
 def _pad_field(ctx: RuleContext) -> dict[str, object]:
     return {ctx.pad_to_max_length_path: True}
 
 
 def row_widths(ctx: RuleContext) -> RowWidths | None:
     """The widths of this config's training micro batches, or None where they are not modelled."""
-    from megatron.bridge.training.config import GPTDatasetConfig
-
     seq = getattr(ctx.dataset, "seq_length", None) or ctx.model.seq_length
     mbs = ctx.train.micro_batch_size
     if not isinstance(mbs, int) or not isinstance(seq, int):
         return None
-    fixed = _fixed_width(ctx)
+    fixed = ctx.fixed_width_rows  # pad_to_max_length as validate() leaves it (on under PP>1 / EP>1)
     if ctx.offline_packing and ctx.specs is not None:
         size = ctx.specs.packed_sequence_size
         if fixed:
@@ -99,6 +88,6 @@ def row_widths(ctx: RuleContext) -> RowWidths | None:
             return RowWidths(mbs, (seq,), {"dataset.seq_length": seq, **_pad_field(ctx)}, fixed=True)
         mult = math.lcm(int(getattr(ctx.dataset, "pad_to_multiple_of", 1) or 1), ctx.topology.alignment)
         return RowWidths(mbs, (mult, seq), {"dataset.seq_length": seq, "dataset.pad_to_multiple_of": mult})
-    if isinstance(ctx.dataset, GPTDatasetConfig):
+    if ctx.pretraining_dataset:
         return RowWidths(mbs, (seq,), {"dataset.seq_length": seq}, fixed=True)
     return None

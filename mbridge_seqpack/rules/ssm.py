@@ -8,7 +8,6 @@ from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.models import _packing_flags
 from mbridge_seqpack.rules.registry import rule
 
 MAMBA, GDN = "M", "G"  # megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols
@@ -154,7 +153,7 @@ def mamba_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     ),
 )
 def mamba_packing_needs_mem_eff_path(ctx: RuleContext) -> list[Violation] | None:
-    flags = _packing_flags(ctx)
+    flags = ctx.packing_flags
     if not flags or not has_mamba_layers(ctx.model):
         return None
     if getattr(ctx.model, "use_mamba_mem_eff_path", True):
@@ -211,7 +210,7 @@ def mamba_cp_needs_rmsnorm(ctx: RuleContext) -> list[Violation] | None:
     ),
 )
 def gdn_packing_deterministic(ctx: RuleContext) -> list[Violation] | None:
-    flags = _packing_flags(ctx)
+    flags = ctx.packing_flags
     if not flags or not has_gdn_layers(ctx.model):
         return None
     if not getattr(ctx.model, "deterministic_mode", False):

@@ -58,7 +58,7 @@ OPTIONAL_PATH = FieldType(
 )
 OPTIONAL_MAPPING = FieldType("a mapping (dict) or null", lambda v: v is None or isinstance(v, Mapping), None)
 CP_COMM_TYPE = FieldType(
-    "null, a string (p2p, a2a, allgather, a2a+p2p) or a list of those per layer",
+    "null, a string (p2p, a2a, all_gather, a2a+p2p) or a list of those per layer",
     lambda v: (
         v is None
         or isinstance(v, str)
@@ -74,6 +74,8 @@ OPTIONAL_INT_LIST = FieldType(
 
 
 MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
+#: None lets Megatron-Bridge's own 'must be defined' assertion (GPTDatasetConfig.finalize) speak
+OPTIONAL_BOOL = FieldType("true, false or null", lambda v: v is None or _is_bool(v), None)
 OPTIONAL_MICRO_BATCH = FieldType(
     "a positive integer (null lets Megatron-Bridge report it)", lambda v: v is None or (_is_int(v) and v > 0), 1
 )
@@ -117,6 +119,17 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
+    "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
+    "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
+    "dataset.inter_document_masking": BOOL,
+    "dataset.reset_attention_mask": OPTIONAL_BOOL,
+    "dataset.reset_position_ids": OPTIONAL_BOOL,
+    "dataset.create_attention_mask": BOOL,
+    "dataset.skip_getting_attention_mask_from_dataset": BOOL,
+    "dataset.num_workers": OPTIONAL_NON_NEGATIVE_INT,
+    "model.hybrid_context_parallel": BOOL,
+    "model.tp_comm_overlap": BOOL,
+    "model.is_hybrid_model": BOOL,
     # read by the gap rules (ssm, rope, moe, schedules, prep): a string 'false' would turn these on
     "model.use_mamba_mem_eff_path": BOOL,
     "model.rmsnorm": BOOL,  # Falcon-H1 only
