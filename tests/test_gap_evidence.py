@@ -517,3 +517,49 @@ def test_te_attention_reads_query_key_layer_scaling_from_the_environment(
     assert _ids(packed_cfg) == {"te.qk_layer_scaling_env"}
     packed_cfg.env_vars = {**packed_cfg.env_vars, "NVTE_APPLY_QK_LAYER_SCALING": "1"}
     assert _ids(packed_cfg) == set()
+
+
+def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_loaders_are_built(
+    groups: Any,
+    tiny_pack: Any,  # noqa: F811
+    packed_cfg: Any,
+) -> None:
+    """Megatron-Bridge's build_train_valid_test_data_loaders over its own GPT SFT provider and a one-row pack, in a
+    fake world of 8 (DP 8)."""
+    import functools
+
+    from megatron.bridge.data.builders.gpt_sft import gpt_sft_train_valid_test_datasets_provider
+    from megatron.bridge.data.loaders import build_train_valid_test_data_loaders
+    from megatron.bridge.training.state import TrainState
+
+    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+
+    pack = tiny_pack / "pack" / "training_64.idx.parquet"
+    for path, value in {
+        "model.seq_length": 64,
+        "dataset.seq_length": 64,
+        "dataset.dataset_root": str(tiny_pack),
+        "dataset.do_validation": False,
+        "dataset.offline_packing_specs.packed_sequence_size": 64,
+        "dataset.offline_packing_specs.packed_train_data_path": str(pack),
+    }.items():
+        set_path(packed_cfg, path, value)
+    provider = functools.partial(
+        gpt_sft_train_valid_test_datasets_provider, tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir())
+    )
+
+    def loaders() -> Any:
+        return build_train_valid_test_data_loaders(packed_cfg, TrainState(), provider, groups[8])
+
+    with pytest.raises(RuntimeError, match=r"Not enough train samples for a single global batch: train dataset size"):
+        loaders()
+    (v,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "offline.train_split_rows"]
+    assert v.fields["train.global_batch_size"] == 16 and v.fields["training rows"] < 16
+    packed_cfg.dataset.max_train_samples = v.assignments["dataset.max_train_samples"]
+    assert "offline.train_split_rows" not in _ids(packed_cfg)
+    packed_cfg.dataset.max_train_samples = 16  # the least the check asks for (the fix asks for the whole run)
+    with pytest.raises(RuntimeError) as past:  # past the check: the rows repeat up to 16 samples, and the loaders
+        loaders()  # go on to the step that needs a GPU
+    assert "Not enough train samples" not in str(past.value)

@@ -280,6 +280,16 @@ CASES = [
 ]
 
 
+def _three_row_pack(cfg: Any, tmp_path: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = tmp_path / "training_4096.idx.parquet"
+    rows = {"input_ids": [[5, 6, 7]] * 3, "loss_mask": [[1, 1, 0]] * 3, "seq_start_id": [[0]] * 3}
+    pq.write_table(pa.table(rows), str(train))
+    cfg.dataset.offline_packing_specs.packed_train_data_path = str(train)
+
+
 def _qk_scaling(cfg: Any, tmp_path: Any) -> None:
     os.environ.pop("NVTE_APPLY_QK_LAYER_SCALING", None)  # the environment is restored after each test
     cfg.model.apply_query_key_layer_scaling = True
@@ -353,6 +363,19 @@ CASES += [
         {"dist.sharp_enabled_group": "dp_replica"},
     ),
     Case(
+        "offline.train_split_rows",
+        "packed_cfg",
+        8,
+        _three_row_pack,
+        {
+            "dataset.offline_packing_specs.packed_train_data_path": "<tmp>/training_4096.idx.parquet",
+            "training rows": 3,
+            "dataset.max_train_samples": None,
+            "train.global_batch_size": 16,
+        },
+        {"dataset.max_train_samples": 16000},  # 1000 iterations of 16 rows: the rows repeat in epochs
+    ),
+    Case(
         "mtp.full_recompute_layers",
         "unpacked_cfg",
         8,
@@ -400,7 +423,8 @@ def test_gap_rule_breaks_and_its_override_fix_repairs(
     found = check(cfg, world_size=case.world)
     assert sorted(v.rule_id for v in found) == sorted((case.rule_id, *case.also))
     (violation,) = [v for v in found if v.rule_id == case.rule_id]
-    assert violation.fields == case.fields
+    expected = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v for k, v in case.fields.items()}
+    assert violation.fields == expected
     assert violation.assignments == case.assignments
     assert violation.severity == "error" and violation.rule
 

@@ -560,6 +560,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "initialize_model_parallel",
         "sharp_enabled_group",
     ),
+    FieldUse(
+        "dataset.drop_last",
+        "bridge/data/loaders.py",
+        "build_train_valid_test_data_loaders",
+        "drop_last",
+    ),
 )
 
 

@@ -94,3 +94,55 @@ def no_p_tuning(ctx: RuleContext) -> list[Violation] | None:
             assignments={"dataset.dataset_kwargs.virtual_tokens": 0},
         )
     ]
+
+
+@rule(
+    "offline.train_split_rows",
+    "A packed training split must hold at least one global batch of rows (or dataset.max_train_samples must ask for "
+    "that many samples).",
+    severity=ERROR,
+    evidence=(
+        "megatron/bridge/data/loaders.py build_train_valid_test_data_loaders raises RuntimeError 'Not enough train "
+        "samples for a single global batch: train dataset size (N) < global batch size (G)' when the loaders are "
+        "built, after the model and optimizer, whenever drop_last holds (dataset.drop_last, the default, without "
+        "train.num_epochs) and the dataloader is not 'external' (run on CPU over a packed split). The packed "
+        "dataset's length is its rows (data/packing/parquet.py), or dataset.max_train_samples when set (its "
+        "samples mapping repeats the rows in shuffled epochs). eval.packed_split_rows checks the validation split."
+    ),
+)
+def train_split_rows(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.rules.lifecycle import packed_split_files, parquet_rows
+
+    dataset = ctx.dataset
+    if ctx.specs is None or not ctx.offline_packing or not ctx.dataset_is("gpt_sft"):
+        return None
+    if getattr(ctx.train, "num_epochs", None) is not None or not getattr(dataset, "drop_last", True):
+        return None
+    if getattr(dataset, "dataloader_type", None) == "external":
+        return None
+    files = packed_split_files(ctx, "training")
+    rows = parquet_rows(files) if files else None
+    gbs = ctx.train.global_batch_size
+    if rows is None or not isinstance(gbs, int):
+        return None
+    samples = getattr(dataset, "max_train_samples", None)
+    length = samples if isinstance(samples, int) and samples > 0 else rows
+    if length >= gbs:
+        return []
+    iters = getattr(ctx.train, "train_iters", None)
+    wanted = gbs * iters if isinstance(iters, int) and iters > 0 else gbs
+    return [
+        Violation(
+            {
+                f"{SPECS}.packed_train_data_path": str(ctx.specs.packed_train_data_path or files[0]),
+                "training rows": rows,
+                "dataset.max_train_samples": samples,
+                "train.global_batch_size": gbs,
+            },
+            f"the packed training split holds {rows} rows and one global batch takes {gbs}: the data loaders refuse "
+            "it when they are built, after the model",
+            fix=f"cfg.dataset.max_train_samples = {wanted} (the samples the run consumes: the rows repeat in shuffled "
+            "epochs), or pack more data, or lower cfg.train.global_batch_size",
+            assignments={"dataset.max_train_samples": wanted},
+        )
+    ]

@@ -148,6 +148,8 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
     "ddp.num_distributed_optimizer_instances": POSITIVE_INT,
     "dist.use_sharp": BOOL,
+    "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
+    "dataset.drop_last": BOOL,
     "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
 }
 

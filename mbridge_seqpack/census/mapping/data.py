@@ -650,10 +650,12 @@ MAPPING = (
                 ),
                 site(
                     "Not enough train samples",
-                    gap(
-                        ("train.global_batch_size", f"{SPECS}.packed_train_data_path"),
-                        "a train split (packed: its rows) with fewer samples than one global batch raises when "
-                        "the loaders are built; eval.packed_split_rows covers the validation split's sampler",
+                    guarded(
+                        "offline.train_split_rows",
+                        "a packed train split with fewer rows (or max_train_samples) than one global batch raises "
+                        "when the loaders are built; an unpacked JSONL split's length is its line count, which no "
+                        "rule reads (a data size)",
+                        ("train.global_batch_size", f"{SPECS}.packed_train_data_path", "dataset.max_train_samples"),
                     ),
                 ),
             ),
