@@ -563,3 +563,38 @@ def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_load
     with pytest.raises(RuntimeError) as past:  # past the check: the rows repeat up to 16 samples, and the loaders
         loaders()  # go on to the step that needs a GPU
     assert "Not enough train samples" not in str(past.value)
+
+
+# ---- low precision ----------------------------------------------------------------------------------------------
+def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(unpacked_cfg: Any) -> None:
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+    from transformer_engine.pytorch.attention.dot_product_attention.utils import combine_and_quantize
+    from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer
+
+    quantizer = MXFP8Quantizer.__new__(MXFP8Quantizer)  # the shape checks only; quantizing needs a GPU
+    with pytest.raises(AssertionError, match="MXFP8 quantization requires s_q % 128 == 0"):
+        combine_and_quantize("sbhd_sbhd_sbhd", *[torch.zeros(112, 1, 2, 64)] * 3, quantizer)
+    with pytest.raises(AttributeError):  # 128 tokens, 64-wide heads: past the check
+        combine_and_quantize("sbhd_sbhd_sbhd", *[torch.zeros(128, 1, 2, 64)] * 3, quantizer)
+    unpacked_cfg.mixed_precision = get_mixed_precision_config("bf16_with_mxfp8_mixed")
+    assert "fp8.mxfp8_attention_sequence" not in _ids(unpacked_cfg)  # FP8 attention off
+    unpacked_cfg.mixed_precision.fp8_dot_product_attention = True
+    assert "fp8.mxfp8_attention_sequence" in _ids(unpacked_cfg)  # rows padded to 16-token multiples
+    unpacked_cfg.dataset.dataset_kwargs["pad_seq_length_to_mult"] = 128
+    assert _ids(unpacked_cfg) == set()
+
+
+def test_collate_packed_rows_are_any_length_for_fp8_gemms(vlm_cfg: Any) -> None:
+    """At CP=1 the collate pads each sequence to 1: the THD row is as long as the sequences' sum."""
+    from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
+    from transformer_engine.pytorch.utils import assert_dim_for_fp8_exec
+
+    rows = [{"input_ids": torch.arange(n), "position_ids": torch.arange(n)} for n in (5, 6)]
+    packed = build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=1)
+    tokens = packed["input_ids"].shape[1]
+    assert tokens == 11
+    with pytest.raises(ValueError, match="FP8 execution requires the product of all dimensions except the last"):
+        assert_dim_for_fp8_exec(torch.empty(tokens, 1, 64), torch.empty(64, 64))
+    assert _ids(vlm_cfg) == set()
+    vlm_cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"
+    assert _ids(vlm_cfg) == {"fp8.row_tokens_per_rank"}

@@ -290,6 +290,13 @@ def _three_row_pack(cfg: Any, tmp_path: Any) -> None:
     cfg.dataset.offline_packing_specs.packed_train_data_path = str(train)
 
 
+def _mxfp8_attention(cfg: Any, tmp_path: Any) -> None:
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    cfg.mixed_precision = get_mixed_precision_config("bf16_with_mxfp8_mixed")
+    cfg.mixed_precision.fp8_dot_product_attention = True
+
+
 def _qk_scaling(cfg: Any, tmp_path: Any) -> None:
     os.environ.pop("NVTE_APPLY_QK_LAYER_SCALING", None)  # the environment is restored after each test
     cfg.model.apply_query_key_layer_scaling = True
@@ -374,6 +381,77 @@ CASES += [
             "train.global_batch_size": 16,
         },
         {"dataset.max_train_samples": 16000},  # 1000 iterations of 16 rows: the rows repeat in epochs
+    ),
+    Case(
+        "fp8.row_tokens_per_rank",
+        "unpacked_cfg",
+        8,
+        _set(
+            mixed_precision="bf16_with_mxfp8_mixed", model__tensor_model_parallel_size=2, model__sequence_parallel=True
+        ),
+        {
+            "train.micro_batch_size": 1,
+            "dataset.seq_length": 4096,
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 2,
+            "model.sequence_parallel": True,
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 64},
+    ),
+    Case(
+        "fp8.row_tokens_per_rank",
+        "vlm_cfg",
+        8,
+        _set(mixed_precision="bf16_with_fp8_current_scaling_mixed"),
+        {
+            "train.micro_batch_size": 2,
+            "dataset.enable_in_batch_packing": True,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 1,
+            "model.sequence_parallel": False,
+        },
+        {"dataset.enable_in_batch_packing": False},
+    ),
+    Case(
+        "fp8.mxfp8_attention_sequence",
+        "unpacked_cfg",
+        8,
+        _mxfp8_attention,
+        {
+            "dataset.seq_length": 4096,
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            "model.context_parallel_size": 1,
+            "mixed_precision.fp8_recipe": "mxfp8",
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 128},
+        also=("fp8.row_tokens_per_rank",),  # 16-token rows are not 32-token MXFP8 GEMM blocks either
+    ),
+    Case(
+        "tp_comm_overlap.mxfp8_tokens",
+        "packed_cfg",
+        8,
+        _set(
+            mixed_precision="bf16_with_mxfp8_mixed",
+            model__tensor_model_parallel_size=2,
+            model__sequence_parallel=True,
+            model__tp_comm_overlap=True,
+            **{"dataset__dataset_kwargs['pad_to_max_length']": True},
+            model__seq_length=4160,
+            dataset__seq_length=4160,
+            dataset__offline_packing_specs__packed_sequence_size=4160,
+        ),
+        {
+            "model.seq_length": 4160,
+            "train.micro_batch_size": 1,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 2,
+        },
+        {
+            "model.seq_length": 4352,
+            "dataset.seq_length": 4352,
+            "dataset.offline_packing_specs.packed_sequence_size": 4352,
+        },
     ),
     Case(
         "mtp.full_recompute_layers",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mbridge_seqpack.census.verdicts import Verdict, gap, guarded
+from mbridge_seqpack.census.verdicts import Verdict, guarded
 from mbridge_seqpack.rules.field_uses import FIELD_USES
 
 __all__ = ["Mechanism", "MECHANISMS", "UNCONSUMED_FIELD_RULES", "all_mechanisms"]
@@ -231,11 +231,11 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "NVFP4_BLOCK_SCALING_SIZE",
         "NVFP4 quantizes the token dimension in blocks of 16 (is_quantizable: prod(leading dims) % 16; the C++ "
         "quantizer asserts it, and the random Hadamard transform / 2D scaling paths need more); "
-        "fp8.packed_tokens_per_rank knows FP8 and MXFP8 recipes only",
-        gap(
+        "fp8.packed_tokens_per_rank and fp8.row_tokens_per_rank read the FP4 recipe too",
+        guarded(
+            ("fp8.packed_tokens_per_rank", "fp8.row_tokens_per_rank"),
+            "rank-local tokens a multiple of 16 under NVFP4",
             ("mixed_precision", "dataset.offline_packing_specs.packed_sequence_size", "model.context_parallel_size"),
-            "NVFP4 row widths: a packed row whose rank-local share is not a multiple of 16 fails in the NVFP4 "
-            "quantizer; no rule checks the FP4 recipe",
         ),
     ),
     Mechanism(
@@ -246,10 +246,11 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "divisible by 8",
         "fp8.packed_tokens_per_rank applies to offline packs only (packed_sequence_size > 0); in-batch packed "
         "rows and unpacked GPT SFT rows under FP8 reach the same TE / cuBLASLt checks with the collate's width",
-        gap(
+        guarded(
+            "fp8.row_tokens_per_rank",
+            "FP8 / MXFP8 / NVFP4 token alignment of collate-packed, unpacked GPT SFT and Hugging Face / VLM rows: "
+            "every width the collate can emit, times the micro batch, over CP (and TP under SP)",
             ("mixed_precision", "dataset.enable_in_batch_packing", "dataset.dataset_kwargs['pad_seq_length_to_mult']"),
-            "FP8 / MXFP8 token alignment of in-batch packed and variable-width GPT SFT rows: the collate's padding "
-            "multiple (lcm(2*CP, CP*TP), or pad_seq_length_to_mult) need not be 16 / 32 per rank",
         ),
     ),
     Mechanism(

@@ -566,6 +566,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "build_train_valid_test_data_loaders",
         "drop_last",
     ),
+    FieldUse(
+        "model.kv_channels",
+        "core/extensions/transformer_engine.py",
+        "TEDotProductAttention.__init__ (k_channels / v_channels: the head dims)",
+        "kv_channels",
+    ),
 )
 
 

@@ -8,10 +8,9 @@ import math
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.row_widths import ROW_MULT, row_widths
-from mbridge_seqpack.rules.topology import round_up
+from mbridge_seqpack.rules.row_widths import row_widths, width_fix
 
 
 def _experts(ctx: RuleContext) -> int | None:
@@ -23,23 +22,6 @@ def _experts(ctx: RuleContext) -> int | None:
 def _aux_loss_coeffs(model: Any) -> list[float]:
     coeff = getattr(model, "moe_aux_loss_coeff", 0.0)
     return [c for c in (coeff if isinstance(coeff, (list, tuple)) else [coeff]) if isinstance(c, (int, float))]
-
-
-def _width_fix(ctx: RuleContext, fields: dict[str, object], need: int) -> dict[str, object]:
-    """Assignments that make every width a multiple of ``need``: padding multiples to an lcm, sizes rounded up."""
-    fix: dict[str, object] = {}
-    for path, value in fields.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value % need == 0:
-            continue
-        if path in (ROW_MULT, "dataset.pad_to_multiple_of"):
-            fix[path] = math.lcm(value, need)
-        elif path in (f"{SPECS}.packed_sequence_size", "dataset.seq_length"):
-            # keep the power-of-two alignment the size had (CP / TP / FP8 multiples)
-            size = round_up(value, math.lcm(need, math.gcd(value, 128)))
-            fix.update({path: size, "model.seq_length": size})
-            if path != "dataset.seq_length" and hasattr(ctx.dataset, "seq_length"):
-                fix["dataset.seq_length"] = size
-    return fix
 
 
 @rule(
@@ -71,7 +53,7 @@ def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
     if ctx.in_batch_packing:
         fix: dict[str, object] = {"dataset.enable_in_batch_packing": False}
     else:
-        fix = _width_fix(ctx, widths.fields, per_width)
+        fix = width_fix(ctx, widths.fields, per_width)
     return [
         Violation(
             {

@@ -25,8 +25,9 @@ import math
 from dataclasses import dataclass
 
 from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.topology import round_up
 
-__all__ = ["RowWidths", "row_widths"]
+__all__ = ["RowWidths", "row_widths", "width_fix"]
 
 GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16)
 ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
@@ -76,6 +77,8 @@ def row_widths(ctx: RuleContext) -> RowWidths | None:
         return RowWidths(1, (mult, size), {f"{SPECS}.packed_sequence_size": size, ROW_MULT: mult})
     if ctx.energon_packing:
         return None
+    if ctx.in_batch_packing and getattr(ctx.dataset, "defer_in_batch_packing_to_step", False):
+        return None  # the step packs (qwen3_vl_step pads each micro batch itself)
     if ctx.in_batch_packing:
         return RowWidths(1, (ctx.topology.alignment,), {"dataset.enable_in_batch_packing": True})
     if ctx.dataset_is("gpt_sft"):
@@ -91,3 +94,20 @@ def row_widths(ctx: RuleContext) -> RowWidths | None:
     if ctx.pretraining_dataset:
         return RowWidths(mbs, (seq,), {"dataset.seq_length": seq}, fixed=True)
     return None
+
+
+def width_fix(ctx: RuleContext, fields: dict[str, object], need: int) -> dict[str, object]:
+    """Assignments that make every width in ``fields`` a multiple of ``need``: padding multiples to an lcm, sizes
+    rounded up (keeping the power-of-two alignment they had, which the CP / TP / FP8 multiples ask for)."""
+    fix: dict[str, object] = {}
+    for path, value in fields.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value % need == 0:
+            continue
+        if path in (ROW_MULT, "dataset.pad_to_multiple_of"):
+            fix[path] = math.lcm(value, need)
+        elif path in (f"{SPECS}.packed_sequence_size", "dataset.seq_length"):
+            size = round_up(value, math.lcm(need, math.gcd(value, 128)))
+            fix.update({path: size, "model.seq_length": size})
+            if path != "dataset.seq_length" and hasattr(ctx.dataset, "seq_length"):
+                fix["dataset.seq_length"] = size
+    return fix

@@ -215,16 +215,12 @@ MAPPING = (
                 site("Invalid local tensor", INVARIANT),
                 site(
                     "divisible by 128",
-                    gap(
-                        (
-                            "comm_overlap.tp_comm_overlap",
-                            "mixed_precision",
-                            "model.seq_length",
-                            "train.micro_batch_size",
-                        ),
-                        "TP comm overlap with MXFP8: the rank-local token count (seq_length * micro batch / CP, / TP "
-                        "under SP) must be a multiple of 128 for the userbuffer's scale all-gather, else ValueError "
-                        "at the first forward; fp8.packed_tokens_per_rank asks for 32",
+                    guarded(
+                        "tp_comm_overlap.mxfp8_tokens",
+                        "TP comm overlap with MXFP8: the rank-local token count (seq_length * micro batch / CP / TP) "
+                        "must be a multiple of 128 for the userbuffer's scale all-gather, else ValueError at the "
+                        "first forward",
+                        ("comm_overlap.tp_comm_overlap", "mixed_precision", "model.seq_length"),
                     ),
                 ),
                 site("unswizzled scales", INVARIANT),

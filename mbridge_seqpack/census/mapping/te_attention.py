@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mbridge_seqpack.census.mapping.common import API_MISUSE, ENVIRONMENT, INFERENCE, INVARIANT, LOGGING, TE_PINNED
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, site, unreachable, validated
+from mbridge_seqpack.census.verdicts import groups, guarded, site, unreachable, validated
 
 TE = "transformer_engine/pytorch/attention/dot_product_attention/"
 CPP = "transformer_engine/pytorch/cpp_extensions/"
@@ -45,10 +45,11 @@ TE_CP_HELPERS = unreachable(
 )
 MIXED_THD = unreachable("mixed THD attention policies: an argument Megatron-Core never passes")
 FLEX = unreachable("flex attention score_mod: an argument Megatron-Core never passes")
-FP8_ATTN_MXFP8_SEQ = gap(
-    ("model.fp8_dot_product_attention", "mixed_precision", "model.seq_length", "model.context_parallel_size"),
+FP8_ATTN_MXFP8_SEQ = guarded(
+    "fp8.mxfp8_attention_sequence",
     "MXFP8 attention (fp8_dpa with the MXFP8 recipe, SM100, BSHD/SBHD) asserts s_q % 128 == 0 and s_kv % 128 == "
-    "0 on the rank-local sequence; backend selection does not check the length, and no rule does",
+    "0 on the rank-local sequence (and head dims % 32); backend selection does not check the length",
+    ("model.fp8_dot_product_attention", "mixed_precision", "model.seq_length", "model.context_parallel_size"),
 )
 
 MAPPING = (
