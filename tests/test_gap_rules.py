@@ -201,6 +201,14 @@ CASES = [
         {"model.moe_aux_loss_coeff": 0.0},
     ),
     Case(
+        "moe.router_options",
+        "packed_cfg",
+        8,
+        _set(model__num_moe_experts=8, model__moe_latent_size=64, model__moe_shared_expert_overlap=True),
+        {"model.moe_router_load_balancing_type": "aux_loss", "model.moe_shared_expert_overlap": True},
+        {"model.moe_shared_expert_overlap": False},
+    ),
+    Case(
         "mamba.packing_needs_mem_eff_path",
         "packed_cfg",
         8,

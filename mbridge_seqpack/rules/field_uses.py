@@ -572,6 +572,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "TEDotProductAttention.__init__ (k_channels / v_channels: the head dims)",
         "kv_channels",
     ),
+    FieldUse(
+        "model.moe_shared_expert_overlap",
+        "core/transformer/moe/moe_layer.py",
+        "MoELayer.preprocess (latent projections)",
+        "moe_shared_expert_overlap",
+    ),
 )
 
 

@@ -78,7 +78,8 @@ def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
     evidence=(
         "megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError 'During training, performance "
         "may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism.' at the "
-        "first training forward whenever the attention TP group is larger than 1 and sequence_parallel is off; "
+        "first training forward whenever the attention TP group is larger than 1 and sequence_parallel is off (run on "
+        "CPU; 'performance' is the reason for the check, NVIDIA/Megatron-LM#1587, but it raises); "
         "megatron/core/model_parallel_config.py only warns (and only with EP>1), and Megatron-Bridge checks nothing."
     ),
 )
@@ -154,6 +155,10 @@ def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
     if kind == "sinkhorn" and getattr(m, "moe_aux_loss_coeff", 0) != 0:
         found.append(("sinkhorn routing with moe_aux_loss_coeff != 0", "Sinkhorn routing does not support aux loss",
                       {"model.moe_aux_loss_coeff": 0.0}))  # fmt: skip
+    if getattr(m, "moe_latent_size", None) and getattr(m, "moe_shared_expert_overlap", False):
+        found.append(("moe_shared_expert_overlap with MoE latent projections (moe_latent_size)",
+                      "Shared expert overlap with MoE latent projections is not supported during training",
+                      {"model.moe_shared_expert_overlap": False}))  # fmt: skip
     if getattr(m, "moe_apply_probs_on_input", False) and getattr(m, "moe_router_topk", 2) != 1:
         found.append(("moe_apply_probs_on_input with moe_router_topk > 1", "only works with `moe_router_topk`=1",
                       {"model.moe_apply_probs_on_input": False}))  # fmt: skip
@@ -162,8 +167,9 @@ def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
 
 @rule(
     "moe.router_options",
-    "Router options Megatron-Core refuses together: quantile balancing with aux loss, router fusion or group-limited "
-    "routing; sinkhorn with aux loss; moe_apply_probs_on_input with top-k > 1.",
+    "Router / expert options Megatron-Core refuses together: quantile balancing with aux loss, router fusion or "
+    "group-limited routing; sinkhorn with aux loss; moe_apply_probs_on_input with top-k > 1; shared-expert overlap "
+    "with latent projections.",
     severity=ERROR,
     evidence=(
         "megatron/core/transformer/moe/router.py TopKRouter.__init__ asserts 'Quantile balancing handles load balance "
@@ -171,7 +177,9 @@ def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
         "asserts 'does not support moe_router_fusion' / 'does not support group-limited routing' and "
         "TopKRouter.sinkhorn_load_balancing 'Sinkhorn routing does not support aux loss' at the first forward; "
         "moe/experts.py TEGroupedMLP.forward and SequentialMLP.forward assert '`moe_apply_probs_on_input` only works "
-        "with `moe_router_topk`=1'. TransformerConfig.__post_init__ checks none of these pairs."
+        "with `moe_router_topk`=1'; moe/moe_layer.py MoELayer.preprocess raises 'Shared expert overlap with MoE "
+        "latent projections is not supported during training'. TransformerConfig.__post_init__ checks none of these "
+        "pairs."
     ),
 )
 def router_options(ctx: RuleContext) -> list[Violation] | None:

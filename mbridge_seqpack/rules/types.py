@@ -140,7 +140,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "model.apply_rope_fusion": BOOL,
     "model.moe_router_fusion": BOOL,
     "model.moe_apply_probs_on_input": BOOL,
-    "model.moe_router_topk": POSITIVE_INT,
+    "model.moe_router_topk": OPTIONAL_POSITIVE_INT,  # None in some providers until finalize
     "model.mamba_num_heads": OPTIONAL_POSITIVE_INT,
     "model.mamba_num_groups": POSITIVE_INT,
     "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,

@@ -69,7 +69,7 @@ ROUTER_PAIRS = guarded(
     "moe.router_options",
     "a router / expert option pair Megatron-Core refuses when the model is built or at its first forward "
     "(quantile balancing with aux loss, router fusion or group-limited routing; sinkhorn with aux loss; "
-    "moe_apply_probs_on_input with top-k > 1)",
+    "moe_apply_probs_on_input with top-k > 1; shared-expert overlap with latent projections)",
     ("model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_apply_probs_on_input"),
 )
 PREFILL_OPS = unreachable(
@@ -213,7 +213,7 @@ MAPPING = (
                 site("Unsupported token dispatcher type", known_value("model.moe_token_dispatcher_type")),
                 site("Shared experts builder", SPEC_BUILD),
             ),
-            "MoELayer.preprocess": MOE_OPTIONS,
+            "MoELayer.preprocess": ROUTER_PAIRS,
             "MoELayer.routed_experts_compute": unreachable(
                 "TE grouped experts have no mlp bias in Megatron-Core's specs"
             ),
@@ -250,10 +250,9 @@ MAPPING = (
     *groups(
         MOE + "fused_a2a.py",
         {
-            "init_hybrid_ep_buffer": gap(
-                ("model.moe_flex_dispatcher_backend", "mixed_precision"),
-                "HybridEP with FP8 dispatch asserts when its buffer is built (first forward)",
-                general=True,
+            "init_hybrid_ep_buffer": unreachable(
+                "its only caller (HybridEPDispatch.forward) passes fp8_dispatch=False ('Currently, we do not "
+                "support fp8 dispatch'), whatever the precision"
             ),
             "ensure_nccl_ep_bootstrapped": ENVIRONMENT,
         },
