@@ -364,6 +364,26 @@ AGREEMENTS = [
     Agreement("fp8_delayed_attention_sm90", _fp8("delayed"), "sm90", {"fp8": True}, AUTO_ENV, FUSED_FP8),
     Agreement("fp8_current_scaling_attention_sm90", _fp8("tensorwise"), "sm90", {"fp8": True}, AUTO_ENV, None),
     Agreement("fp8_current_scaling_attention_sm100", _fp8("tensorwise"), "sm100", {"fp8": True}, AUTO_ENV, FUSED_FP8),
+    Agreement(  # Megatron-Bridge's GB200 MXFP8 recipes: cuDNN >= 9.21 needed, torch 2.13.0 pins 9.20.0
+        "mxfp8_attention_sm100_cudnn_9_20",
+        _fp8("mxfp8"),
+        "sm100",
+        {**SBHD, "fp8": True},
+        AUTO_ENV,
+        None,
+        base="unpacked_cfg",
+    ),
+    Agreement(
+        "mxfp8_attention_sm100_cudnn_9_21",
+        _fp8("mxfp8"),
+        "sm100",
+        {**SBHD, "fp8": True},
+        AUTO_ENV,
+        FUSED_FP8,
+        base="unpacked_cfg",
+        cudnn=(9, 21, 0),
+        stack_env={te.CUDNN_ENV: "9.21.0"},
+    ),
     Agreement(
         "unpacked_cp2_window_p2p",
         _all(_cp2, _set(model__window_size=(512, 0))),
@@ -406,7 +426,8 @@ def test_verdict_is_te_own_selection(case: Agreement, request: pytest.FixtureReq
     params = expected_params(**case.params)
     if case.params.get("fp8"):
         params.fp8_meta = kind.params.fp8_meta  # the recipe Megatron-Core's get_fp8_recipe built
-        assert type(kind.params.fp8_meta["recipe"]).__name__ in ("TEDelayedScaling", "Float8CurrentScaling")
+        recipes = ("TEDelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling")
+        assert type(kind.params.fp8_meta["recipe"]).__name__ in recipes
         assert kind.params.fp8_meta["recipe"].fp8_dpa is True
     assert isinstance(kind.params, AttentionParams)
     assert kind.params == params
@@ -778,3 +799,28 @@ def test_check_gpu_arch_flag_and_recipe_name(
         main(["check", target, "--gpu-arch", "sm9x"])
     assert exit_info.value.code == 2
     assert "--gpu-arch must name a GPU architecture" in capsys.readouterr().err
+
+
+# ---- on a GPU: nothing assumed -------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "name", ["thd_sm90", "thd_padded_sm90", "cp2_p2p", "cp2_sink_a2a", "deterministic_thd_padded"]
+)
+def test_on_a_gpu_the_real_cudnn_query_agrees_with_the_assumed_one(name: str, request: pytest.FixtureRequest) -> None:
+    """With CUDA up and nothing declared, the selection runs on the device (cuDNN's own query included); declared
+    as the same stack on the CPU path, it must give the same backend for these configs."""
+    from transformer_engine.pytorch.attention.dot_product_attention.utils import FlashAttentionUtils as fa
+
+    case = next(c for c in AGREEMENTS if c.name == name)
+    cfg = request.getfixturevalue(case.base)
+    case.change(cfg)
+    torch.cuda.init()
+    real = RuleContext.build(cfg, 8).attention_verdict
+    assert real.target.on_device
+    installed = [str(v) for v, on in ((fa.version, fa.is_installed), (fa.fa3_version, fa.v3_is_installed)) if on]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(te.FLASH_ENV, ",".join(installed) or "none")
+        sm = "sm{}{}".format(*torch.cuda.get_device_capability())
+        assumed = _verdict(cfg, sm)
+    assert not assumed.target.on_device
+    assert [k.selection.backend for k in real.kinds] == [k.selection.backend for k in assumed.kinds]

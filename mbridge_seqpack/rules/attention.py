@@ -330,7 +330,7 @@ def backend_available(ctx: RuleContext) -> list[Violation] | None:
 )
 def backend_env_conflict(ctx: RuleContext) -> list[Violation] | None:
     env = training_env(ctx.cfg)
-    if not any(name in env for name in BACKEND_ENV):
+    if not any(name in env for name in BACKEND_ENV) or not hasattr(ctx.model, "attention_backend"):
         return None
     _, conflict = mcore_backend_env(ctx.model, env)
     if conflict is None:

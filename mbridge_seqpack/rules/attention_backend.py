@@ -28,7 +28,9 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
+
+from mbridge_seqpack.rules.te_attention import nvte_environ
 
 __all__ = [
     "SWA_REFUSING_COMM_TYPES",
@@ -118,20 +120,6 @@ def training_env(cfg: Any) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _nvte_environ(env: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: v for k, v in os.environ.items() if k.startswith("NVTE_")}
-    try:
-        for name in saved:
-            del os.environ[name]
-        os.environ.update(env)
-        yield
-    finally:
-        for name in [k for k in os.environ if k.startswith("NVTE_")]:
-            del os.environ[name]
-        os.environ.update(saved)
-
-
 def mcore_backend_env(model: Any, env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
     """What Megatron-Core's ``LanguageModule._set_attention_backend`` (run when the model is built) leaves in the
     ``NVTE_*`` variables for ``model.attention_backend`` and ``flash_attention_version``, run on a copy of ``env``;
@@ -141,14 +129,14 @@ def mcore_backend_env(model: Any, env: Mapping[str, str]) -> tuple[dict[str, str
     from megatron.core.models.common.language_module.language_module import LanguageModule
 
     view = SimpleNamespace(config=model)
-    with _nvte_environ(env):
+    with nvte_environ(env):
         try:
             LanguageModule._set_attention_backend(view)  # type: ignore[arg-type]
             return {k: v for k, v in os.environ.items() if k.startswith("NVTE_")}, None
         except AssertionError as exc:
             conflict = str(exc)
     unpinned = {k: v for k, v in env.items() if k not in BACKEND_ENV}
-    with _nvte_environ(unpinned):
+    with nvte_environ(unpinned):
         LanguageModule._set_attention_backend(view)  # type: ignore[arg-type]
         return {k: v for k, v in os.environ.items() if k.startswith("NVTE_")}, conflict
 
@@ -535,6 +523,9 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
         return AttentionVerdict(
             target, None, (), layers, "Energon online packing: the model's own task encoder and step pad the batches"
         )
+    unreadable = _not_a_te_attention_model(cfg.model)
+    if unreadable:
+        return AttentionVerdict(target, None, (), layers, unreadable)
     try:
         from mbridge_seqpack.rules.te_attention import resolve_target
 
@@ -543,7 +534,29 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
         kinds = layer_kinds(cfg)
     except (ImportError, OSError) as exc:  # Transformer Engine (or its torch extension) cannot load here
         return AttentionVerdict(target, None, (), layers, f"Transformer Engine cannot be imported here ({exc})")
+    except (ValueError, TypeError, AttributeError, AssertionError) as exc:  # e.g. get_fp8_recipe's own refusal
+        reason = f"the attention config cannot be read as Megatron-Core reads it: {type(exc).__name__}: {exc}"
+        return AttentionVerdict(target, None, (), layers, reason)
     return AttentionVerdict(target, inputs, _select_all(inputs, kinds, target), layers)
+
+
+def _not_a_te_attention_model(model: Any) -> str | None:
+    """Why the params cannot be built from ``model`` (not a Megatron-Core TransformerConfig with attention heads
+    and a head dim), else None."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if not isinstance(model, TransformerConfig):
+        return f"{type(model).__name__} is not a Megatron-Core TransformerConfig"
+    heads = getattr(model, "num_attention_heads", None)
+    if not isinstance(heads, int) or heads <= 0:
+        return f"{type(model).__name__} has no attention heads ({heads!r})"
+    if getattr(model, "multi_latent_attention", False):
+        dims = (getattr(model, "qk_head_dim", None), getattr(model, "v_head_dim", None))
+    else:
+        dims = (getattr(model, "kv_channels", None) or int(getattr(model, "hidden_size", 0) or 0) // heads,)
+    if not all(isinstance(d, int) and d > 0 for d in dims):
+        return f"{type(model).__name__} has no attention head dim ({dims!r})"
+    return None
 
 
 # ---- fixes -----------------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ __all__ = [
     "parse_arch",
     "arch_from_name",
     "on_target",
+    "nvte_environ",
     "select",
 ]
 
@@ -300,6 +301,21 @@ def _set_flash(fa: Any, target: Target) -> None:
 
 
 @contextlib.contextmanager
+def nvte_environ(env: Mapping[str, str]) -> Iterator[None]:
+    """This process's ``NVTE_*`` variables replaced by ``env`` within the block, put back after."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("NVTE_")}
+    try:
+        for name in saved:
+            del os.environ[name]
+        os.environ.update(env)
+        yield
+    finally:
+        for name in [k for k in os.environ if k.startswith("NVTE_")]:
+            del os.environ[name]
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
 def on_target(target: Target, env: Mapping[str, str]) -> Iterator[_Capture]:
     """TE's selection inputs that are not the AttentionParams, for one call: the target stack (unless it is this
     process's device), the ``NVTE_*`` variables of the training process, and its logger captured. Everything is
@@ -310,11 +326,12 @@ def on_target(target: Target, env: Mapping[str, str]) -> Iterator[_Capture]:
     patched = ("get_device_compute_capability", "get_cudnn_version", "_get_fused_attn_backend")
     saved_functions = {name: getattr(dpa, name) for name in patched}
     saved_flash = _flash_state(fa)
-    saved_env = {k: v for k, v in os.environ.items() if k.startswith("NVTE_")}
     logger = logging.getLogger("DotProductAttention")
     saved_logger = (list(logger.handlers), logger.propagate, logger.level, dpa.AttentionLogging._log_level)
     capture = _Capture()
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(nvte_environ(env))
+        stack.callback(_restore, dpa, saved_functions, saved_flash, logger, saved_logger)
         if not target.on_device:
             dpa.get_device_compute_capability = lambda: target.arch
             dpa.get_cudnn_version = lambda: target.cudnn
@@ -322,24 +339,20 @@ def on_target(target: Target, env: Mapping[str, str]) -> Iterator[_Capture]:
             _set_flash(fa, target)
             for name in _FA_MUTED:
                 setattr(fa, name, True)
-        for name in saved_env:
-            del os.environ[name]
-        os.environ.update(env)
         logger.handlers = [capture]
         logger.propagate = False
         dpa.AttentionLogging._log_level = logging.DEBUG  # get_attention_backend sets the logger's level from it
         yield capture
-    finally:
-        for name, function in saved_functions.items():
-            setattr(dpa, name, function)
-        for name, value in saved_flash.items():
-            setattr(fa, name, value)
-        for name in [k for k in os.environ if k.startswith("NVTE_")]:
-            del os.environ[name]
-        os.environ.update(saved_env)
-        logger.handlers, logger.propagate = saved_logger[0], saved_logger[1]
-        logger.setLevel(saved_logger[2])
-        dpa.AttentionLogging._log_level = saved_logger[3]
+
+
+def _restore(dpa: Any, functions: dict[str, Any], flash: dict[str, Any], logger: Any, saved: tuple[Any, ...]) -> None:
+    for name, function in functions.items():
+        setattr(dpa, name, function)
+    for name, value in flash.items():
+        setattr(dpa.FlashAttentionUtils, name, value)
+    logger.handlers, logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])
+    dpa.AttentionLogging._log_level = saved[3]
 
 
 def _frozen(value: Any) -> Any:
