@@ -24,6 +24,7 @@ What the params are made of, and from where:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 from collections.abc import Mapping
@@ -407,20 +408,19 @@ def layer_kinds(cfg: Any) -> list[LayerKind]:
 
 
 def _qkv_layout(inputs: Inputs) -> str:
+    return _layout(inputs.thd, inputs.heads, inputs.groups, inputs.head_dim_qk, inputs.head_dim_v)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(thd: bool, heads: int, groups: int, head_dim_qk: int, head_dim_v: int) -> str:
     """TE's own ``get_qkv_layout`` on q, k, v shaped as Megatron-Core hands them over (separate tensors)."""
     import torch
     from transformer_engine.pytorch.attention.dot_product_attention import utils as dpa
 
-    if inputs.thd:
-        shapes = [(2, inputs.heads, inputs.head_dim_qk), (2, inputs.groups, inputs.head_dim_qk)]
-        shapes.append((2, inputs.groups, inputs.head_dim_v))
-        fmt = "thd"
-    else:
-        shapes = [(2, 1, inputs.heads, inputs.head_dim_qk), (2, 1, inputs.groups, inputs.head_dim_qk)]
-        shapes.append((2, 1, inputs.groups, inputs.head_dim_v))
-        fmt = "sbhd"
+    lead = (2,) if thd else (2, 1)
+    shapes = [(*lead, heads, head_dim_qk), (*lead, groups, head_dim_qk), (*lead, groups, head_dim_v)]
     q, k, v = (torch.zeros(s, dtype=torch.bfloat16) for s in shapes)
-    return str(dpa.get_qkv_layout(q, k, v, qkv_format=fmt)[0])
+    return str(dpa.get_qkv_layout(q, k, v, qkv_format="thd" if thd else "sbhd")[0])
 
 
 def attention_params(inputs: Inputs, kind: LayerKind) -> Any:
