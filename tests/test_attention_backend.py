@@ -439,13 +439,14 @@ def test_verdict_is_te_own_selection(case: Agreement, request: pytest.FixtureReq
 
 
 def test_two_architectures_from_names_env_and_flag(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)  # as on a CPU machine: NVML sees no GPU
     _fp8("tensorwise")(packed_cfg)
     ctx = RuleContext.build(packed_cfg, 8)
     with te.declared(recipe="llama3_70b_sft_64gpu_gb200_fp8cs_config"):
         v = RuleContext.build(packed_cfg, 8).attention_verdict
         assert (v.target.arch, v.target.arch_source) == ((10, 0), "the recipe name says gb200")
         assert v.kinds[0].selection.backend == FUSED_FP8
-    assert ctx.attention_verdict.target.arch == (9, 0)  # default H100
+    assert ctx.attention_verdict.target.arch == (9, 0)  # default H100 (no GPU visible: see above)
     assert ctx.attention_verdict.kinds[0].selection.backend is None
     monkeypatch.setenv(te.ARCH_ENV, "b200")
     assert RuleContext.build(packed_cfg, 8).attention_verdict.kinds[0].selection.backend == FUSED_FP8
@@ -814,6 +815,7 @@ def test_on_a_gpu_the_real_cudnn_query_agrees_with_the_assumed_one(name: str, re
     case = next(c for c in AGREEMENTS if c.name == name)
     cfg = request.getfixturevalue(case.base)
     case.change(cfg)
+    assert te.visible_gpu_arch() == torch.cuda.get_device_capability()  # NVML, before CUDA is initialized
     torch.cuda.init()
     real = RuleContext.build(cfg, 8).attention_verdict
     assert real.target.on_device

@@ -8,7 +8,8 @@ are supplied at the narrowest point, inside :func:`on_target` (TE's module state
 after), and stated in every verdict (:meth:`Target.describe`):
 
 - ``get_device_compute_capability()`` reads the current CUDA device: the **target architecture** instead
-  (``MBRIDGE_SEQPACK_GPU_ARCH`` / ``check --gpu-arch``, else the GPU named in the recipe, else sm90 = H100);
+  (``MBRIDGE_SEQPACK_GPU_ARCH`` / ``check --gpu-arch``, else the GPU named in the recipe, else this machine's GPU
+  as NVML reports it, else sm90 = H100);
 - ``get_cudnn_version()``: the cuDNN installed here (it loads on a CPU), or ``MBRIDGE_SEQPACK_CUDNN_VERSION``;
 - ``FlashAttentionUtils`` (what ``backends.py`` found installed): the installed flash-attn, or, where none is
   installed here, the flash-attn 2 and 3 NGC PyTorch ships (``MBRIDGE_SEQPACK_FLASH_ATTN`` declares others, or
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import re
@@ -196,9 +198,32 @@ def _cuda_ready() -> bool:
     return bool(torch.cuda.is_initialized())
 
 
+@functools.lru_cache(maxsize=1)
+def visible_gpu_arch() -> tuple[int, int] | None:
+    """The compute capability of this machine's first visible GPU, read through NVML (no CUDA context is opened:
+    the hook runs inside validate(), before Megatron sets each rank's device); None without a GPU or NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML library or no driver: a CPU machine
+        return None
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        index = int(visible) if visible.isdigit() else 0
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return int(major), int(minor)
+    except Exception:  # noqa: BLE001 - a UUID in CUDA_VISIBLE_DEVICES, an unreadable device
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def resolve_target() -> Target:
     """The target stack: ``--gpu-arch`` / ``MBRIDGE_SEQPACK_GPU_ARCH``, else this process's GPU when CUDA is up,
-    else the GPU the recipe's name says, else sm90 (H100); cuDNN and flash-attn as above."""
+    else the GPU the recipe's name says, else this machine's GPU (NVML: the hook inside training), else sm90
+    (H100); cuDNN and flash-attn as above."""
     settings = _declared.get()
     arch_text = settings.get("gpu_arch") or os.environ.get(ARCH_ENV) or None
     cudnn_text = os.environ.get(CUDNN_ENV) or None
@@ -214,6 +239,8 @@ def resolve_target() -> Target:
         arch, arch_source = parse_arch(arch_text), f"{ARCH_ENV}={arch_text}"
     elif (named := arch_from_name(settings.get("recipe"))) is not None:
         arch, arch_source = named[1], f"the recipe name says {named[0]}"
+    elif (visible := visible_gpu_arch()) is not None:
+        arch, arch_source = visible, "this machine's GPU"
     else:
         arch, arch_source = DEFAULT_ARCH, f"default: H100; set {ARCH_ENV} for another GPU"
     if cudnn_text:
