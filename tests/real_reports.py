@@ -77,7 +77,14 @@ SEQ_32K = (
 CP16 = ("model.context_parallel_size=16", "model.calculate_per_token_loss=true", "ddp.average_in_collective=false")
 VLM_CP2_TP4_SP = (*CP2, *TP4_SP, "train.global_batch_size=2")
 CP4 = ("model.context_parallel_size=4", "model.calculate_per_token_loss=true", "ddp.average_in_collective=false")
-SWA_CP2 = ("++model.window_size=[512,0]", *CP2, "dataset.offline_packing_specs.pad_seq_to_mult=4")
+#: windowed layers train without attention dropout (Transformer Engine's FusedAttention takes windows only then, and
+#: FlashAttention 3 takes no dropout: with CP over padded THD no backend would be left, attention.backend_available)
+SWA_CP2 = (
+    "++model.window_size=[512,0]",
+    "model.attention_dropout=0.0",
+    *CP2,
+    "dataset.offline_packing_specs.pad_seq_to_mult=4",
+)
 A2A_CP4 = (*CP4, "dataset.offline_packing_specs.pad_seq_to_mult=8", "model.cp_comm_type=a2a")
 TP32_SP = (
     "model.tensor_model_parallel_size=32",

@@ -50,6 +50,13 @@ SHIPPED_TRUE_POSITIVES = {
         ("exaone.h100.exaone4", "exaone4_1p2b", "peft_1gpu_h100_bf16"),
     ]
 }
+#: MXFP8 dot-product attention on GB200 (sm100): Transformer Engine 2.20.2's get_attention_backend disables
+#: FusedAttention for MXFP8 with cuDNN < 9.21.0, FlashAttention and the unfused attention for any FP8 attention, so
+#: no backend is left with the cuDNN torch 2.13.0 pins (nvidia-cudnn-cu13==9.20.0.48; tests/test_attention_backend.py
+#: asks TE's selection the same); a container with cuDNN >= 9.21 declares it (MBRIDGE_SEQPACK_CUDNN_VERSION)
+SHIPPED_TRUE_POSITIVES["qwen.gb200.qwen3_moe:qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config"] = [
+    "attention.backend_available:error"
+]
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +111,4 @@ def test_glm45_from_autobridge_is_recognised_with_packing(zoo: dict[str, dict[st
 
 def test_summary_lines(zoo: dict[str, dict[str, Any]]) -> None:
     lines = summary(zoo)
-    assert lines[0].startswith("shipped: 297 configs, 264 built, 235 accepted by Megatron-Bridge, 8 with an error")
+    assert lines[0].startswith("shipped: 297 configs, 264 built, 235 accepted by Megatron-Bridge, 9 with an error")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 PLANNED_RULE_IDS: frozenset[str] = frozenset(
     {
-        "attention.backend_available",
         "cuda_graphs.capture_host_reads",
         "cuda_graphs.te_scope_inputs",
     }

@@ -76,10 +76,20 @@ class RuleContext:
     @cached_property
     def non_te_core_attention(self) -> list[str]:
         """Core-attention classes of the layer spec that are not Transformer Engine's (resolved once per check:
-        three attention rules ask)."""
+        three attention rules ask), and Megatron-Core's own when ``provide()`` swaps it in for
+        ``attention_backend=local``."""
+        from mbridge_seqpack.rules.attention_backend import local_attention_swap
         from mbridge_seqpack.rules.model_family import non_te_core_attention
 
-        return non_te_core_attention(self.model)
+        return non_te_core_attention(self.model) + local_attention_swap(self.model)
+
+    @cached_property
+    def attention_verdict(self) -> Any:
+        """Transformer Engine's own backend selection for each kind of layer (``rules/attention_backend.py``),
+        computed once per check on the target GPU stack (``rules/te_attention.py``)."""
+        from mbridge_seqpack.rules.attention_backend import verdict_of
+
+        return verdict_of(self.cfg, non_te=self.non_te_core_attention)
 
     @cached_property
     def topology(self) -> Topology:

@@ -100,6 +100,30 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "model.softmax_type", "core/extensions/transformer_engine.py", "TEDotProductAttention.__init__", "softmax_type"
     ),
     FieldUse(
+        "model.attention_backend",
+        "core/models/common/language_module/language_module.py",
+        "LanguageModule._set_attention_backend (NVTE_*_ATTN); GPTModelProvider.provide (local)",
+        "attention_backend",
+    ),
+    FieldUse(
+        "model.attention_dropout",
+        "core/extensions/transformer_engine.py",
+        "TEDotProductAttention.__init__: TE's attention_dropout",
+        "attention_dropout",
+    ),
+    FieldUse(
+        "model.fp8_dot_product_attention",
+        "core/fp8_utils.py",
+        "get_fp8_recipe: the recipe's fp8_dpa",
+        "fp8_dot_product_attention",
+    ),
+    FieldUse(
+        "model.fp8_multi_head_attention",
+        "core/extensions/transformer_engine.py",
+        "TEDelayedScaling: the recipe's fp8_mha",
+        "fp8_multi_head_attention",
+    ),
+    FieldUse(
         "model.transformer_layer_spec",
         "bridge/models/gpt_provider.py",
         "GPTModelProvider.provide",
