@@ -566,7 +566,9 @@ def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_load
 
 
 # ---- low precision ----------------------------------------------------------------------------------------------
-def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(unpacked_cfg: Any) -> None:
+def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(
+    unpacked_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
     from transformer_engine.pytorch.attention.dot_product_attention.utils import combine_and_quantize
     from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer
@@ -576,6 +578,8 @@ def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(unpacked_cfg: An
         combine_and_quantize("sbhd_sbhd_sbhd", *[torch.zeros(112, 1, 2, 64)] * 3, quantizer)
     with pytest.raises(AttributeError):  # 128 tokens, 64-wide heads: past the check
         combine_and_quantize("sbhd_sbhd_sbhd", *[torch.zeros(128, 1, 2, 64)] * 3, quantizer)
+    monkeypatch.setenv("MBRIDGE_SEQPACK_GPU_ARCH", "sm100")  # where TE runs MXFP8 attention (cuDNN >= 9.21)
+    monkeypatch.setenv("MBRIDGE_SEQPACK_CUDNN_VERSION", "9.21.0")
     unpacked_cfg.mixed_precision = get_mixed_precision_config("bf16_with_mxfp8_mixed")
     assert "fp8.mxfp8_attention_sequence" not in _ids(unpacked_cfg)  # FP8 attention off
     unpacked_cfg.mixed_precision.fp8_dot_product_attention = True

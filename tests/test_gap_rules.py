@@ -33,8 +33,10 @@ def _hybrid(**fields: Any) -> Callable[[Any, Any], None]:
 def _falcon_h1(cfg: Any, tmp_path: Any) -> None:
     """A small Falcon-H1 (a MambaMixer beside attention in every layer) with its Mamba RMSNorm off."""
     from megatron.bridge.models.falcon_h1.falconh1_provider import FalconH1ModelProvider
+    from megatron.core.transformer.enums import AttnBackend
 
     cfg.model = FalconH1ModelProvider(
+        attention_backend=AttnBackend.auto,  # its unfused default refuses CP (attention.backend_available)
         num_layers=2, hidden_size=256, num_attention_heads=4, mamba_num_heads=8, mamba_head_dim=32, vocab_size=1024,
         seq_length=4096, rmsnorm=False, use_mamba_mem_eff_path=False,
     )  # fmt: skip
@@ -303,6 +305,8 @@ def _mxfp8_attention(cfg: Any, tmp_path: Any) -> None:
 
     cfg.mixed_precision = get_mixed_precision_config("bf16_with_mxfp8_mixed")
     cfg.mixed_precision.fp8_dot_product_attention = True
+    # MXFP8 attention runs on Blackwell with cuDNN >= 9.21 (attention.backend_available); the env is restored after
+    os.environ.update(MBRIDGE_SEQPACK_GPU_ARCH="sm100", MBRIDGE_SEQPACK_CUDNN_VERSION="9.21.0")
 
 
 def _qk_scaling(cfg: Any, tmp_path: Any) -> None:

@@ -98,7 +98,11 @@ def _metadata_breaks(cfg: Any, tmp_path: Any) -> None:
     import pyarrow.parquet as pq
 
     train = tmp_path / "training_4096.idx.parquet"  # a pack from elsewhere: no mbridge_seqpack fingerprint
-    pq.write_table(pa.table({"input_ids": [[5, 6, 7]], "loss_mask": [[1, 1, 0]], "seq_start_id": [[0]]}), str(train))
+    rows = 16  # one global batch: fewer rows are offline.train_split_rows'
+    pq.write_table(
+        pa.table({"input_ids": [[5, 6, 7]] * rows, "loss_mask": [[1, 1, 0]] * rows, "seq_start_id": [[0]] * rows}),
+        str(train),
+    )
     cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
     cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
     cfg.dataset.offline_packing_specs.packed_train_data_path = str(train)
