@@ -32,7 +32,7 @@ def _packed_params() -> Any:
 def _config(**fields: Any) -> Any:
     from megatron.core.transformer import TransformerConfig
 
-    return TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, **fields)
+    return TransformerConfig(**{"num_layers": 1, "hidden_size": 64, "num_attention_heads": 4, **fields})
 
 
 @pytest.fixture(scope="module")
@@ -602,3 +602,24 @@ def test_collate_packed_rows_are_any_length_for_fp8_gemms(vlm_cfg: Any) -> None:
     assert _ids(vlm_cfg) == set()
     vlm_cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"
     assert _ids(vlm_cfg) == {"fp8.row_tokens_per_rank"}
+
+
+def test_mtp_recompute_takes_one_layer_a_unit(unpacked_cfg: Any) -> None:
+    from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
+
+    layer = MultiTokenPredictionLayer.__new__(MultiTokenPredictionLayer)
+    torch.nn.Module.__init__(layer)
+    hidden = torch.zeros(4, 1, 64)
+    for layers, raised in ((2, AssertionError), (1, Exception)):  # 1: past the check, into the checkpoint (a GPU)
+        layer.config = _config(
+            num_layers=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=layers
+        )
+        with pytest.raises(raised) as exc:
+            layer._checkpointed_forward(hidden, hidden)
+        assert ("recompute_num_layers must be 1 for MTP recompute" in str(exc.value)) == (layers == 2)
+    unpacked_cfg.model.mtp_num_layers = 1
+    unpacked_cfg.model.recompute_granularity, unpacked_cfg.model.recompute_method = "full", "uniform"
+    unpacked_cfg.model.recompute_num_layers = 2
+    assert _ids(unpacked_cfg) == {"mtp.full_recompute_layers"}
+    unpacked_cfg.model.recompute_num_layers = 1
+    assert _ids(unpacked_cfg) == set()

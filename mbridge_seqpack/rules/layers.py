@@ -19,7 +19,8 @@ QK_SCALING_ENV = "NVTE_APPLY_QK_LAYER_SCALING"
     evidence=(
         "megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer._checkpointed_forward (taken "
         "when recompute_granularity='full' in training) asserts 'recompute_num_layers must be 1 for MTP recompute' "
-        "for recompute_method='uniform' at the first forward; TransformerConfig bounds recompute_num_layers by the "
+        "for recompute_method='uniform' at the first forward (run on CPU); TransformerConfig bounds "
+        "recompute_num_layers by the "
         "decoder's layers, not the MTP layers'."
     ),
 )
