@@ -67,6 +67,10 @@ def check_target(
         megatron_ran=megatron,
         notes=launch.notes(),
     )
+    if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
+        from mbridge_seqpack.rules.artifacts import content_plan
+
+        report.contents = content_plan(cfg).summary()
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
     return report
