@@ -83,11 +83,14 @@ def find_seal(path: str | Path) -> Seal | None:
 class _TileSource(io.RawIOBase):
     """A read-only file of ``size`` bytes holding one verified tile at ``start`` and zeros elsewhere: everything
     Arrow reads comes from memory that was hashed (it reads only the group's column chunks, which the verified
-    footer places inside the tile)."""
+    footer places inside the tile). :meth:`load` swaps the tile for the next read."""
 
-    def __init__(self, size: int, start: int, data: bytes) -> None:
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self._size, self._start, self._data, self._pos = size, start, memoryview(data), 0
+        self._size, self._start, self._data, self._pos = size, 0, b"", 0
+
+    def load(self, start: int, data: bytes) -> None:
+        self._start, self._data = start, data
 
     def readable(self) -> bool:
         return True
@@ -106,8 +109,10 @@ class _TileSource(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         lo, hi = self._start, self._start + len(self._data)
-        if lo <= self._pos and end <= hi:  # Arrow's usual request: inside the tile, one copy
-            out = self._data[self._pos - lo : end - lo].tobytes()
+        if (self._pos, end) == (lo, hi):  # Arrow's usual request (the group's column chunks): the tile itself
+            out = self._data
+        elif lo <= self._pos and end <= hi:
+            out = self._data[self._pos - lo : end - lo]
         else:
             buffer = bytearray(max(0, end - self._pos))
             a, b = max(self._pos, lo), min(end, hi)
@@ -145,6 +150,10 @@ class VerifiedParquetFile:
             os.close(self._fd)
             raise
         self.schema_arrow = self.metadata.schema.to_arrow_schema()
+        # one reader over a source that holds only the tile just verified (the footer is parsed already: a reader
+        # made per read would parse it again, milliseconds for thousands of row groups)
+        self._source = _TileSource(tiles.size)
+        self._reader = pq.ParquetFile(pa.PythonFile(self._source, mode="r"), metadata=self.metadata, pre_buffer=True)
 
     @property
     def num_row_groups(self) -> int:
@@ -159,15 +168,13 @@ class VerifiedParquetFile:
 
     def read_row_group(self, i: int, columns: list[str] | None = None, **kwargs: Any) -> Any:
         """Row group ``i``, parsed from its tile after the tile matched its seal."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         if not 0 <= i < self.tiles.row_groups:
             raise IndexError(f"{self.path}: row group {i} of {self.tiles.row_groups}")
-        data = read_tile(self._fd, self.path, self.tiles, i)
-        source = pa.PythonFile(_TileSource(self.tiles.size, self.tiles.offsets[i], data), mode="r")
-        reader = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=True)
-        return reader.read_row_group(i, columns=columns, **kwargs)
+        self._source.load(self.tiles.offsets[i], read_tile(self._fd, self.path, self.tiles, i))
+        try:
+            return self._reader.read_row_group(i, columns=columns, **kwargs)
+        finally:
+            self._source.load(0, b"")  # nothing of it is kept past the read
 
     def close(self) -> None:
         if self._fd >= 0:
