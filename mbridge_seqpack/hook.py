@@ -199,7 +199,7 @@ def _arm_content_check(cfg: ConfigContainer) -> None:
     from mbridge_seqpack.rules.artifacts import content_plan
 
     try:
-        plan = content_plan(cfg)
+        plan = content_plan(cfg) if is_rank_zero() else ContentPlan()  # the other ranks only meet the gate
     except Exception as exc:  # noqa: BLE001  (a config the rules accepted: say so, and train without the check)
         if is_rank_zero():
             warnings.warn(f"mbridge_seqpack: the pack content check could not be planned ({exc})", stacklevel=3)

@@ -22,6 +22,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -262,6 +263,7 @@ def gate() -> None:
     check = _state.check
     problems: list[str] = []
     announced = False
+    entered = time.perf_counter()
     while True:
         done = check is None or check.wait(ROUND_SECONDS)
         if check is not None and not done and not announced and is_rank_zero():
@@ -277,8 +279,9 @@ def gate() -> None:
     if not failed:
         if check is not None and is_rank_zero():
             print(
-                f"mbridge_seqpack: pack content check passed ({check.progress()} in {check.seconds or 0:.1f} s, "
-                "overlapped with the model build)",
+                f"mbridge_seqpack: pack content check passed: {check.progress().split(' of ')[-1]} read in "
+                f"{check.seconds or 0:.1f} s while the model was built; the first step waited "
+                f"{time.perf_counter() - entered:.1f} s for it",
                 flush=True,
             )
         return
