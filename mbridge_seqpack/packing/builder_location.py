@@ -66,9 +66,12 @@ def _tokenizer_model_name(tokenizer_cfg: Any, specs: Any) -> str | None:
 def jsonl_root(cfg: ConfigContainer) -> Path | None:
     """The directory Megatron-Bridge's GPT SFT builder reads ``<split>.jsonl`` from and packs under:
     ``dataset.dataset_root``, or for a Hugging Face dataset the one its ``resolve_gpt_sft_dataset_root`` names
-    (``hf_output_root`` or a folder of its datasets cache, which that function creates, as the builder does on
-    every rank at launch); None for other datasets or a config Megatron-Bridge's validation refuses."""
+    (``hf_output_root``, or a folder of its datasets cache named by a digest of the source); None for other
+    datasets or a config Megatron-Bridge's validation refuses. That function creates the cache folder (as the
+    builder does on every rank at launch); a folder it just created empty is removed again, with the cache
+    directories above it that were not there: a config-time look leaves nothing behind."""
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig, resolve_gpt_sft_dataset_root
+    from megatron.bridge.data.datasets.gpt_sft import NEMO_DATASETS_CACHE
 
     dataset = getattr(cfg, "dataset", None)
     if not isinstance(dataset, GPTSFTDatasetConfig):
@@ -77,10 +80,19 @@ def jsonl_root(cfg: ConfigContainer) -> Path | None:
         return Path(str(dataset.dataset_root))
     if dataset.hf_dataset is None:
         return None
+    base = Path(NEMO_DATASETS_CACHE)
+    absent = [p for p in (base, *base.parents) if not p.exists()]
     try:
-        return Path(resolve_gpt_sft_dataset_root(dataset))
-    except (ValueError, TypeError, OSError):  # Megatron-Bridge's own validation reports it
+        root = Path(resolve_gpt_sft_dataset_root(dataset))
+    except Exception:  # noqa: BLE001  (a source it cannot resolve: its own validation reports it; no location)
         return None
+    if dataset.hf_output_root is None and root.parent == base and root.is_dir() and not any(root.iterdir()):
+        for made in (root, *absent):  # deepest first
+            try:
+                made.rmdir()
+            except OSError:
+                break
+    return root
 
 
 def builder_location(cfg: ConfigContainer, root: Path | None = None) -> BuilderLocation | None:

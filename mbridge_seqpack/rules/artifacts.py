@@ -262,7 +262,11 @@ def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fing
             f"the pack was made from another {split} file than {source} ({why}): the data changed since "
             "packing, or the pack belongs to another dataset",
             fix,
-            **{"dataset.dataset_root": str(root)},
+            **{
+                "dataset.dataset_root"
+                if getattr(ctx.dataset, "dataset_root", None) is not None
+                else "materialized Hugging Face dataset": str(root)
+            },
         )
     ]
 
