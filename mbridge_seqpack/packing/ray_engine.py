@@ -164,8 +164,14 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
 
     directory = shard_directory(job, shard.index)
     # not parents=True: the driver made the spill root inside its staging directory; a task that outlives a killed
-    # driver, after the next pack removed that directory, must fail here, not re-create it
-    directory.mkdir(exist_ok=True)
+    # driver, after the next pack removed that directory, must stop here, not re-create it
+    try:
+        directory.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise InputError(
+            f"{job.spill_root}: the pack's staging directory is gone (its driver stopped or was killed); this shard "
+            "is not written"
+        ) from None
     piece = directory / "input.jsonl"
     with open(job.source, "rb") as source, open(piece, "wb") as out:
         source.seek(shard.start)
