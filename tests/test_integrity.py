@@ -366,3 +366,14 @@ def test_every_rank_stops_when_rank_0_finds_a_bad_byte(pack: Path, tmp_path: Pat
         "mbridge_seqpack: stopped before the first optimizer step: rank 0's content check found pack bytes that "
         "differ from their seal (its error names the file). Nothing was trained on these bytes"
     )
+
+
+def test_install_wraps_the_packed_reader_and_uninstall_restores_it_exactly(megatron_bridge: Any) -> None:
+    from megatron.bridge.data.packing.parquet import GPTSFTPackedParquetDataset
+
+    original = GPTSFTPackedParquetDataset.__dict__["_ensure_reader"]
+    with mbridge_seqpack.install():
+        assert GPTSFTPackedParquetDataset.__dict__["_ensure_reader"] is not original
+        mbridge_seqpack.install(mode="warn")  # installing again wraps nothing twice
+        assert GPTSFTPackedParquetDataset.__dict__["_ensure_reader"].__wrapped__ is original
+    assert GPTSFTPackedParquetDataset.__dict__["_ensure_reader"] is original

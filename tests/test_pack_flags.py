@@ -530,9 +530,20 @@ def _value(entry: dict[str, Any], path: str) -> Any:
 
 
 def _check_cell(mode: str, dest: str, case: Case, files: dict[str, Path], tmp: Path) -> None:
+    _check_cells(mode, [(dest, case)], files, tmp)
+
+
+def _printed_directory(argv: list[str], stdout: str, tmp: Path) -> Path:
+    return tmp / (Path(json.loads(stdout)["directory"]) if "--json" in argv else _directory(stdout))
+
+
+def _check_cells(mode: str, members: list[tuple[str, Case]], files: dict[str, Path], tmp: Path) -> None:
+    """Run the members' flags as one command (one member, or acting ones merged: see :func:`_merged`) and check
+    each member's outcome on its result."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "full").mkdir(exist_ok=True)
     (tmp / "full" / "old.txt").write_text("old")
+    case = Case(tuple(a for _, c in members for a in c.args), members[0][1].outcome, members[0][1].input)
     argv = _command(mode, case, files, tmp)
     here = os.getcwd()
     os.chdir(tmp)  # a recipe pack of another input goes to ./packed_<N>_mult<M>: one per cell
@@ -540,41 +551,68 @@ def _check_cell(mode: str, dest: str, case: Case, files: dict[str, Path], tmp: P
         code, stdout, stderr = _run(argv)
     finally:
         os.chdir(here)
-    where = f"{dest} x {mode}: {' '.join(argv[1:])}"
+    where = f"{'+'.join(d for d, _ in members)} x {mode}: {' '.join(argv[1:])}"
     if isinstance(case.outcome, Refused):
         expected = _fill(case.outcome.message.replace("{recipe}", RECIPE_NAME.get(mode, "")), files, tmp)
         assert code == 2, where
         assert stderr.strip().splitlines()[-1] == f"mbridge-seqpack: error: {expected}", where
         return
     assert code == 0, f"{where}\n{stderr[-2000:]}"
-    directory = tmp / (Path(json.loads(stdout)["directory"]) if "--json" in argv else _directory(stdout))
+    directory = _printed_directory(argv, stdout, tmp)
     entries = _entries(directory)
-    if isinstance(case.outcome, Sealed):
-        expected = case.outcome.value
-        expected = _fill(expected, files, tmp) if isinstance(expected, str) else expected
-        assert _value(entries["training"], case.outcome.path) == expected, where
-        return
 
     def plain() -> Path:
-        bare = Case(tuple(a for a in case.args if a not in _NOT_IN_PLAIN.get(dest, ())), case.outcome, case.input)
-        argv_plain = _command(mode, bare, files, tmp / "plain")
-        if "--ray" in argv_plain:  # the reference is the local pack
-            at = argv_plain.index("--ray")
-            del argv_plain[at : at + 2]
-        for flag_, count in (("--ray-shard-mb", 2), ("--workers", 2)):
-            if flag_ in argv_plain:
+        """The same command on this machine, without --ray / --ray-shard-mb / --workers."""
+        argv_plain = _command(mode, case, files, tmp / "plain")
+        for flag_ in ("--ray", "--ray-shard-mb", "--workers"):
+            while flag_ in argv_plain:
                 at = argv_plain.index(flag_)
-                del argv_plain[at : at + count]
-        if mode in RECIPE_MODES:
-            argv_plain += ["--output", str(tmp / "plain" / "out")]
+                del argv_plain[at : at + 2]
+        if "--output" in argv_plain:
+            at = argv_plain.index("--output")
+            del argv_plain[at : at + 2]
+        argv_plain += ["--output", str(tmp / "plain" / "out"), "--overwrite"]
         code_plain, out_plain, err_plain = _run(argv_plain)
         assert code_plain == 0, err_plain
-        return _directory(out_plain)
+        return _printed_directory(argv_plain, out_plain, tmp)
 
-    case.outcome.check({"directory": directory, "stdout": stdout, "entries": entries, "plain": plain})
+    for dest, member in members:
+        outcome = member.outcome
+        if isinstance(outcome, Sealed):
+            expected = _fill(outcome.value, files, tmp) if isinstance(outcome.value, str) else outcome.value
+            assert _value(entries["training"], outcome.path) == expected, f"{dest}: {where}"
+        else:
+            assert isinstance(outcome, Acts), where
+            outcome.check({"directory": directory, "stdout": stdout, "entries": entries, "plain": plain})
 
 
-_NOT_IN_PLAIN = {"workers": ("--workers", "1"), "ray": ("--ray", "local"), "ray_shard_mb": ("--ray-shard-mb", "0.001")}
+#: flags that cannot share a command (one refuses the other, or both name the output)
+_APART = [{"--no-balance", "--sampler"}, {"--no-balance", "--sampler-seed"}, {"--no-balance", "--data-parallel"},
+          {"--no-balance", "--micro-batches"}, {"--no-balance", "--max-sequences-per-row"},
+          {"--sampler", "--sampler-seed"}]  # fmt: skip
+
+
+def _merged(cells: list[tuple[str, Case]]) -> list[list[tuple[str, Case]]]:
+    """Acting cells merged into as few commands as their flags allow (same input, no flag twice, none of
+    :data:`_APART` together); refused cells stay alone (each has its own exact message)."""
+    groups: list[list[tuple[str, Case]]] = []
+    for dest, case in cells:
+        flags = {a for a in case.args if a.startswith("--")}
+        home = None
+        if not isinstance(case.outcome, Refused):
+            for group in groups:
+                if isinstance(group[0][1].outcome, Refused) or group[0][1].input != case.input:
+                    continue
+                taken = {a for _, c in group for a in c.args if a.startswith("--")}
+                if flags & taken or any(pair <= flags | taken for pair in _APART):
+                    continue
+                home = group
+                break
+        if home is None:
+            groups.append([(dest, case)])
+        else:
+            home.append((dest, case))
+    return groups
 
 
 def _directory(stdout: str) -> Path:
@@ -615,15 +653,16 @@ def test_every_flag_acts_or_is_refused(
 def test_every_flag_under_ray(
     ray_cluster: Any, corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The ray mode's cells, and the --ray flag in the other modes, on one local cluster."""
+    """The ray mode's cells (acting ones merged into a few packs on the cluster, each checked on its pack), and the
+    --ray flag in the other modes, on one local cluster."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NEMO_DATASETS_CACHE", str(tmp_path / "nemo"))
     failures = []
     for mode in MODES:
-        for dest, mode_cases in cases(mode).items():
-            for number, case in enumerate(mode_cases):
-                if mode == "ray" or dest == "ray":
-                    try:
-                        _check_cell(mode, dest, case, corpus, tmp_path / f"{mode}-{dest}-{number}")
-                    except Exception as exc:  # noqa: BLE001
-                        failures.append(f"{dest} x {mode}: {type(exc).__name__}: {exc}")
+        cells = [(d, c) for d, mode_cases in cases(mode).items() for c in mode_cases if mode == "ray" or d == "ray"]
+        for number, group in enumerate(_merged(cells) if mode == "ray" else [[cell] for cell in cells]):
+            try:
+                _check_cells(mode, group, corpus, tmp_path / f"{mode}-{number}")
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"{'+'.join(d for d, _ in group)} x {mode}: {type(exc).__name__}: {exc}")
     assert not failures, "\n\n".join(failures)
