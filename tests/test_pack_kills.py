@@ -213,7 +213,10 @@ def test_a_pack_replacing_another_killed_leaves_the_old_one_or_the_new_one(
 def ray_cluster() -> Any:
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # idle workers are kept (Ray's default kills all but num_cpus of them after 1 s): the tokenizing workers, which
+    # import Megatron-Bridge, serve every driver of the module instead of being started again for each
+    system = {"num_workers_soft_limit": 8, "idle_worker_killing_time_threshold_ms": 600_000}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _system_config=system)
     import sys
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the driver actor's class, by value

@@ -136,18 +136,27 @@ def set_mode(mode: Callable[[], str | None]) -> None:
     _state.mode = mode
 
 
-def install(mode: Callable[[], str | None]) -> None:
-    """Wrap Megatron-Bridge's packed Parquet reader (idempotent); ``mode`` gives the hook's current mode."""
-    from megatron.bridge.data.packing.parquet import GPTSFTPackedParquetDataset
-
-    set_mode(mode)
+def _wrap_reader() -> None:
+    """Wrap ``GPTSFTPackedParquetDataset._ensure_reader`` once. Where the hook is installed while Megatron-Bridge's
+    packages are still importing (the zero-code start-up hook fires when its config module is loaded), the
+    dataset module may not be importable yet: :func:`arm` tries again at ``validate()``."""
     if _state.ensure_reader is not None:
+        return
+    try:
+        from megatron.bridge.data.packing.parquet import GPTSFTPackedParquetDataset
+    except ImportError:
         return
     current = GPTSFTPackedParquetDataset.__dict__["_ensure_reader"]
     if getattr(current, _FLAG, False):  # a reloaded module left a wrapper behind
         current = current.__wrapped__
     _state.ensure_reader = current
     GPTSFTPackedParquetDataset._ensure_reader = _wrap_ensure_reader(current)
+
+
+def install(mode: Callable[[], str | None]) -> None:
+    """Wrap Megatron-Bridge's packed Parquet reader (idempotent); ``mode`` gives the hook's current mode."""
+    set_mode(mode)
+    _wrap_reader()
 
 
 def uninstall() -> None:
@@ -214,6 +223,7 @@ def arm(plan: ContentPlan) -> None:
     background (once per distinct plan), and every rank's first ``train_step`` waits for the verdict."""
     if _mode() in (None, "off"):
         return
+    _wrap_reader()
     if is_rank_zero() and plan and plan.key() != _state.armed_key:
         _state.armed_key = plan.key()
         _state.check = BackgroundCheck(plan)
