@@ -88,6 +88,10 @@ def check_target(
     if attention is not None:
         report.derived["attention"] = verdict_summary(attention)
         report.notes += verdict_notes(attention, cfg.model)
+    if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
+        from mbridge_seqpack.rules.artifacts import content_plan
+
+        report.contents = content_plan(cfg).summary()
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
     return report

@@ -14,10 +14,12 @@ from mbridge_seqpack.rules.registry import rule
 def packed_split_files(ctx: RuleContext, split: str) -> list[Path]:
     """The existing Parquet files Megatron-Bridge's builder will read for a packed split: the explicit packed path
     (file, directory or glob, as data/packing/paths.py resolves it), else the builder's default location when the
-    pack is already there; [] when the pack does not exist yet (the builder makes it at launch) or is legacy .npy."""
+    pack is already there; [] when the pack does not exist yet (the builder makes it at launch), is legacy .npy, or
+    is stale for this config (``artifact.fingerprint_mismatch`` reports it, and its rows are not what will train)."""
     from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
 
     from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.rules.artifacts import pack_matches_config
 
     field = {"training": "packed_train_data_path", "validation": "packed_val_data_path"}[split]
     spec = getattr(ctx.specs, field, None)
@@ -25,14 +27,14 @@ def packed_split_files(ctx: RuleContext, split: str) -> list[Path]:
         if not is_packed_parquet_spec(str(spec)):
             return []
         try:
-            return [Path(p) for p in resolve_packed_parquet_paths(str(spec))]
+            files = [Path(p) for p in resolve_packed_parquet_paths(str(spec))]
         except ValueError:
             return []  # artifact.fingerprint_mismatch names it
-    location = builder_location(ctx.cfg)
-    if location is None:
-        return []
-    path = location.split_path(split)
-    return [path] if path.is_file() else []
+    else:
+        location = builder_location(ctx.cfg)
+        path = location.split_path(split) if location is not None else None
+        files = [path] if path is not None and path.is_file() else []
+    return files if files and pack_matches_config(ctx, split, files) else []
 
 
 def parquet_rows(files: list[Path]) -> int | None:
