@@ -554,6 +554,8 @@ def test_backend_variables_are_megatron_core_own(packed_cfg: Any, monkeypatch: p
 def test_launch_environment_wins_over_env_vars(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """runtime_config_update exports env_vars with os.environ.setdefault: a launch value stays."""
     packed_cfg.env_vars = {"NVTE_FUSED_ATTN": "1", ab.NONDETERMINISTIC_ENV: "0"}
+    for name in [k for k in os.environ if k.startswith("NVTE_")]:  # TE's import sets NVTE_CUDA_INCLUDE_DIR
+        monkeypatch.delenv(name)
     monkeypatch.setenv("NVTE_FUSED_ATTN", "0")
     assert ab.training_env(packed_cfg) == {"NVTE_FUSED_ATTN": "0", ab.NONDETERMINISTIC_ENV: "0"}
     assert ab.env_value(packed_cfg, "NVTE_FUSED_ATTN") == "0"

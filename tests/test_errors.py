@@ -12,6 +12,8 @@ import mbridge_seqpack.cli.recipes as recipes_cli
 from mbridge_seqpack.cli.main import main
 from mbridge_seqpack.errors import PackingConfigError, SeqpackError, UsageError
 from mbridge_seqpack.packing.artifact import ArtifactError
+from mbridge_seqpack.packing.content_check import ContentCheckError
+from mbridge_seqpack.packing.row_group_seal import CorruptedPackError
 from mbridge_seqpack.packing.sequences import InputError
 from mbridge_seqpack.thd.inject import StaticShapeMismatchError
 from mbridge_seqpack.thd.layout import StaticShapeOverflowError
@@ -25,6 +27,8 @@ def test_every_error_class_belongs_to_the_family() -> None:
         UsageError,
         InputError,
         ArtifactError,
+        ContentCheckError,
+        CorruptedPackError,
         StaticShapeMismatchError,
         StaticShapeOverflowError,
     ):
@@ -40,6 +44,8 @@ def test_every_error_class_belongs_to_the_family() -> None:
         "PackingConfigError",
         "InputError",
         "ArtifactError",
+        "ContentCheckError",
+        "CorruptedPackError",
         "StaticShapeMismatchError",
         "StaticShapeOverflowError",
     }

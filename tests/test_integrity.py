@@ -252,7 +252,9 @@ def _check_cli(root: Path, capsys: pytest.CaptureFixture) -> tuple[int, str]:
     from mbridge_seqpack.cli.main import main
 
     capsys.readouterr()
-    code = main(["check", "small_gpt_smoke_4k", f"dataset.dataset_root={root}", "--rules-only"])
+    # the 80-record subset packs into 2 rows: the run repeats them (else offline.train_split_rows, one global batch)
+    overrides = [f"dataset.dataset_root={root}", "dataset.max_train_samples=800"]
+    code = main(["check", "small_gpt_smoke_4k", *overrides, "--rules-only"])
     return code, capsys.readouterr().out
 
 
@@ -302,7 +304,7 @@ def test_a_same_size_input_edit_with_its_mtime_put_back_is_refused(
     assert FileStamp.of(source) == stamp
     code, out = _check_cli(root, capsys)
     assert code == 0
-    line = " ".join(out.split("pack contents: ", 1)[1].split("\nresult:")[0].split())
+    line = " ".join(out.split("pack contents: ", 1)[1].split("\nnote: attention:")[0].split())
     assert line == (
         "checked now: metadata, sizes and Parquet footers of 1 pack file(s); deferred: "
         f"{directory.joinpath('training_4096.idx.parquet').stat().st_size / 1024:.1f} kB of pack bytes, "

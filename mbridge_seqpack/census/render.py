@@ -172,7 +172,7 @@ def _short(text: str, width: int = 72) -> str:
 def render_markdown(census: Census) -> str:
     """The whole page; ``census`` must be clean (every site mapped)."""
     if not census.clean:
-        raise ValueError("the census has unmapped or stale entries:\n" + "\n".join(census.problems()))
+        raise RuntimeError("the census has unmapped or stale entries:\n" + "\n".join(census.problems()))
     total = len(census.mapped)
     counts = Counter(m.verdict.cls for m in census.mapped)
     gaps = [m for m in census.mapped if m.verdict.cls == "gap"]

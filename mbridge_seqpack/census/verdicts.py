@@ -58,17 +58,17 @@ class Verdict:
 
     def __post_init__(self) -> None:
         if self.cls not in CLASSES:
-            raise ValueError(f"unknown verdict class {self.cls!r}")
+            raise RuntimeError(f"unknown verdict class {self.cls!r}")
         if not self.reason.strip():
-            raise ValueError("every verdict states its reason")
+            raise RuntimeError("every verdict states its reason")
         if (self.cls == "guarded") != bool(self.rules):
-            raise ValueError(f"a {self.cls} verdict {'needs' if self.cls == 'guarded' else 'names no'} rule ids")
+            raise RuntimeError(f"a {self.cls} verdict {'needs' if self.cls == 'guarded' else 'names no'} rule ids")
         if self.cls == "megatron_validates" and not self.validator:
-            raise ValueError("a megatron_validates verdict names Megatron-Bridge's check")
+            raise RuntimeError("a megatron_validates verdict names Megatron-Bridge's check")
         if self.cls == "gap" and not self.fields:
-            raise ValueError("a gap names the config fields that reach it")
+            raise RuntimeError("a gap names the config fields that reach it")
         if self.general and self.cls != "gap":
-            raise ValueError("only a gap is marked general")
+            raise RuntimeError("only a gap is marked general")
 
 
 def guarded(rules: str | tuple[str, ...], reason: str, fields: tuple[str, ...] = ()) -> Verdict:
