@@ -33,6 +33,16 @@ NO_PACK_SIZE = unreachable(
     "rejects packed specs with a size <= 0)"
 )
 
+#: a sampler's "no sample" assert, reached by an empty packed validation split (the two samplers share it)
+EMPTY_SPLIT = site(
+    "no sample to consume",
+    guarded(
+        "eval.packed_split_rows",
+        "an empty split (packed: zero rows) reaches the sampler",
+        (f"{SPECS}.packed_val_data_path",),
+    ),
+)
+
 MAPPING = (
     *groups(
         MB + "data/builders/gpt_sft.py",
@@ -675,14 +685,7 @@ MAPPING = (
             ),
             "MegatronPretrainingSampler.__init__": (
                 unreachable("micro batch, DP size and rank are positive and consistent by construction"),
-                site(
-                    "no sample to consume",
-                    guarded(
-                        "eval.packed_split_rows",
-                        "an empty split (packed: zero rows) reaches the sampler",
-                        (f"{SPECS}.packed_val_data_path",),
-                    ),
-                ),
+                EMPTY_SPLIT,
                 site(
                     "no samples left to consume",
                     guarded(
@@ -695,14 +698,7 @@ MAPPING = (
             ),
             "MegatronPretrainingBatchSampler.__init__": (
                 unreachable("micro batch, DP size and rank are positive and consistent by construction"),
-                site(
-                    "no sample to consume",
-                    guarded(
-                        "eval.packed_split_rows",
-                        "an empty split (packed: zero rows) reaches the sampler",
-                        (f"{SPECS}.packed_val_data_path",),
-                    ),
-                ),
+                EMPTY_SPLIT,
                 site(
                     "is not divisible by",
                     guarded(

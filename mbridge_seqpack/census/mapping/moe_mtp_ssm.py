@@ -41,6 +41,15 @@ MOE_OPTIONS = gap(
     "checks other MoE combinations (flex backends, capacity factor, pre-softmax) but not these",
     general=True,
 )
+#: TE's attention load-balancing undo/redo divide the packed row by CP (both functions share the check)
+CP_ROW_WIDTH = site(
+    "total_tokens % cp_size",
+    guarded(
+        ("offline.alignment_multiple", "offline.row_width_alignment"),
+        "the packed row width split over CP (each sequence padded to 2*CP)",
+        ("dataset.offline_packing_specs.pad_seq_to_mult", "model.context_parallel_size"),
+    ),
+)
 MOE_TE = unreachable(
     "TE fused MoE kernels called by Megatron-Core with CUDA tensors it built (routing map, probs, token counts) "
     "and the shapes the dispatcher computed"
@@ -466,25 +475,11 @@ MAPPING = (
             "_all_to_all_hp2cp": INVARIANT,
             "_undo_attention_load_balancing": (
                 TE_PINNED,
-                site(
-                    "total_tokens % cp_size",
-                    guarded(
-                        ("offline.alignment_multiple", "offline.row_width_alignment"),
-                        "the packed row width split over CP (each sequence padded to 2*CP)",
-                        ("dataset.offline_packing_specs.pad_seq_to_mult", "model.context_parallel_size"),
-                    ),
-                ),
+                CP_ROW_WIDTH,
             ),
             "_redo_attention_load_balancing": (
                 TE_PINNED,
-                site(
-                    "total_tokens % cp_size",
-                    guarded(
-                        ("offline.alignment_multiple", "offline.row_width_alignment"),
-                        "the packed row width split over CP (each sequence padded to 2*CP)",
-                        ("dataset.offline_packing_specs.pad_seq_to_mult", "model.context_parallel_size"),
-                    ),
-                ),
+                CP_ROW_WIDTH,
             ),
         },
     ),
