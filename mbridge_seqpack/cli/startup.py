@@ -1,11 +1,11 @@
 """What the command line does around its slow imports: one status line on stderr as a slow library starts to load,
 and known third-party noise kept out of the output (``--verbose`` shows everything).
 
-Importing Megatron-Bridge takes 40-120 s on a CPU machine (its package ``__init__`` imports every model family,
-and with them torch and Transformer Engine), before a command can say anything; without a word first, a command
-looks hung. The status line is printed by an import finder the moment the first slow package is asked for, so it
-comes before that import wherever it starts (a recipe file, ``build_launch``, the tokenizer of ``pack``), and only
-once the cheap checks before it have passed.
+Importing Megatron-Bridge takes 20-60 s on a CPU machine, twice that where Python has no cached bytecode to load
+(its package ``__init__`` imports every model family, and with them Megatron-Core, torch and Transformer Engine),
+before a command can say anything; without a word first, a command looks hung. The status line is printed by an
+import finder the moment the first slow package is asked for, so it comes before that import wherever it starts (a
+recipe file, ``build_launch``, the tokenizer of ``pack``), and only once the cheap checks before it have passed.
 
 The noise filters name each message, the module that emits it and its category: import-time notices about the
 machine (no GPU, no Apex, no Triton), a docstring's escape sequence, a ``transformers`` attribute rename read by
@@ -125,7 +125,10 @@ class _Announcer(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> None:
         if path is None and fullname in SLOW_IMPORTS and fullname not in self._said:
             self._said.update((fullname, *_BROUGHT_ALONG.get(fullname, ())))
-            print(status_line(fullname), file=self._stream, flush=True)
+            try:
+                print(status_line(fullname), file=self._stream, flush=True)
+            except (OSError, ValueError):  # stderr closed: the import goes on, untold
+                pass
         return None
 
 
