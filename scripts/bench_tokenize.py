@@ -9,9 +9,11 @@ text lists it passes to the tokenizer (each chunk's distinct pieces); the tokeni
 those lists, as ``pack`` calls it (``transformers`` on the first text, which sets the Rust tokenizer's state, then
 the Rust ``encode_batch_fast`` on the rest, the ids read out), with a freshly loaded tokenizer and the same cores.
 On a machine shared with others the load changes by 2-3x within minutes, so the encoding is timed in every
-contender's process beside each of its runs (before it on even runs, after it on odd ones), and each contender's
-best time is given as a multiple of the best of those encodings: the cost of all the rest. CPU seconds (user and
-system, every thread and worker) are reported beside wall seconds.
+contender's process beside each of its runs (before it on even runs, after it on odd ones). Each run gives one
+ratio, the contender's time over the encoding beside it (the load of the moment cancels); a contender's ratio is the
+median of its runs' (the spread printed beside it), and its best wall and CPU times are printed too (best of 3).
+CPU seconds (user and system, every thread and worker) are reported beside wall seconds, and so is the CPU ratio.
+``--resummarize JSON`` recomputes the ratios and the summary from the raw times a stored run holds.
 
 Contenders: ``pack --no-balance`` (batched tokenization and best-fit decreasing only: the work Megatron-Bridge's
 prep does) and ``pack`` as it runs by default (work balance and step leveling included); ``pack`` on
@@ -23,6 +25,7 @@ repeated, 56 copies by default (100,744 records), each copy's prompts and answer
 encodes once per chunk).
 
     uv run python scripts/bench_tokenize.py [--copies 56] [--answers repeated --out F] [--repeats 3]
+    uv run python scripts/bench_tokenize.py --resummarize docs/bench/bench_tokenize.json
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import json
 import os
 import pickle
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,18 +222,51 @@ def run_one(name: str, src: Path, work: Path, pack_size: int, repeats: int) -> d
                 tokens = int(result["stats"]["total_tokens"])
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, children)
-    best = {key: min(values) for key, values in times.items()}
+    return {**times, "peak_rss_mib": peak / 1024, "tokens": tokens}
+
+
+def summarize(run: dict) -> dict:
+    """The report of a run: per contender its best wall and CPU times (of ``repeats``), its time over the encoding
+    beside it in each run (paired, so that the load of the moment cancels) and the median of those, the same for CPU,
+    and its speed against Megatron-Bridge's prep (all cores) from those medians."""
+    results = run["results"]
+    for r in results.values():
+        for key in ("seconds", "cpu_s", "encode_seconds", "encode_cpu_s"):
+            r[f"best_{key}"] = min(r[key])
+        r["paired_over_encode"] = [c / e for c, e in zip(r["seconds"], r["encode_seconds"])]
+        r["paired_cpu_over_encode"] = [c / e for c, e in zip(r["cpu_s"], r["encode_cpu_s"])]
+        r["over_encode"] = statistics.median(r["paired_over_encode"])
+        r["cpu_over_encode"] = statistics.median(r["paired_cpu_over_encode"])
+        r["best_over_best_encode"] = r["best_seconds"] / r["best_encode_seconds"]
+    reference = results[REFERENCE]["over_encode"]
     return {
-        **times,
-        "best_s": best["seconds"],
-        "best_cpu_s": best["cpu_s"],
-        "encode_best_s": best["encode_seconds"],
-        "encode_best_cpu_s": best["encode_cpu_s"],
-        "over_encode": best["seconds"] / best["encode_seconds"],
-        "cpu_over_encode": best["cpu_s"] / best["encode_cpu_s"],
-        "peak_rss_mib": peak / 1024,
-        "tokens": tokens,
+        **run,
+        "tokenizer_encode_best_s": min(r["best_encode_seconds"] for r in results.values()),
+        "time_over_tokenizer_encode": {name: r["over_encode"] for name, r in results.items()},
+        "cpu_over_tokenizer_encode": {name: r["cpu_over_encode"] for name, r in results.items()},
+        "megatron_bridge_all_cores_over": {name: reference / r["over_encode"] for name, r in results.items()},
     }
+
+
+def show(report: dict) -> None:
+    results, repeats = report["results"], report["repeats"]
+    print(f"the tokenizer's encoding alone: best {report['tokenizer_encode_best_s']:.1f} s")
+    for name, r in results.items():
+        print(
+            f"{name:30s} {r['best_seconds']:7.1f} s, {r['best_cpu_s']:6.1f} s CPU (best of {repeats}); "
+            f"{r['over_encode']:5.2f}x the encoding beside it ({min(r['paired_over_encode']):.2f}-"
+            f"{max(r['paired_over_encode']):.2f}x; {r['cpu_over_encode']:.2f}x its CPU; medians of {repeats}); "
+            f"{report['megatron_bridge_all_cores_over'][name]:5.2f}x Megatron-Bridge's speed (all cores); peak RSS "
+            f"{r['peak_rss_mib']:.0f} MiB"
+        )
+    texts, load = report["tokenizer_texts"], report["load_average"]
+    print(
+        f"{report['records']:,} records ({report['answers']} answers), {report['tokens']:,} tokens, "
+        f"{report['cores']} cores; the tokenizer encoded {texts['texts']:,} texts in {texts['calls']} call"
+        f"{'s' * (texts['calls'] != 1)}; every "
+        f"pack holds exactly the sequences (tokens and loss mask, byte for byte) of Megatron-Bridge's prep; load "
+        f"average {load['start'][0]:.1f} -> {load['end'][0]:.1f}"
+    )
 
 
 def _subprocess(args: list[str]) -> dict:
@@ -249,16 +286,27 @@ def main() -> None:
         default="distinct",
         help="make every answer distinct too, or keep each answer the same in every copy",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="runs per contender; the best is reported")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per contender: best times, median ratios")
     parser.add_argument(
         "--contenders", default=",".join(CONTENDERS), help=f"comma-separated subset of {', '.join(CONTENDERS)}"
     )
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bench_tokenize.json"))
     parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--resummarize", metavar="JSON", help="recompute the summary of a stored run's times")
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resummarize:
+        stored = json.loads(Path(args.resummarize).read_text())
+        kept = ("seconds", "cpu_s", "encode_seconds", "encode_cpu_s", "peak_rss_mib", "tokens")
+        if not all(isinstance(r.get("seconds"), list) for r in stored["results"].values()):
+            raise SystemExit(f"{args.resummarize} holds no per-run times (written before they were kept)")
+        stored["results"] = {name: {k: r[k] for k in kept} for name, r in stored["results"].items()}
+        report = summarize(stored)  # its summary keys are computed anew
+        show(report)
+        Path(args.resummarize).write_text(json.dumps(report, indent=2) + "\n")
+        return
     if args.capture:
         print(json.dumps(capture_texts(Path(args.src), Path(args.work), args.pack_size)))
         return
@@ -284,7 +332,7 @@ def main() -> None:
                 ["--one", name, *common, "--work", str(work), "--repeats", str(args.repeats)]
             )
             print(
-                f"{name:30s} {' '.join(f'{x:.1f}' for x in r['seconds'])} s, the encoding beside it "
+                f"{name:30s} {' '.join(f'{x:.1f}' for x in r['seconds'])} s, the encoding beside each "
                 f"{' '.join(f'{x:.1f}' for x in r['encode_seconds'])} s",
                 flush=True,
             )
@@ -298,38 +346,21 @@ def main() -> None:
         }
     if not all(identical.values()):
         raise SystemExit(f"the packs hold other sequences than Megatron-Bridge's prep: {identical}")
-    tokens = next(r["tokens"] for r in results.values() if r["tokens"])
-    reference = results[REFERENCE]["over_encode"]
-    report = {
-        "records": records,
-        "answers": args.answers,
-        "tokens": tokens,
-        "cores": cores,
-        "repeats": args.repeats,
-        "load_average": load,
-        "tokenizer_texts": texts,
-        "tokenizer_encode_best_s": min(r["encode_best_s"] for r in results.values()),
-        "results": results,
-        "same_sequences_as_megatron_bridge": identical,
-        "time_over_tokenizer_encode": {name: r["over_encode"] for name, r in results.items()},
-        "cpu_over_tokenizer_encode": {name: r["cpu_over_encode"] for name, r in results.items()},
-        # each over its own encoding, so that the load of the moment cancels
-        "megatron_bridge_all_cores_over": {name: reference / r["over_encode"] for name, r in results.items()},
-    }
-    print(f"\nthe tokenizer's encoding alone: best {report['tokenizer_encode_best_s']:.1f} s")
-    for name, r in results.items():
-        print(
-            f"{name:30s} {r['best_s']:7.1f} s, {r['best_cpu_s']:7.1f} s CPU (best of {args.repeats}); "
-            f"{r['over_encode']:5.2f}x the encoding beside it ({r['cpu_over_encode']:.2f}x its CPU); "
-            f"{reference / r['over_encode']:5.2f}x Megatron-Bridge's speed (all cores); peak RSS "
-            f"{r['peak_rss_mib']:.0f} MiB"
-        )
-    print(
-        f"{records:,} records ({args.answers} answers), {tokens:,} tokens, {cores} cores; the tokenizer encoded "
-        f"{texts['texts']:,} texts in {texts['calls']} calls; every pack holds exactly the sequences (tokens and "
-        f"loss mask, byte for byte) of Megatron-Bridge's prep; load average {load['start'][0]:.1f} -> "
-        f"{load['end'][0]:.1f}"
+    report = summarize(
+        {
+            "records": records,
+            "answers": args.answers,
+            "tokens": next(r["tokens"] for r in results.values() if r["tokens"]),
+            "cores": cores,
+            "repeats": args.repeats,
+            "load_average": load,
+            "tokenizer_texts": texts,
+            "same_sequences_as_megatron_bridge": identical,
+            "results": results,
+        }
     )
+    print()
+    show(report)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 
