@@ -431,6 +431,10 @@ TABLE: dict[str, dict[str, list[Case]]] = {
         "input": [Case(("--json",), Acts("the result as JSON", _json_printed))],
         "recipe": [Case(("--json",), Acts("the result as JSON", _json_printed))],
     },
+    "verbose": {  # every command's flag (cli/startup.py): the warnings it shows, not the bytes
+        "input": [Case(("--verbose",), Acts("every warning shown, the same bytes", _same_bytes_as_plain))],
+        "recipe": [Case(("--verbose",), Acts("every warning shown, the same bytes", _same_bytes_as_plain))],
+    },
 }
 
 
@@ -562,12 +566,14 @@ def _check_cells(mode: str, members: list[tuple[str, Case]], files: dict[str, Pa
     entries = _entries(directory)
 
     def plain() -> Path:
-        """The same command on this machine, without --ray / --ray-shard-mb / --workers."""
+        """The same command on this machine, without --ray / --ray-shard-mb / --workers / --verbose."""
         argv_plain = _command(mode, case, files, tmp / "plain")
         for flag_ in ("--ray", "--ray-shard-mb", "--workers"):
             while flag_ in argv_plain:
                 at = argv_plain.index(flag_)
                 del argv_plain[at : at + 2]
+        while "--verbose" in argv_plain:
+            argv_plain.remove("--verbose")
         if "--output" in argv_plain:
             at = argv_plain.index("--output")
             del argv_plain[at : at + 2]

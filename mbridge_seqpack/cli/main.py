@@ -1,11 +1,13 @@
 """``mbridge-seqpack``: check configs, list recipes, plan pack length vs batch, pack and inspect data.
 
 Commands that do not need Megatron-Bridge (``pack`` checks its inputs first, ``inspect``, ``verify``, ``--help``)
-do not import it before they must: that import takes ~40 s on a CPU machine.
+do not import it before they must: that import takes 40-120 s on a CPU machine, so a command says so on stderr as it
+starts, and keeps third-party notices that do not concern the user out of its output unless ``--verbose``
+(``cli/startup.py``).
 
 Exit codes: 0 ok, 1 a config that breaks a rule (or a check that found one), 2 an error of the plugin's family
 (``errors.SeqpackError``: bad input, usage, artifact) or an exhausted resource, 3 a bug (shown as one, with the
-traceback and where to report it).
+traceback and where to report it), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mbridge_seqpack.cli.check import add_check_command
 from mbridge_seqpack.cli.data import add_data_commands
 from mbridge_seqpack.cli.plan import add_plan_command
 from mbridge_seqpack.cli.recipes import add_recipes_command
+from mbridge_seqpack.cli.startup import command_line
 from mbridge_seqpack.errors import PackingConfigError, SeqpackError, UsageError
 
 __all__ = ["build_parser", "main", "UsageError"]
@@ -34,6 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_recipes_command(sub)
     add_plan_command(sub)
     add_data_commands(sub)
+    for command in (parser, *sub.choices.values()):  # before or after the command name
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=False if command is parser else argparse.SUPPRESS,
+            help="show every warning of the libraries below (torch's CUDA probe, import notices, deprecations)",
+        )
     return parser
 
 
@@ -46,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return int(args.func(args) or 0)
+        with command_line(verbose=args.verbose):
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C, most often during the long import: no traceback
+        print("mbridge-seqpack: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `mbridge-seqpack inspect --json | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

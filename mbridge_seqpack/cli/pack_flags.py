@@ -52,6 +52,7 @@ PACK_FLAGS: dict[str, str] = {
     "world_size": "the recipe's world size, hence DP (--recipe only)",
     "max_sequences_per_row": "balance record max_sequences_per_row",
     "json": "print the result as JSON",
+    "verbose": "every command's flag: show every third-party warning (cli/startup.py); the bytes do not change",
 }
 
 #: what a flag set to None means without --recipe (with --recipe the recipe's value)

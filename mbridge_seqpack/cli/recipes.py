@@ -33,10 +33,8 @@ def recipe_rows() -> list[dict[str, Any]]:
     recipe's own ``mode`` description kept over the packing mode the layout derives)."""
     from mbridge_seqpack.cli.report import derived_values
     from mbridge_seqpack.recipes import build_recipe
-    from mbridge_seqpack.recipes.targets import quiet_megatron_import
     from mbridge_seqpack.rules import RuleContext
 
-    quiet_megatron_import()
     rows = []
     for row in recipe_listing():
         derived = derived_values(RuleContext.build(build_recipe(row["name"]), row["world_size"]))

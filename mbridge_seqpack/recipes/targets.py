@@ -18,7 +18,8 @@ __all__ = ["quiet_megatron_import", "build_target", "build_launch", "Launch", "r
 
 
 def quiet_megatron_import() -> None:
-    """Import Megatron-Bridge once with its import-time warnings (Apex, Triton, experimental APIs) muted."""
+    """Import Megatron-Bridge once with its import-time warnings (Apex, Triton, experimental APIs) muted, for callers
+    outside the command line (which filters the known ones itself: ``cli/startup.py``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import megatron.bridge.training.config  # noqa: F401
@@ -76,13 +77,15 @@ def build_launch(
     from mbridge_seqpack.recipes import list_recipes, load_recipe_target
     from mbridge_seqpack.recipes.runner import build_megatron_recipe, runner_fixes
 
-    check_override_syntax(overrides)
+    if overrides:  # Hydra's parser is a second's import without cached bytecode: not for nothing
+        check_override_syntax(overrides)
     megatron_name = not target.partition(":")[0].endswith(".py") and target not in list_recipes()
     if megatron_name and not _is_recipe_name(target):
         load_recipe_target(target)  # its error names the packaged recipes
     mode = "finetune"
     if megatron_name:
-        quiet_megatron_import()
+        import megatron.bridge.training.config  # noqa: F401  (the ~40 s import; the CLI filters its noise)
+
         try:
             fn, mode = build_megatron_recipe(target)
         except ValueError as exc:
@@ -95,7 +98,7 @@ def build_launch(
     else:
         fn, info = load_recipe_target(target)
         declared = info.world_size if info is not None else None
-        quiet_megatron_import()
+        import megatron.bridge.training.config  # noqa: F401
     cfg = apply_overrides(fn(), overrides, config_file)
     use_runner = megatron_name if runner is None else runner
     changes = runner_fixes(cfg, mode) if use_runner else []
