@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mbridge_seqpack.packing import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
-from mbridge_seqpack.packing.balance import (  # noqa: E402
+from mbridge_seqpack.placement.balance import (  # noqa: E402
     DEFAULT_COST,
     CostModel,
     StepShape,
@@ -49,7 +49,7 @@ from mbridge_seqpack.packing.balance import (  # noqa: E402
     row_costs,
     straggler_ratio,
 )
-from mbridge_seqpack.packing.level import level_steps  # noqa: E402
+from mbridge_seqpack.placement.level import level_steps  # noqa: E402
 
 
 def best_of_pair(ours, floor, repeats: int):
@@ -85,7 +85,7 @@ def lengths_for(capacity: int, n: int, seed: int = 0) -> np.ndarray:
 def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[dict]:
     import lightbinpack
 
-    from mbridge_seqpack.packing.packer import native_kernel
+    from mbridge_seqpack.placement.packer import native_kernel
 
     assert native_kernel() is not None, "the C kernel is not built (uv sync builds it)"
     with warnings.catch_warnings():
@@ -342,9 +342,9 @@ def builder_prep_table(rows: list[dict]) -> str:
 def bench_fill(n: int) -> dict:
     from megatron.bridge.data.packing.algorithms import create_packing_strategy, fill_packing_strategy
 
+    from mbridge_seqpack.artifact.store import build_rows
     from mbridge_seqpack.packing import pack_lengths
-    from mbridge_seqpack.packing.artifact import build_rows
-    from mbridge_seqpack.packing.sequences import TokenizedSequences
+    from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
     rng = np.random.default_rng(0)
     cap = 2048

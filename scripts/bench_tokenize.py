@@ -78,8 +78,8 @@ def _sequence_digests(path: Path) -> collections.Counter:
 
 def run_one(name: str, src: Path, work: Path, pack_size: int) -> dict[str, float]:
     """One contender in this process: its wall time and this process's peak RSS."""
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     tokenizer = load_megatron_tokenizer(embedded_tokenizer_dir())
     cores = len(os.sched_getaffinity(0))
@@ -103,7 +103,7 @@ def run_one(name: str, src: Path, work: Path, pack_size: int) -> dict[str, float
             dataset_builder=build_gpt_sft_split,
         )
     else:
-        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+        from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 
         result = pack_jsonl(
             {"training": src},

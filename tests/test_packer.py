@@ -162,7 +162,7 @@ def _reference_bfd_bins(lengths: list[int], capacity: int) -> int:
 
 
 def test_the_c_kernel_is_built_and_loaded() -> None:
-    from mbridge_seqpack.packing.packer import native_kernel
+    from mbridge_seqpack.placement.packer import native_kernel
 
     assert native_kernel() is not None  # built by hatch_build.py when the project is installed
 
@@ -191,7 +191,7 @@ def test_placing_into_open_bins_is_identical_in_c_and_python(
 ) -> None:
     import os
 
-    from mbridge_seqpack.packing.packer import place
+    from mbridge_seqpack.placement.packer import place
 
     lengths, capacity = instance
     spaces = np.asarray(data.draw(st.lists(st.integers(0, capacity), max_size=20)), dtype=np.int64)
@@ -241,7 +241,7 @@ def test_a_kernel_library_of_another_version_is_not_loaded(tmp_path) -> None:
     import shutil
     import subprocess
 
-    from mbridge_seqpack.packing.packer import KERNEL_ABI, _load_kernel
+    from mbridge_seqpack.placement.packer import KERNEL_ABI, _load_kernel
 
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:

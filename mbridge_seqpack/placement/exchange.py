@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import StepShape, row_costs
+from mbridge_seqpack.placement.balance import StepShape, row_costs
 
 __all__ = ["ExchangePass"]
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.artifact import (
+from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.store import (
     ArtifactError,
     Fingerprint,
     check_output,
@@ -20,7 +21,9 @@ from mbridge_seqpack.packing.artifact import (
     write_metadata,
     write_split,
 )
-from mbridge_seqpack.packing.balance import (
+from mbridge_seqpack.digests import FileStamp, verified_sha256
+from mbridge_seqpack.pipeline.ray_engine import RayEngine
+from mbridge_seqpack.placement.balance import (
     DEFAULT_COST,
     SAMPLERS,
     BalanceRecord,
@@ -33,12 +36,9 @@ from mbridge_seqpack.packing.balance import (
     row_costs,
     straggler_ratio,
 )
-from mbridge_seqpack.packing.digests import FileStamp, verified_sha256
-from mbridge_seqpack.packing.level import level_steps
-from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
-from mbridge_seqpack.packing.phases import reached
-from mbridge_seqpack.packing.ray_engine import RayEngine
-from mbridge_seqpack.packing.sequences import (
+from mbridge_seqpack.placement.level import level_steps
+from mbridge_seqpack.placement.packer import pack_lengths, packing_stats
+from mbridge_seqpack.tokenization.sequences import (
     InputError,
     check_jsonl,
     load_megatron_tokenizer,
@@ -60,7 +60,7 @@ class PackOptions:
     max_seq_length: int | None = None  # Megatron-Bridge: max_single_sequence_length or seq_length
     dataset_kwargs: dict[str, Any] | None = None
     seed: int = 0
-    # work balance (packing/balance.py): equal-cost rows, laid out for `data_parallel` ranks reading
+    # work balance (placement/balance.py): equal-cost rows, laid out for `data_parallel` ranks reading
     # `micro_batches` rows each per step (global batch / DP with micro batch 1)
     balance: bool = True
     data_parallel: int = 8
@@ -226,10 +226,10 @@ def pack_jsonl(
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
     Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own (prompt
-    template pieces encoded a chunk per call, ``batched``: packing/batched_tokens.py).
+    template pieces encoded a chunk per call, ``batched``: tokenization/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
-    With ``engine`` (``pack --ray``: packing/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
+    With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
     the driver packs; the files are the same bytes.
     """
     from mbridge_seqpack import __version__

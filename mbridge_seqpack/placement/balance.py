@@ -168,7 +168,7 @@ def balance_bins(
     With ``max_per_bin`` (static cu_seqlens capacity) no row holds more sequences; that may add rows,
     reported as ``extra_bins``.
     """
-    from mbridge_seqpack.packing.packer import place
+    from mbridge_seqpack.placement.packer import place
 
     lengths = np.asarray(lengths, dtype=np.int64)
     placed = np.flatnonzero(bins >= 0)

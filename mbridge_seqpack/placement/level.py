@@ -31,8 +31,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import StepShape, row_costs, slot_order, step_ratios, straggler_ratio
-from mbridge_seqpack.packing.exchange import TOLERANCE, ExchangePass
+from mbridge_seqpack.placement.balance import StepShape, row_costs, slot_order, step_ratios, straggler_ratio
+from mbridge_seqpack.placement.exchange import TOLERANCE, ExchangePass
 
 __all__ = ["level_steps", "refill"]
 
@@ -116,7 +116,7 @@ def refill(
     every row of a step (``dp`` rows of ``order``, micro batch 1) down to the step's cheapest row; the rows
     after the last full step fill to the capacity. None when that leaves a sequence without a row or a row
     empty."""
-    from mbridge_seqpack.packing.packer import place
+    from mbridge_seqpack.placement.packer import place
 
     capacity, cost, dp = shape.capacity, shape.cost, shape.dp
     steps = order.size // dp
