@@ -38,18 +38,12 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # Megatron-Bridge's fill_packing_str
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mbridge_seqpack.packing import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
-from mbridge_seqpack.placement.balance import (  # noqa: E402
-    DEFAULT_COST,
-    CostModel,
-    StepShape,
-    balance_bins,
-    file_layout,
-    read_order,
-    row_costs,
-    straggler_ratio,
-)
+from mbridge_seqpack.placement import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
+from mbridge_seqpack.placement.balance import balance_bins  # noqa: E402
+from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs  # noqa: E402
+from mbridge_seqpack.placement.layout import StepShape, straggler_ratio  # noqa: E402
 from mbridge_seqpack.placement.level import level_steps  # noqa: E402
+from mbridge_seqpack.placement.sampler import file_layout, read_order  # noqa: E402
 
 
 def best_of_pair(ours, floor, repeats: int):
@@ -145,7 +139,7 @@ def peak_memory(capacity: int, n: int) -> float:
     code = f"""
 import gc, numpy as np, sys
 sys.path.insert(0, {str(ROOT)!r})
-from mbridge_seqpack.packing import pack_lengths
+from mbridge_seqpack.placement import pack_lengths
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -343,7 +337,7 @@ def bench_fill(n: int) -> dict:
     from megatron.bridge.data.packing.algorithms import create_packing_strategy, fill_packing_strategy
 
     from mbridge_seqpack.artifact.store import build_rows
-    from mbridge_seqpack.packing import pack_lengths
+    from mbridge_seqpack.placement import pack_lengths
     from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
     rng = np.random.default_rng(0)

@@ -98,6 +98,22 @@ def test_pack_path_layers() -> None:
     assert sorted(name for name, imports in packages.items() if "pipeline" in imports) == ["cli"]
 
 
+#: placement/'s modules in the order ``pack``'s lengths go down through them: each imports only modules after it
+#: (``rows`` drives the steps; ``level`` and ``exchange`` take a layout and return one; ``cost`` owns the row-cost
+#: model and imports nothing)
+PLACEMENT = ("rows", "balance", "level", "exchange", "record", "layout", "sampler", "packer", "cost")
+
+
+def test_placement_is_one_way() -> None:
+    graph = import_graph()
+    modules = sorted(m.rpartition(".")[2] for m in graph if m.startswith("mbridge_seqpack.placement."))
+    assert modules == sorted(PLACEMENT)
+    for at, name in enumerate(PLACEMENT):
+        imported = {i.rpartition(".")[2] for i in graph[f"mbridge_seqpack.placement.{name}"]}
+        assert imported & set(PLACEMENT) <= set(PLACEMENT[at + 1 :]), name
+    assert {i for i in graph["mbridge_seqpack.placement.cost"] if i.startswith("mbridge_seqpack")} == set()
+
+
 def test_former_packing_names_are_the_moved_modules() -> None:
     """``mbridge_seqpack.packing.<old>`` imports keep working (users, docs, other branches): the same module object
     as its new place, with a DeprecationWarning naming it; the package's own exports too."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mbridge_seqpack.packing import pack_lengths
+from mbridge_seqpack.placement import pack_lengths
 from mbridge_seqpack.placement.balance import (
     DEFAULT_COST,
     CostModel,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.packing import pack_lengths, packing_stats
+from mbridge_seqpack.placement import pack_lengths, packing_stats
 
 
 def _check_valid(lengths: np.ndarray, bins: np.ndarray, capacity: int) -> None:
@@ -217,7 +217,7 @@ def test_peak_memory_within_three_times_the_input() -> None:
 
     code = """
 import gc, numpy as np, sys
-from mbridge_seqpack.packing import pack_lengths
+from mbridge_seqpack.placement import pack_lengths
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):

@@ -32,7 +32,7 @@ from mbridge_seqpack.artifact.store import (
     list_column,
     read_parquet_fingerprint,
 )
-from mbridge_seqpack.placement.balance import BalanceRecord, BalanceReport, balance_report
+from mbridge_seqpack.placement.record import BalanceRecord, BalanceReport, balance_report
 
 __all__ = ["SplitReport", "ArtifactReport", "inspect_artifact"]
 

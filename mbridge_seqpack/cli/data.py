@@ -61,7 +61,7 @@ def _from_recipe(
             f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size"
         )
     from mbridge_seqpack.cli.pack_flags import recipe_conflicts
-    from mbridge_seqpack.placement.balance import CostModel
+    from mbridge_seqpack.placement.cost import CostModel
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
@@ -233,7 +233,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from mbridge_seqpack.placement.balance import BalanceRecord
+    from mbridge_seqpack.placement.record import BalanceRecord
     from mbridge_seqpack.textout import labelled, wrap
 
     lines = labelled("packed into ", str(result.directory))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
     from mbridge_seqpack.artifact.store import Fingerprint
-    from mbridge_seqpack.placement.balance import BalanceRecord
+    from mbridge_seqpack.placement.record import BalanceRecord
 
 PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
@@ -416,7 +416,7 @@ def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
 def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.artifact.seal import entry_for, find_metadata
     from mbridge_seqpack.artifact.store import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.placement.balance import BalanceRecord
+    from mbridge_seqpack.placement.record import BalanceRecord
 
     specs = ctx.specs
     if specs is None:
@@ -475,7 +475,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
 def _read_order_differs(packed: BalanceRecord, rows: int) -> list[Violation]:
     """The batch sampler's permutation comes from torch: this environment's must read the rows as the packing
     environment's did (``read_order_sha256``, recorded since the batch layout exists)."""
-    from mbridge_seqpack.placement.balance import read_order_digest
+    from mbridge_seqpack.placement.sampler import read_order_digest
 
     recorded = packed.read_order_sha256
     if packed.sampler != "batch" or recorded is None or rows < 1:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mbridge_seqpack.digests import file_sha256
-from mbridge_seqpack.errors import SeqpackError
+from mbridge_seqpack.errors import InputError
 
 __all__ = [
     "TokenizedSequences",
@@ -33,10 +33,6 @@ __all__ = [
     "load_megatron_tokenizer",
     "tokenize_split",
 ]
-
-
-class InputError(SeqpackError):
-    """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback."""
 
 
 TOKENIZER_FILES = (
