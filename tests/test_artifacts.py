@@ -229,7 +229,7 @@ def test_a_pack_from_before_the_sampler_was_recorded_counts_as_laid_out_in_file_
 def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
     artifact: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mbridge_seqpack.placement import balance as balance_module
+    from mbridge_seqpack.placement import sampler  # the owner of the read order (placement/sampler.py)
 
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
@@ -237,12 +237,12 @@ def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
     packed_cfg.train.global_batch_size, packed_cfg.dataset.seed = 8, 1234  # as packed
     (entry,) = [e for e in json.loads((artifact / "4096_metadata.jsonl").read_text()) if "balance" in e]
     recorded = entry["balance"]["read_order_sha256"]
-    assert recorded == balance_module.read_order_digest(entry["num_rows"], "batch", 1234)  # this torch: the same
+    assert recorded == sampler.read_order_digest(entry["num_rows"], "batch", 1234)  # this torch: the same
     assert check(packed_cfg, world_size=8) == []
-    real = balance_module.read_order
-    monkeypatch.setattr(balance_module, "read_order", lambda *args: real(*args)[::-1].copy())  # another torch
+    real = sampler.read_order
+    monkeypatch.setattr(sampler, "read_order", lambda *args: real(*args)[::-1].copy())  # another torch
     (v,) = check(packed_cfg, world_size=8)
-    here = balance_module.read_order_digest(entry["num_rows"], "batch", 1234)
+    here = sampler.read_order_digest(entry["num_rows"], "batch", 1234)
     assert (v.rule_id, v.severity) == ("artifact.balance_layout", "advisory")
     assert v.fields == {"pack read order sha256": recorded[:16], "read order sha256 here": here[:16]}
     assert v.rule == (
