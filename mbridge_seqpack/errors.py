@@ -18,6 +18,7 @@ __all__ = [
     "SeqpackError",
     "UsageError",
     "ArtifactError",
+    "InputError",
     "PackingConfigError",
     "format_assignment",
     "ERROR",
@@ -123,8 +124,13 @@ class UsageError(SeqpackError):
 
 
 class ArtifactError(SeqpackError):
-    """A packed artifact that is missing, incomplete, corrupted, mixed or stale (``packing.artifact`` re-exports it;
+    """A packed artifact that is missing, incomplete, corrupted, mixed or stale (``artifact.store`` re-exports it;
     defined here so every packing module, the tile seal included, raises the one class)."""
+
+
+class InputError(SeqpackError):
+    """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback.
+    (``tokenization.sequences`` re-exports it; defined here so every step of ``pack`` raises the one class.)"""
 
 
 class PackingConfigError(SeqpackError):

@@ -190,12 +190,12 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _arm_content_check(cfg: ConfigContainer) -> None:
     """After ``validate()`` passed on a config that trains on offline packs: the launch reads every byte of them
-    (and of their inputs) before the first optimizer step (packing/launch_guard.py). Never breaks validation."""
+    (and of their inputs) before the first optimizer step (artifact/launch_guard.py). Never breaks validation."""
     specs = getattr(getattr(cfg, "dataset", None), "offline_packing_specs", None)
     if current_mode() in (None, "off") or specs is None:
         return
-    from mbridge_seqpack.packing import launch_guard
-    from mbridge_seqpack.packing.content_check import ContentPlan
+    from mbridge_seqpack.artifact import launch_guard
+    from mbridge_seqpack.artifact.content_check import ContentPlan
     from mbridge_seqpack.rules.artifacts import content_plan
 
     try:
@@ -255,7 +255,7 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
             originals[name] = current
             setattr(cls, name, _make_wrapper(getattr(cls, name) if current is _INHERITED else current))
         _state.original = originals
-    from mbridge_seqpack.packing import launch_guard
+    from mbridge_seqpack.artifact import launch_guard
     from mbridge_seqpack.thd import inject
 
     inject.install()  # full-iteration graphs over packed batches get host-side max_seqlen
@@ -279,7 +279,7 @@ def uninstall() -> None:
     """Restore the original ``ConfigContainer`` methods exactly; a no-op when not installed."""
     if _state.original is None:
         return
-    from mbridge_seqpack.packing import launch_guard
+    from mbridge_seqpack.artifact import launch_guard
     from mbridge_seqpack.thd import inject
 
     inject.uninstall()

@@ -29,8 +29,8 @@ def main() -> None:
         from megatron.bridge.training.tokenizers.config import TokenizerConfig
         from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
 
-        from mbridge_seqpack.packing.collate import PackedCollator
-        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+        from mbridge_seqpack.artifact.collate import PackedCollator
+        from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
         from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -2,7 +2,7 @@
 
 Builds a sealed synthetic pack of 8,192-token rows in row groups of 1M tokens (the size ``pack`` writes) under
 ``--dir`` (default: the system temporary directory), deleted afterwards. A few distinct row groups are written
-with pyarrow and joined into the full-size file with ``packing/parquet_stitch.py`` (bytes copied, one footer), then
+with pyarrow and joined into the full-size file with ``artifact/parquet_stitch.py`` (bytes copied, one footer), then
 sealed as ``pack`` seals (``seal_tiles``: one read for the file's and every tile's sha256). Then, for each size:
 
 - ``validate()``: the rule's O(metadata) look, ``seal_problems(contents="footer")`` (size, metadata entry, the
@@ -64,9 +64,9 @@ def _part(path: Path, seed: int, groups: int) -> None:
 
 def build(directory: Path, gigabytes: float) -> tuple[Path, dict]:
     """A sealed file of about ``gigabytes`` and its metadata entry."""
-    from mbridge_seqpack.packing.artifact import ENTRY_SEAL, entry_digest, write_metadata
-    from mbridge_seqpack.packing.parquet_stitch import stitch_parquet
-    from mbridge_seqpack.packing.row_group_seal import seal_tiles
+    from mbridge_seqpack.artifact.parquet_stitch import stitch_parquet
+    from mbridge_seqpack.artifact.row_group_seal import seal_tiles
+    from mbridge_seqpack.artifact.store import ENTRY_SEAL, entry_digest, write_metadata
 
     directory.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -117,10 +117,10 @@ def _best(fn, repeat: int = 3) -> float:
 def measure(path: Path, built: dict, samples: int) -> dict:
     import pyarrow.parquet as pq
 
-    from mbridge_seqpack.packing.digests import file_sha256
-    from mbridge_seqpack.packing.row_group_seal import Tiles, verify_tiles
-    from mbridge_seqpack.packing.seal import seal_problems
-    from mbridge_seqpack.packing.verified_parquet import VerifiedParquetFile
+    from mbridge_seqpack.artifact.row_group_seal import Tiles, verify_tiles
+    from mbridge_seqpack.artifact.seal import seal_problems
+    from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile
+    from mbridge_seqpack.digests import file_sha256
 
     entry = built["entry"]
     tiles = Tiles.of_checksums(entry["checksums"])

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_verify import write_pack  # noqa: E402
 
-from mbridge_seqpack.packing.digests import file_sha256  # noqa: E402
-from mbridge_seqpack.packing.seal import seal_problems  # noqa: E402
+from mbridge_seqpack.artifact.seal import seal_problems  # noqa: E402
+from mbridge_seqpack.digests import file_sha256  # noqa: E402
 
 
 def _timed(fn, repeat: int = 3) -> float:

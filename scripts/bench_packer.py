@@ -38,18 +38,12 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # Megatron-Bridge's fill_packing_str
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mbridge_seqpack.packing import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
-from mbridge_seqpack.packing.balance import (  # noqa: E402
-    DEFAULT_COST,
-    CostModel,
-    StepShape,
-    balance_bins,
-    file_layout,
-    read_order,
-    row_costs,
-    straggler_ratio,
-)
-from mbridge_seqpack.packing.level import level_steps  # noqa: E402
+from mbridge_seqpack.placement import pack_lengths  # noqa: E402  (none of these imports Megatron-Bridge)
+from mbridge_seqpack.placement.balance import balance_bins  # noqa: E402
+from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs  # noqa: E402
+from mbridge_seqpack.placement.layout import StepShape, straggler_ratio  # noqa: E402
+from mbridge_seqpack.placement.level import level_steps  # noqa: E402
+from mbridge_seqpack.placement.sampler import file_layout, read_order  # noqa: E402
 
 
 def best_of_pair(ours, floor, repeats: int):
@@ -85,7 +79,7 @@ def lengths_for(capacity: int, n: int, seed: int = 0) -> np.ndarray:
 def bench_grid(capacities: list[int], sizes: list[int], mb_max_n: int) -> list[dict]:
     import lightbinpack
 
-    from mbridge_seqpack.packing.packer import native_kernel
+    from mbridge_seqpack.placement.packer import native_kernel
 
     assert native_kernel() is not None, "the C kernel is not built (uv sync builds it)"
     with warnings.catch_warnings():
@@ -145,7 +139,7 @@ def peak_memory(capacity: int, n: int) -> float:
     code = f"""
 import gc, numpy as np, sys
 sys.path.insert(0, {str(ROOT)!r})
-from mbridge_seqpack.packing import pack_lengths
+from mbridge_seqpack.placement import pack_lengths
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -342,9 +336,9 @@ def builder_prep_table(rows: list[dict]) -> str:
 def bench_fill(n: int) -> dict:
     from megatron.bridge.data.packing.algorithms import create_packing_strategy, fill_packing_strategy
 
-    from mbridge_seqpack.packing import pack_lengths
-    from mbridge_seqpack.packing.artifact import build_rows
-    from mbridge_seqpack.packing.sequences import TokenizedSequences
+    from mbridge_seqpack.artifact.store import build_rows
+    from mbridge_seqpack.placement import pack_lengths
+    from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
     rng = np.random.default_rng(0)
     cap = 2048

@@ -4,7 +4,7 @@ tokenizer; best of 3 runs per contender, each contender in a process of its own;
 exactly the sequences of Megatron-Bridge's (tokens and loss mask, byte for byte).
 
 The limit. ``pack`` tokenizes with Megatron-Bridge's dataset code, but encodes the prompt-template pieces of a chunk
-of examples in one call of the Hugging Face tokenizer (packing/batched_tokens.py). A first run records exactly the
+of examples in one call of the Hugging Face tokenizer (tokenization/batched_tokens.py). A first run records exactly the
 text lists it passes to the tokenizer (each chunk's distinct pieces); the tokenizer's encoding is then timed alone on
 those lists, as ``pack`` calls it (``transformers`` on the first text, which sets the Rust tokenizer's state, then
 the Rust ``encode_batch_fast`` on the rest, the ids read out), with a freshly loaded tokenizer and the same cores.
@@ -96,7 +96,7 @@ def _sequence_digests(path: Path) -> collections.Counter:
 
 
 def _pack(src: Path, out: Path, pack_size: int, *, balance: bool, batched: bool) -> dict:
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
 
     result = pack_jsonl(
@@ -112,7 +112,7 @@ def _pack(src: Path, out: Path, pack_size: int, *, balance: bool, batched: bool)
 def capture_texts(src: Path, work: Path, pack_size: int) -> dict:
     """Run ``pack --no-balance`` once, recording every text list it passes to the tokenizer (each chunk's pieces
     not yet encoded), into ``work/texts.pkl``."""
-    from mbridge_seqpack.packing import batched_tokens
+    from mbridge_seqpack.tokenization import batched_tokens
 
     lists: list[list[str]] = []
     encode = batched_tokens.BatchedTokenizer.encode
@@ -133,9 +133,9 @@ def capture_texts(src: Path, work: Path, pack_size: int) -> dict:
 def _encoding(work: Path) -> Callable[[], None]:
     """The tokenizer alone on the recorded lists, as ``pack`` calls it, with a tokenizer loaded for this run (the
     lists and the tokenizer are loaded before the timing starts)."""
-    from mbridge_seqpack.packing.batched_tokens import _hf_tokenizer
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.batched_tokens import _hf_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     with open(work.parent / "texts.pkl", "rb") as handle:
         lists = pickle.load(handle)
@@ -154,8 +154,8 @@ def _megatron_bridge(src: Path, work: Path, pack_size: int, workers: int) -> Cal
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     return functools.partial(
         prepare_gpt_sft_packed_data,
@@ -194,8 +194,8 @@ def run_one(name: str, src: Path, work: Path, pack_size: int, repeats: int) -> d
     """``repeats`` runs of one contender in this process (the imports paid before the first), each in a fresh
     directory ``work/run<i>`` with a fresh digest cache, each beside one run of the tokenizer's encoding: wall and
     CPU seconds of both, and this process's peak RSS."""
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     load_megatron_tokenizer(embedded_tokenizer_dir())  # the imports, not timed
     cores = len(os.sched_getaffinity(0))

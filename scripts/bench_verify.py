@@ -21,7 +21,7 @@ import numpy as np
 
 
 def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
-    from mbridge_seqpack.packing.artifact import (
+    from mbridge_seqpack.artifact.store import (
         Fingerprint,
         metadata_path,
         split_paths,
@@ -29,9 +29,9 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         write_metadata,
         write_split,
     )
-    from mbridge_seqpack.packing.packer import pack_lengths
-    from mbridge_seqpack.packing.pipeline import _split_entry
-    from mbridge_seqpack.packing.sequences import TokenizedSequences
+    from mbridge_seqpack.pipeline.pack import _split_entry
+    from mbridge_seqpack.placement.packer import pack_lengths
+    from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
     rng = np.random.default_rng(seed)
     lengths = [width]  # one sequence filling a whole row (runtime length width - 1 + 1 stored token)

@@ -413,7 +413,7 @@ def check_throughput(
     lengths: list[int], width: int, max_len: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator
 ) -> dict[str, Any]:
     """(d) attention fwd+bwd over the same real tokens: packed static rows vs padded batches of max_len."""
-    from mbridge_seqpack.packing.packer import pack_lengths
+    from mbridge_seqpack.placement.packer import pack_lengths
 
     bins = pack_lengths(torch.tensor(lengths).numpy(), width)
     rows = [[n for n, b in zip(lengths, bins) if b == r] for r in range(int(bins.max()) + 1)]

@@ -15,7 +15,7 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped on CPU")
-    # remembered digests (packing/digests.py) go to a directory of this run, not the user's ~/.cache
+    # remembered digests (digests.py) go to a directory of this run, not the user's ~/.cache
     cache = tempfile.mkdtemp(prefix="mbridge_seqpack_cache_")
     os.environ["MBRIDGE_SEQPACK_CACHE_DIR"] = cache
     config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
 PACK = 2048

@@ -56,17 +56,99 @@ def test_no_import_circles() -> None:
     assert _cycles(import_graph()) == []
 
 
-def test_no_circles_between_packages() -> None:
-    """Package level: rules/ never reaches into compose/, packing/ never into thd/, and so on."""
+def _top(module: str) -> str:  # "mbridge_seqpack.rules.offline" -> "rules"; the package __init__ -> "__init__"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
-    def top(module: str) -> str:  # "mbridge_seqpack.rules.offline" -> "rules"; the package __init__ -> "__init__"
-        parts = module.split(".")
-        return parts[1] if len(parts) > 1 else "__init__"
 
+def package_graph() -> dict[str, set[str]]:
+    """Top-level package (or core module) -> the ones it imports anywhere."""
     packages: dict[str, set[str]] = {}
     for name, imports in import_graph().items():
-        packages.setdefault(top(name), set()).update(top(i) for i in imports if top(i) not in (top(name), "__init__"))
+        packages.setdefault(_top(name), set()).update(
+            _top(i) for i in imports if _top(i) not in (_top(name), "__init__")
+        )
+    return packages
+
+
+def test_no_circles_between_packages() -> None:
+    """Package level: rules/ never reaches into compose/, artifact/ never into thd/, and so on."""
+    packages = package_graph()
     assert _cycles({k: packages.get(k, set()) & set(packages) for k in packages}) == []
+
+
+#: the pack path's packages, top to bottom, and what each may import of the plugin (issue #34): the data of ``pack``
+#: moves down; tokenization and placement know nothing of each other, of the artifact or of what drives them
+PACK_PATH = {
+    "pipeline": {"tokenization", "placement", "artifact", "digests", "errors"},
+    "artifact": {"tokenization", "placement", "digests", "errors", "ranks", "textout"},
+    "placement": {"errors"},
+    "tokenization": {"digests", "errors"},
+    "digests": set(),
+    "packing": set(),  # the former home: old module names resolved at run time (importlib), no import of its own
+}
+
+
+def test_pack_path_layers() -> None:
+    packages = package_graph()
+    assert {name: packages.get(name, set()) - allowed for name, allowed in PACK_PATH.items()} == {
+        name: set() for name in PACK_PATH
+    }
+    # what drives the pack path is driven only by the command line
+    assert sorted(name for name, imports in packages.items() if "pipeline" in imports) == ["cli"]
+
+
+#: placement/'s modules in the order ``pack``'s lengths go down through them: each imports only modules after it
+#: (``rows`` drives the steps; ``level`` and ``exchange`` take a layout and return one; ``cost`` owns the row-cost
+#: model and imports nothing)
+PLACEMENT = ("rows", "balance", "level", "exchange", "record", "layout", "sampler", "packer", "cost")
+
+
+def test_placement_is_one_way() -> None:
+    graph = import_graph()
+    modules = sorted(m.rpartition(".")[2] for m in graph if m.startswith("mbridge_seqpack.placement."))
+    assert modules == sorted(PLACEMENT)
+    for at, name in enumerate(PLACEMENT):
+        imported = {i.rpartition(".")[2] for i in graph[f"mbridge_seqpack.placement.{name}"]}
+        assert imported & set(PLACEMENT) <= set(PLACEMENT[at + 1 :]), name
+    assert {i for i in graph["mbridge_seqpack.placement.cost"] if i.startswith("mbridge_seqpack")} == set()
+
+
+def test_former_packing_names_are_the_moved_modules() -> None:
+    """``mbridge_seqpack.packing.<old>`` imports keep working (users, docs, other branches): the same module object
+    as its new place, with a DeprecationWarning naming it; the package's own exports too."""
+    import importlib
+    import sys
+    import warnings
+
+    from mbridge_seqpack.packing import MOVED
+
+    assert {p.stem for p in (PACKAGE / "packing").glob("*.py")} == {"__init__"}  # nothing left behind but shims
+    for old, new in MOVED.items():
+        assert (PACKAGE.parent / (new.replace(".", "/") + ".py")).is_file(), new
+        sys.modules.pop(f"mbridge_seqpack.packing.{old}", None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(f"mbridge_seqpack.packing.{old}")
+        assert module is importlib.import_module(new)
+        assert module.__spec__.name == new  # the alias did not rename the module
+        ours = [w for w in caught if "(issue #34)" in str(w.message)]  # first imports may warn of torch's own
+        assert [(w.category, str(w.message)) for w in ours] == [
+            (DeprecationWarning, f"mbridge_seqpack.packing.{old} moved to {new} (issue #34); import it from there")
+        ]
+        assert ours[0].filename == __file__  # it points at the importer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from mbridge_seqpack.packing import PackingStats, pack_lengths, packing_stats
+        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl  # noqa: F401
+    from mbridge_seqpack.placement import packer
+
+    assert (pack_lengths, packing_stats, PackingStats) == (
+        packer.pack_lengths,
+        packer.packing_stats,
+        packer.PackingStats,
+    )
+    assert packer.native_kernel() is not None  # the C kernel stays in packing/native/, loaded from placement/
 
 
 def test_low_layers_do_not_import_the_command_line() -> None:
@@ -76,6 +158,11 @@ def test_low_layers_do_not_import_the_command_line() -> None:
             (
                 "mbridge_seqpack.rules",
                 "mbridge_seqpack.packing",
+                "mbridge_seqpack.tokenization",
+                "mbridge_seqpack.placement",
+                "mbridge_seqpack.artifact",
+                "mbridge_seqpack.pipeline",
+                "mbridge_seqpack.digests",
                 "mbridge_seqpack.thd",
                 "mbridge_seqpack.compose",
                 "mbridge_seqpack.recipes",

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
-from mbridge_seqpack.packing.artifact import ENTRY_SEAL, ArtifactError, entry_digest
-from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-from mbridge_seqpack.packing.sequences import InputError
+from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.rules.artifacts import content_plan
+from mbridge_seqpack.tokenization.sequences import InputError
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def _megatron_bridge_prep(
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     out = tmp / "mb.idx.parquet"
     prepare_gpt_sft_packed_data(
@@ -229,7 +229,7 @@ def test_a_pack_from_before_the_sampler_was_recorded_counts_as_laid_out_in_file_
 def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
     artifact: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mbridge_seqpack.packing import balance as balance_module
+    from mbridge_seqpack.placement import sampler  # the owner of the read order (placement/sampler.py)
 
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
@@ -237,12 +237,12 @@ def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
     packed_cfg.train.global_batch_size, packed_cfg.dataset.seed = 8, 1234  # as packed
     (entry,) = [e for e in json.loads((artifact / "4096_metadata.jsonl").read_text()) if "balance" in e]
     recorded = entry["balance"]["read_order_sha256"]
-    assert recorded == balance_module.read_order_digest(entry["num_rows"], "batch", 1234)  # this torch: the same
+    assert recorded == sampler.read_order_digest(entry["num_rows"], "batch", 1234)  # this torch: the same
     assert check(packed_cfg, world_size=8) == []
-    real = balance_module.read_order
-    monkeypatch.setattr(balance_module, "read_order", lambda *args: real(*args)[::-1].copy())  # another torch
+    real = sampler.read_order
+    monkeypatch.setattr(sampler, "read_order", lambda *args: real(*args)[::-1].copy())  # another torch
     (v,) = check(packed_cfg, world_size=8)
-    here = balance_module.read_order_digest(entry["num_rows"], "batch", 1234)
+    here = sampler.read_order_digest(entry["num_rows"], "batch", 1234)
     assert (v.rule_id, v.severity) == ("artifact.balance_layout", "advisory")
     assert v.fields == {"pack read order sha256": recorded[:16], "read order sha256 here": here[:16]}
     assert v.rule == (
@@ -254,7 +254,7 @@ def test_a_torch_that_permutes_otherwise_than_the_packing_ones_gets_an_advisory(
 
 def test_metadata_has_what_megatron_bridge_reads_and_the_seal(artifact: Path) -> None:
     entries = json.loads((artifact / "4096_metadata.jsonl").read_text())
-    balance = entries[0]["balance"]  # the training rows are work-balanced (packing/balance.py), for DP 8
+    balance = entries[0]["balance"]  # the training rows are work-balanced (placement/balance.py), for DP 8
     assert (balance["data_parallel"], balance["micro_batches"], balance["rows_rebalanced"]) == (8, 1, True)
     assert balance["row_cost_cv"] < balance["row_cost_cv_before"] and "balance" not in entries[1]
     assert 1.0 <= balance["straggler_ratio"] < 1.01  # 40 rows: five steps of 8 ranks x 1 row
@@ -308,7 +308,7 @@ def test_round_trip_through_megatron_bridge_packed_dataset(artifact: Path, megat
     import pyarrow.parquet as pq
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     path = artifact / "training_4096.idx.parquet"
     dataset = build_gpt_sft_split(
@@ -390,7 +390,7 @@ def test_value_checks_on_an_unsealed_pack(tmp_path: Path) -> None:
 def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, megatron_bridge: Any
 ) -> None:
-    import mbridge_seqpack.packing.pipeline as pipeline
+    import mbridge_seqpack.pipeline.pack as pipeline
 
     src = _small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
@@ -449,7 +449,7 @@ def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
     ],
 )
 def test_strict_input_names_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
-    from mbridge_seqpack.packing.sequences import InputError, check_jsonl
+    from mbridge_seqpack.tokenization.sequences import InputError, check_jsonl
 
     src = tmp_path / "in.jsonl"
     src.write_text('{"input": "q", "output": "a"}\n' + line + "\n")
@@ -681,7 +681,7 @@ def test_pack_from_a_recipe_lays_out_for_its_sampler_seed_dp_and_global_batch(
 def test_stale_staging_cleanup_matches_the_output_name_literally(tmp_path: Path) -> None:
     """Packing into ``p[1]`` clears its own leftovers only: ``p1``'s live staging directory (which the glob
     ``p[1]`` would match) survives."""
-    from mbridge_seqpack.packing.artifact import staged_directory
+    from mbridge_seqpack.artifact.store import staged_directory
 
     live = tmp_path / ".p1.staging-4242"
     live.mkdir()
@@ -746,7 +746,7 @@ def test_dataset_preprocessing_is_honoured_byte_for_byte(tmp_path: Path, megatro
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
     from megatron.bridge.data.sft_processing import PromptCompletionSFTPreprocessingConfig
 
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs
 
     rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:200]]
     data = tmp_path / "pc.jsonl"
@@ -960,7 +960,7 @@ def _untruncated_lengths(src: Path, tmp: Path, kwargs: dict[str, Any]) -> np.nda
     """Every example's length as Megatron-Bridge's own dataset makes it when nothing needs cutting."""
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     dataset = build_gpt_sft_split(
         src,
@@ -984,7 +984,7 @@ def test_truncated_examples_are_counted_and_packed_as_megatron_bridge_truncates_
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
     from megatron.bridge.data.sft_processing import PromptCompletionSFTPreprocessingConfig
 
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs
 
     rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:300]]
     data = tmp_path / "data.jsonl"

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mbridge_seqpack.packing import pack_lengths
-from mbridge_seqpack.packing.balance import (
+from mbridge_seqpack.placement import pack_lengths
+from mbridge_seqpack.placement.balance import (
     DEFAULT_COST,
     CostModel,
     balance_bins,
@@ -131,8 +131,8 @@ def test_slot_order_is_a_permutation_and_splits_steps_evenly() -> None:
     ],
 )
 def test_pack_balance_options_are_checked_before_any_work(options: dict[str, Any], message: str) -> None:
-    from mbridge_seqpack.packing.pipeline import PackOptions
-    from mbridge_seqpack.packing.sequences import InputError
+    from mbridge_seqpack.pipeline.pack import PackOptions
+    from mbridge_seqpack.tokenization.sequences import InputError
 
     with pytest.raises(InputError) as info:
         PackOptions(pack_size=4096, **options).validate()

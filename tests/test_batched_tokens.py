@@ -23,13 +23,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tokenizer(megatron_bridge: Any) -> Any:
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     return load_megatron_tokenizer(TOKENIZER)
 
 
 def _both(path: Path, tokenizer: Any, **kwargs: Any) -> tuple[Any, Any]:
-    from mbridge_seqpack.packing.sequences import tokenize_split
+    from mbridge_seqpack.tokenization.sequences import tokenize_split
 
     base = {"max_seq_length": 4096, "pad_seq_to_mult": 1, "dataset_kwargs": {}, "seed": 0, "progress": False}
     base.update(kwargs)
@@ -116,7 +116,7 @@ def test_random_unicode_examples_tokenize_identically(
 
 
 def test_what_cannot_be_batched_says_why_and_runs_megatron_bridges_path(tmp_path: Path, megatron_bridge: Any) -> None:
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer, tokenize_split
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer, tokenize_split
     from tests.test_artifacts import _chat_corpus, _chat_tokenizer
 
     tokenizer = load_megatron_tokenizer(_chat_tokenizer(tmp_path))
@@ -148,7 +148,7 @@ def test_every_piece_megatron_bridge_tokenizes_comes_from_the_batch(
 ) -> None:
     """The shortcut is taken, not only harmless: while Megatron-Bridge's ``_process_example`` runs over the corpus
     (templates, BOS/SEP, truncation), no piece misses the chunk's ids and falls back to a tokenizer call."""
-    from mbridge_seqpack.packing import batched_tokens
+    from mbridge_seqpack.tokenization import batched_tokens
 
     misses: list[str] = []
     lookup = batched_tokens.BatchedTokenizer.tokenize
@@ -181,7 +181,7 @@ def test_the_fast_batch_encoding_gives_the_transformers_ids(texts: list[str], tr
     """``_encode_batch`` (``encode_batch_fast`` after one ``transformers`` call) = ``hf(texts).input_ids``: special
     tokens written in the text, empty and blank strings, any unicode; also when the Rust tokenizer was left with
     truncation on (``transformers`` turns it off for its call, and so the fast path must find it off)."""
-    from mbridge_seqpack.packing.batched_tokens import _encode_batch
+    from mbridge_seqpack.tokenization.batched_tokens import _encode_batch
 
     hf, reference = _hf_tokenizers()
     if truncating:
@@ -201,8 +201,8 @@ def _chunk_request(path: Path, tokenizer: Any, max_seq_length: int, mult: int, *
     """Megatron-Bridge's ``tokenize_dataset`` on ``path`` with the assembling builder; the request it filled."""
     from megatron.bridge.data.packing.offline import tokenize_dataset
 
-    from mbridge_seqpack.packing.assembly import AssemblyRequest
-    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split
+    from mbridge_seqpack.tokenization.assembly import AssemblyRequest
+    from mbridge_seqpack.tokenization.truncation import counting_gpt_sft_split
 
     request = AssemblyRequest(max_seq_length, mult)
     builder = functools.partial(counting_gpt_sft_split, batched=True, assembly=request)

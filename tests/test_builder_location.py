@@ -45,7 +45,7 @@ def _real_builder(cfg: Any) -> Any:
 def test_the_location_is_the_builders_default_pack_path(
     tmp_path: Path, megatron_bridge: Any, tokenizer_dir: str, extra: list[str], folder_prefix: str | None
 ) -> None:
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
 
     shutil.copytree(TOKENIZER, tmp_path / tokenizer_dir)
     cfg = _launch(tmp_path / "root", tmp_path / tokenizer_dir, *extra)
@@ -67,7 +67,7 @@ def test_no_location_where_the_builder_needs_more_than_the_config(packed_cfg: An
 
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
 
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
 
     assert isinstance(packed_cfg.dataset, GPTSFTDatasetConfig)
     packed_cfg.tokenizer.tokenizer_type, packed_cfg.tokenizer.tokenizer_model = "HuggingFaceTokenizer", str(TOKENIZER)
@@ -176,8 +176,8 @@ def test_a_hugging_face_dataset_is_packed_where_megatron_bridge_materializes_and
     """A recipe reading a local JSON file as a Hugging Face dataset: pack --recipe materializes it with
     Megatron-Bridge's own materialize_hf_dataset and packs where its builder (which resolves the same root) looks;
     the builder's prep skips the pack and the rule checks it, stale input included."""
+    from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.cli.main import main
-    from mbridge_seqpack.packing.builder_location import builder_location
     from mbridge_seqpack.recipes.targets import build_launch
     from mbridge_seqpack.rules import check
 
@@ -204,7 +204,7 @@ def test_a_hugging_face_dataset_is_packed_where_megatron_bridge_materializes_and
 def test_looking_up_a_hugging_face_datasets_cache_folder_leaves_nothing_behind(megatron_bridge: Any) -> None:
     """Without hf_output_root the folder is in Megatron-Bridge's datasets cache, which its resolver creates; a
     config-time lookup removes it again when it was created empty."""
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.recipes.targets import build_launch
 
     cfg = build_launch(HF_RECIPE, ["++dataset.hf_dataset.load_kwargs.data_files=/nowhere/never-made.jsonl"]).cfg

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from mbridge_seqpack.packing.collate import PackedCollator
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+from mbridge_seqpack.artifact.collate import PackedCollator
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
 

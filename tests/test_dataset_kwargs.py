@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack.cli.main import main
-from mbridge_seqpack.packing.dataset_kwargs import (
+from mbridge_seqpack.tokenization.dataset_kwargs import (
     DATASET_KWARGS,
     MANAGED,
     check_config_dataset_kwargs,
     check_dataset_kwargs,
 )
-from mbridge_seqpack.packing.sequences import InputError, check_jsonl
+from mbridge_seqpack.tokenization.sequences import InputError, check_jsonl
 
 
 def test_the_table_is_what_megatron_bridges_prep_reads(megatron_bridge: Any) -> None:
@@ -70,8 +70,8 @@ def test_a_recipes_managed_key_is_refused_where_megatron_bridges_builder_fails_o
     # the prep manages it also passes itself, so the recipe's value is a second one for the same keyword
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n")

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from mbridge_seqpack.packing import digests
-from mbridge_seqpack.packing.digests import FileStamp, launch_sha256, remember, verified_sha256
-from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+from mbridge_seqpack import digests
+from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.digests import FileStamp, launch_sha256, remember, verified_sha256
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.rules import check
 

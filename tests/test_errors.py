@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 import mbridge_seqpack.cli.recipes as recipes_cli
+from mbridge_seqpack.artifact.content_check import ContentCheckError
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError
+from mbridge_seqpack.artifact.store import ArtifactError
 from mbridge_seqpack.cli.main import main
 from mbridge_seqpack.errors import PackingConfigError, SeqpackError, UsageError
-from mbridge_seqpack.packing.artifact import ArtifactError
-from mbridge_seqpack.packing.content_check import ContentCheckError
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError
-from mbridge_seqpack.packing.sequences import InputError
 from mbridge_seqpack.thd.inject import StaticShapeMismatchError
 from mbridge_seqpack.thd.layout import StaticShapeOverflowError
+from mbridge_seqpack.tokenization.sequences import InputError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mbridge_seqpack"
 

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 import mbridge_seqpack
-from mbridge_seqpack.packing import digests, launch_guard
-from mbridge_seqpack.packing.content_check import ContentCheckError
-from mbridge_seqpack.packing.digests import FileStamp
-from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError, Tiles
+from mbridge_seqpack import digests
+from mbridge_seqpack.artifact import launch_guard
+from mbridge_seqpack.artifact.content_check import ContentCheckError
+from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles
+from mbridge_seqpack.digests import FileStamp
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.rules import check
 from mbridge_seqpack.rules.artifacts import content_plan
@@ -124,7 +125,7 @@ def test_300_random_bit_flips_stop_the_launch_and_megatron_bridges_reads(
 ) -> None:
     """Each flip (size and mtime kept) is refused by the launch before the first optimizer step and by
     Megatron-Bridge's packed dataset when it reads the rows; without the plugin most read back as other values."""
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     work = tmp_path / "copy"
     shutil.copytree(pack, work)
@@ -165,7 +166,7 @@ def test_300_random_bit_flips_stop_the_launch_and_megatron_bridges_reads(
 def test_megatron_bridges_dataset_reads_only_verified_bytes(pack: Path, tmp_path: Path, megatron_bridge: Any) -> None:
     """A flipped bit inside a row group: Megatron-Bridge's dataset raises naming the row group before any of its
     rows reach a batch (the other group reads fine); warn mode warns and reads it as Megatron-Bridge would."""
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     work = tmp_path / "copy"
     shutil.copytree(pack, work)
@@ -239,8 +240,8 @@ def test_the_gate_is_where_megatron_bridges_training_loop_calls_train_step(
 def _recipe_pack(root: Path) -> tuple[Path, Any]:
     """``pack --recipe small_gpt_smoke_4k dataset.dataset_root=ROOT`` (where Megatron-Bridge's builder looks) and
     the config a launch of that recipe builds."""
+    from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.cli.main import main
-    from mbridge_seqpack.packing.builder_location import builder_location
     from mbridge_seqpack.recipes.targets import build_launch
 
     assert main(["pack", "--recipe", "small_gpt_smoke_4k", f"dataset.dataset_root={root}", "--json"]) == 0
@@ -326,12 +327,12 @@ def _gate_rank(rank: int, init: str, corrupted: str, results: Any) -> None:
     """One rank of a two-process gloo job: rank 0 arms a content check of a corrupted file."""
     import torch.distributed as dist
 
-    from mbridge_seqpack.packing.content_check import ContentPlan, PackFile
+    from mbridge_seqpack.artifact.content_check import ContentPlan, PackFile
 
     os.environ["RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     launch_guard.set_mode(lambda: "error")
-    seal = __import__("mbridge_seqpack.packing.verified_parquet", fromlist=["find_seal"]).find_seal(Path(corrupted))
+    seal = __import__("mbridge_seqpack.artifact.verified_parquet", fromlist=["find_seal"]).find_seal(Path(corrupted))
     plan = ContentPlan(packs=[PackFile(Path(corrupted), seal.file_bytes, seal.file_sha256, seal.tiles)])
     launch_guard.arm(plan)
     try:

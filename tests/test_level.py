@@ -1,4 +1,4 @@
-"""Step leveling (packing/level.py, packing/exchange.py): exchanges that even out each step's DP ranks.
+"""Step leveling (placement/level.py, placement/exchange.py): exchanges that even out each step's DP ranks.
 
 The scoring is checked against the straggler ratio recomputed from scratch, the moves by hand on a small
 layout, the output as a pack (same sequences, rows within capacity and cap, none empty, same row count), and
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.packing import pack_lengths
-from mbridge_seqpack.packing.balance import (
+from mbridge_seqpack.placement import pack_lengths
+from mbridge_seqpack.placement.balance import (
     DEFAULT_COST,
     CostModel,
     StepShape,
@@ -25,8 +25,8 @@ from mbridge_seqpack.packing.balance import (
     step_ratios,
     straggler_ratio,
 )
-from mbridge_seqpack.packing.exchange import TOLERANCE, ExchangePass
-from mbridge_seqpack.packing.level import level_steps, refill
+from mbridge_seqpack.placement.exchange import TOLERANCE, ExchangePass
+from mbridge_seqpack.placement.level import level_steps, refill
 from tests.test_balance import _embedded_lengths, _megatron_bridge_rows
 
 TOKENS_ONLY = CostModel(linear=1.0, attention=0.0)
@@ -206,7 +206,7 @@ def test_one_row_per_rank_per_step_leaves_no_step_beyond_the_tolerance_where_meg
 def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: int) -> None:
     # the embedded corpus: re-dealing its short sequences would spread row costs (a reshuffle loses 0.004-0.03)
     # for a designed-order gain of ~0.0004; the guard keeps the exchanges that pay for themselves instead
-    from mbridge_seqpack.packing.level import _reshuffled
+    from mbridge_seqpack.placement.layout import reshuffled_ratio as _reshuffled
 
     lengths = np.minimum(_embedded_lengths(), capacity)
     balanced = balance_bins(lengths, pack_lengths(lengths, capacity, seed=0), capacity, DEFAULT_COST)

@@ -4,7 +4,7 @@ pack, intact, when replacing one), and running the same ``pack`` again succeeds 
 lock file, which is harmless (its ``flock`` died with the killed process; the re-run took it).
 
 How a phase is hit: ``MBRIDGE_SEQPACK_STOP_AT=<phase>`` makes the pack stop itself (``SIGSTOP``) where the phase
-begins (packing/phases.py), the test checks what the staging directory holds at that moment, then sends
+begins (artifact/phases.py), the test checks what the staging directory holds at that moment, then sends
 ``SIGKILL``. Tokenizing on one machine is hit by polling the staging directory every millisecond until the
 spilled tokens grow. Local packs run in children of a fork server that imported Megatron-Bridge once; Ray packs
 run their driver in an actor of this module's cluster, whose workers import Megatron-Bridge once for all runs."""
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-from mbridge_seqpack.packing.phases import STOP_ENV
+from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.phases import STOP_ENV
 from mbridge_seqpack.recipes.kit import embedded_data_dir
 
 pytestmark = pytest.mark.slow
@@ -62,7 +62,7 @@ def _nothing_accepted(root: Path, previous: bytes | None) -> None:
     """No pack where the builder looks (or the previous one, byte for byte), none the rule or inspect accepts."""
     from megatron.bridge.data.packing.paths import resolve_packed_parquet_paths
 
-    from mbridge_seqpack.packing.artifact import ArtifactError
+    from mbridge_seqpack.artifact.store import ArtifactError
     from mbridge_seqpack.rules import check
     from mbridge_seqpack.rules.artifacts import content_plan
 
@@ -115,7 +115,7 @@ PRELOAD = [
     "megatron.bridge.training.config",
     "megatron.bridge.data.builders.gpt_sft",
     "mbridge_seqpack.cli.main",
-    "mbridge_seqpack.packing.pipeline",
+    "mbridge_seqpack.pipeline.pack",
     "mbridge_seqpack.recipes.targets",
     "tests.test_pack_kills",
 ]

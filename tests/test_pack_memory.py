@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mbridge_seqpack.packing.artifact import RowLayout, build_rows, column_checksums, write_split
-from mbridge_seqpack.packing.packer import pack_lengths
-from mbridge_seqpack.packing.sequences import TokenizedSequences
+from mbridge_seqpack.artifact.store import RowLayout, build_rows, column_checksums, write_split
+from mbridge_seqpack.placement.packer import pack_lengths
+from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
 
 def _sequences(tmp_path: Path, n: int = 400, spilled: bool = True) -> TokenizedSequences:
@@ -70,7 +70,7 @@ def test_batches_respect_rows_and_tokens() -> None:
 CHILD = """
 import gc, json, sys
 from pathlib import Path
-from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
 def status(key):
@@ -115,7 +115,7 @@ def test_pack_peak_memory_does_not_grow_with_the_tokens(tmp_path: Path, megatron
 
 
 def test_spill_failures_name_the_file_and_the_fix(tmp_path: Path) -> None:
-    from mbridge_seqpack.packing.sequences import InputError, _TokenSink
+    from mbridge_seqpack.tokenization.sequences import InputError, _TokenSink
 
     (tmp_path / "blocked" / "tokens.int64").mkdir(parents=True)  # a directory where the spill file goes
     with pytest.raises(InputError) as raised:

@@ -83,7 +83,7 @@ def test_installed_wheel_packs_with_its_c_kernel(wheel: Path, tmp_path: Path) ->
     out = _run_installed(
         wheel,
         tmp_path,
-        "from mbridge_seqpack.packing.packer import native_kernel, pack_lengths; "
+        "from mbridge_seqpack.placement.packer import native_kernel, pack_lengths; "
         "assert native_kernel() is not None; print(pack_lengths([5, 3, 2, 6], 8).tolist())",
     )
     assert sorted(out.split("[")[1].split("]")[0].replace(" ", "").split(",")) == ["0", "0", "1", "1"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.packing import pack_lengths, packing_stats
+from mbridge_seqpack.placement import pack_lengths, packing_stats
 
 
 def _check_valid(lengths: np.ndarray, bins: np.ndarray, capacity: int) -> None:
@@ -162,7 +162,7 @@ def _reference_bfd_bins(lengths: list[int], capacity: int) -> int:
 
 
 def test_the_c_kernel_is_built_and_loaded() -> None:
-    from mbridge_seqpack.packing.packer import native_kernel
+    from mbridge_seqpack.placement.packer import native_kernel
 
     assert native_kernel() is not None  # built by hatch_build.py when the project is installed
 
@@ -191,7 +191,7 @@ def test_placing_into_open_bins_is_identical_in_c_and_python(
 ) -> None:
     import os
 
-    from mbridge_seqpack.packing.packer import place
+    from mbridge_seqpack.placement.packer import place
 
     lengths, capacity = instance
     spaces = np.asarray(data.draw(st.lists(st.integers(0, capacity), max_size=20)), dtype=np.int64)
@@ -217,7 +217,7 @@ def test_peak_memory_within_three_times_the_input() -> None:
 
     code = """
 import gc, numpy as np, sys
-from mbridge_seqpack.packing import pack_lengths
+from mbridge_seqpack.placement import pack_lengths
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -241,7 +241,7 @@ def test_a_kernel_library_of_another_version_is_not_loaded(tmp_path) -> None:
     import shutil
     import subprocess
 
-    from mbridge_seqpack.packing.packer import KERNEL_ABI, _load_kernel
+    from mbridge_seqpack.placement.packer import KERNEL_ABI, _load_kernel
 
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.packing.artifact import (
+from mbridge_seqpack.artifact.parquet_stitch import ArtifactError, encode_footer, read_footer, stitch_parquet
+from mbridge_seqpack.artifact.store import (
     ColumnDigests,
     RowLayout,
     row_group_bounds,
@@ -20,9 +21,8 @@ from mbridge_seqpack.packing.artifact import (
     write_row_groups,
     write_split,
 )
-from mbridge_seqpack.packing.packer import pack_lengths
-from mbridge_seqpack.packing.parquet_stitch import ArtifactError, encode_footer, read_footer, stitch_parquet
-from mbridge_seqpack.packing.sequences import TokenizedSequences
+from mbridge_seqpack.placement.packer import pack_lengths
+from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
 
 def _table(rows: int, seed: int) -> pa.Table:

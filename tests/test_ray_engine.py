@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mbridge_seqpack.packing.sequences import InputError, check_jsonl
+from mbridge_seqpack.tokenization.sequences import InputError, check_jsonl
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
@@ -66,8 +66,8 @@ def _synthetic_corpus(path: Path, records: int) -> None:
 
 
 def test_a_synthetic_100k_corpus_is_the_local_pack(cluster, tmp_path: Path) -> None:
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-    from mbridge_seqpack.packing.ray_engine import RayEngine
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.ray_engine import RayEngine
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
 
     corpus = tmp_path / "corpus.jsonl"
@@ -84,8 +84,8 @@ def test_a_synthetic_100k_corpus_is_the_local_pack(cluster, tmp_path: Path) -> N
 
 def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(cluster, tmp_path: Path) -> None:
     """A worker's refusal reaches the driver as the local check words it: the input file, its line number."""
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
-    from mbridge_seqpack.packing.ray_engine import RayEngine
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.ray_engine import RayEngine
     from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
     lines = (embedded_data_dir() / "training.jsonl").read_text().splitlines()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.packing.ray_engine import plan_shards
+from mbridge_seqpack.pipeline.ray_engine import plan_shards
 
 
 @settings(max_examples=60, deadline=None)
@@ -33,7 +33,7 @@ def test_ray_shards_cut_the_file_at_line_ends_and_number_their_lines(tmp_path_fa
 
 def test_a_file_that_shrank_after_it_was_cut_is_refused_by_the_worker(tmp_path) -> None:
     """A worker reads its shard's byte range; a file changed under the pack says so (as data, for the driver)."""
-    from mbridge_seqpack.packing.ray_engine import ShardJob, tokenize_shard
+    from mbridge_seqpack.pipeline.ray_engine import ShardJob, tokenize_shard
 
     source = tmp_path / "in.jsonl"
     source.write_text('{"input": "a", "output": "b"}\n')
@@ -54,8 +54,8 @@ def test_a_file_that_shrank_after_it_was_cut_is_refused_by_the_worker(tmp_path) 
 def test_truncated_spill_files_are_refused_when_rows_are_gathered(tmp_path) -> None:
     import numpy as np
 
-    from mbridge_seqpack.packing.ray_engine import ShardedSequences
-    from mbridge_seqpack.packing.sequences import InputError
+    from mbridge_seqpack.pipeline.ray_engine import ShardedSequences
+    from mbridge_seqpack.tokenization.sequences import InputError
 
     spill = tmp_path / "shard_000000" / "spill"
     spill.mkdir(parents=True)
@@ -71,8 +71,8 @@ def test_truncated_spill_files_are_refused_when_rows_are_gathered(tmp_path) -> N
 
 def test_the_shard_size_must_be_positive(capsys) -> None:
     from mbridge_seqpack.cli import main
-    from mbridge_seqpack.packing.ray_engine import RayEngine
-    from mbridge_seqpack.packing.sequences import InputError
+    from mbridge_seqpack.pipeline.ray_engine import RayEngine
+    from mbridge_seqpack.tokenization.sequences import InputError
 
     with pytest.raises(InputError) as info:
         RayEngine("local", shard_bytes=0)

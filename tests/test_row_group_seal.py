@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, read_tile, seal_tiles, verify_tiles
+from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError, Tiles, read_tile, seal_tiles, verify_tiles
-from mbridge_seqpack.packing.verified_parquet import VerifiedParquetFile
 
 
 def _file(path: Path, groups: int = 4, rows: int = 3) -> Path:

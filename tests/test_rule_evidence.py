@@ -337,7 +337,7 @@ def tiny_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) ->
     """Three records as JSONL and packed at 64 tokens (parquet and metadata), for Megatron-Bridge's builder."""
     import json
 
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
 
     root = tmp_path_factory.mktemp("tiny_pack")
@@ -370,8 +370,8 @@ def test_dataset_kwargs_are_refused_where_megatron_bridges_builder_raises(
 ) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     pack = tiny_pack / "pack"
     try:
@@ -437,8 +437,8 @@ def test_only_the_packing_prep_takes_chat_template_out_of_the_builders_dataset_k
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
 
-    from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     kwargs = {"chat_template": "{{ messages }}", "add_eos": True}
     tokenize_dataset(

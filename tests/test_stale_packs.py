@@ -111,7 +111,7 @@ def _pack_for(case: dict[str, Any], split: str, corpus: dict[str, Path], out: Pa
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
     from megatron.bridge.data.sft_processing import PromptCompletionSFTPreprocessingConfig
 
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs
 
     options = dict(case)
     source = corpus["other"] if options.pop("input", None) else corpus["data"]

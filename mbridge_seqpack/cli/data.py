@@ -15,8 +15,8 @@ from mbridge_seqpack.errors import UsageError
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-    from mbridge_seqpack.packing.builder_location import BuilderLocation
-    from mbridge_seqpack.packing.pipeline import PackOptions
+    from mbridge_seqpack.artifact.builder_location import BuilderLocation
+    from mbridge_seqpack.pipeline.pack import PackOptions
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -35,7 +35,7 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
             ) from None
         if not isinstance(kwargs, dict):
             raise UsageError("--dataset-kwargs must be a JSON object, e.g. '{\"add_eos\": true}'")
-        from mbridge_seqpack.packing.dataset_kwargs import check_dataset_kwargs
+        from mbridge_seqpack.tokenization.dataset_kwargs import check_dataset_kwargs
 
         check_dataset_kwargs(kwargs)
     return dataset_kwargs_of_flags(args, kwargs)
@@ -46,9 +46,9 @@ def _from_recipe(
 ) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None]:
     """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
     where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
-    from mbridge_seqpack.packing.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
-    from mbridge_seqpack.packing.pipeline import PackOptions
+    from mbridge_seqpack.pipeline.pack import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
+    from mbridge_seqpack.tokenization.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
 
     launch = build_launch(args.recipe, args.overrides, runner=args.runner)
     cfg = launch.cfg
@@ -61,7 +61,7 @@ def _from_recipe(
             f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size"
         )
     from mbridge_seqpack.cli.pack_flags import recipe_conflicts
-    from mbridge_seqpack.packing.balance import CostModel
+    from mbridge_seqpack.placement.cost import CostModel
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
@@ -130,7 +130,7 @@ def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:
 def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path) -> BuilderLocation | None:
     """Megatron-Bridge's own packed location for ``cfg``, when the pack is made from the config's JSONL and the
     dataset root is not the package's embedded sample (never written into)."""
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.recipes.kit import embedded_data_dir
 
     if args.input or args.validation:
@@ -149,7 +149,7 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from mbridge_seqpack.cli.pack_flags import check_flag_combinations, fill_input_defaults
-    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
     # `pack --recipe X key=value [INPUT]`: the positionals are overrides, and at most one input file
@@ -207,7 +207,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     found_by_builder = location is not None and output.absolute() == location.directory.absolute()
     engine = None
     if args.ray:
-        from mbridge_seqpack.packing.ray_engine import RayEngine
+        from mbridge_seqpack.pipeline.ray_engine import RayEngine
 
         shard_mb = args.ray_shard_mb if args.ray_shard_mb is not None else 64.0
         engine = RayEngine(args.ray, shard_bytes=max(1, int(shard_mb * (1 << 20))))
@@ -233,7 +233,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from mbridge_seqpack.packing.balance import BalanceRecord
+    from mbridge_seqpack.placement.record import BalanceRecord
     from mbridge_seqpack.textout import labelled, wrap
 
     lines = labelled("packed into ", str(result.directory))
@@ -280,7 +280,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
+    from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 
     report = inspect_artifact(args.artifact)
     if args.png and report.splits:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from mbridge_seqpack.packing.inspect_artifact import ArtifactReport
+    from mbridge_seqpack.artifact.inspect_artifact import ArtifactReport
 
 
 def draw_histogram(report: ArtifactReport, png: str | Path) -> None:

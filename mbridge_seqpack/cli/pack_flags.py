@@ -173,7 +173,7 @@ def recipe_conflicts(args: argparse.Namespace, recipe: dict[str, Any], layout: d
 
     ``recipe``: the values ``pack --recipe`` takes (pack_size, pad_seq_to_mult, max_seq_length, seed, sampler,
     sampler_seed, data_parallel, micro_batches, tokenizer, dataset_kwargs); ``layout``: model-parallel size."""
-    from mbridge_seqpack.packing.dataset_kwargs import CONTENT_DEFAULTS
+    from mbridge_seqpack.tokenization.dataset_kwargs import CONTENT_DEFAULTS
 
     specs = "dataset.offline_packing_specs"
     fields = {

@@ -1,11 +1,11 @@
 """Stale, mixed or broken packs: explicit packed paths must resolve, as Megatron-Bridge resolves them, to one
 sealed, complete pack that agrees with the config; so must a sealed pack in the builder's default location
-(packing/builder_location.py), which Megatron-Bridge trains on as it finds it.
+(artifact/builder_location.py), which Megatron-Bridge trains on as it finds it.
 
 At ``validate()`` the checks cost O(metadata): sizes, the metadata seal, the Parquet footers read and hashed on
 rank 0, the sizes of the inputs. Nothing is trusted by a file's stamp. The bytes themselves are what
 :func:`content_plan` lists: the launch reads them in full on rank 0 while the model is built and stops before the
-first optimizer step if one differs (packing/launch_guard.py), and every row group is verified again where
+first optimizer step if one differs (artifact/launch_guard.py), and every row group is verified again where
 Megatron-Bridge's packed dataset reads it."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from mbridge_seqpack.rules.registry import rule
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-    from mbridge_seqpack.packing.artifact import Fingerprint
-    from mbridge_seqpack.packing.balance import BalanceRecord
+    from mbridge_seqpack.artifact.store import Fingerprint
+    from mbridge_seqpack.placement.record import BalanceRecord
 
 PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
@@ -38,9 +38,9 @@ def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
     """Whether the configured tokenizer's files differ from those the pack was tokenized with. Remembered digests
     that agree are a hint (the launch's content check reads the files again); a disagreement is confirmed by
     reading them (small files) before anything is refused, and only digests that match the seal are remembered."""
-    from mbridge_seqpack.packing.content_check import TokenizerFiles
-    from mbridge_seqpack.packing.digests import recalled_sha256
-    from mbridge_seqpack.packing.sequences import InputError, tokenizer_files_sha256
+    from mbridge_seqpack.artifact.content_check import TokenizerFiles
+    from mbridge_seqpack.digests import recalled_sha256
+    from mbridge_seqpack.tokenization.sequences import InputError, tokenizer_files_sha256
 
     directory = _tokenizer_dir(cfg)
     if directory is None or not sealed:
@@ -81,8 +81,8 @@ def _repack_fix(ctx: RuleContext, field: str) -> str:
 def _check_files(
     ctx: RuleContext, field: str, spec: str, split: str, files: list[Path], fix: str | None = None
 ) -> list[Violation]:
-    from mbridge_seqpack.packing.artifact import ArtifactError, Fingerprint, read_parquet_fingerprint
-    from mbridge_seqpack.packing.seal import entry_for, find_metadata, lost_fingerprint_problem, seal_problems
+    from mbridge_seqpack.artifact.seal import entry_for, find_metadata, lost_fingerprint_problem, seal_problems
+    from mbridge_seqpack.artifact.store import ArtifactError, Fingerprint, read_parquet_fingerprint
 
     fix = fix or _repack_fix(ctx, field)
     found: list[Violation] = []
@@ -193,7 +193,7 @@ def _content_differences(ctx: RuleContext, field: str, spec: str, fp: Fingerprin
     content-changing dataset_kwargs (with ``dataset.preprocessing`` folded in) and the longest sequence kept."""
     import json
 
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs, content_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs, content_kwargs
 
     found = []
     try:
@@ -237,8 +237,8 @@ def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fing
     (rank 0, before the first optimizer step). Rank 0 only, as for the pack's own contents."""
     if not fp.input_sha256 or not is_rank_zero():
         return []
-    from mbridge_seqpack.packing.builder_location import jsonl_root
-    from mbridge_seqpack.packing.digests import recalled_sha256, verified_sha256
+    from mbridge_seqpack.artifact.builder_location import jsonl_root
+    from mbridge_seqpack.digests import recalled_sha256, verified_sha256
 
     root = jsonl_root(ctx.cfg)
     source = root / f"{split}.jsonl" if root is not None else None
@@ -280,11 +280,11 @@ def pack_matches_config(ctx: RuleContext, split: str, files: list[Path]) -> bool
 def content_plan(cfg: ConfigContainer) -> Any:
     """What the launch reads in full before its first optimizer step: every sealed pack file this config trains
     on (explicit packed paths and the builder's default location), the JSONL each split was made from where the
-    config names it, and the tokenizer files (packing/content_check.py). A file without a readable seal is left
+    config names it, and the tokenizer files (artifact/content_check.py). A file without a readable seal is left
     out (the rule refuses it at validate())."""
-    from mbridge_seqpack.packing.artifact import ArtifactError
-    from mbridge_seqpack.packing.content_check import ContentPlan, PackFile, SourceFile, TokenizerFiles
-    from mbridge_seqpack.packing.verified_parquet import find_seal
+    from mbridge_seqpack.artifact.content_check import ContentPlan, PackFile, SourceFile, TokenizerFiles
+    from mbridge_seqpack.artifact.store import ArtifactError
+    from mbridge_seqpack.artifact.verified_parquet import find_seal
 
     plan = ContentPlan()
     ctx = RuleContext(cfg=cfg, world_size=None)
@@ -297,7 +297,7 @@ def content_plan(cfg: ConfigContainer) -> Any:
         if value is not None:
             files += _resolve(str(value))[0]
     files += list(_builder_default_files(ctx).values())
-    from mbridge_seqpack.packing.builder_location import jsonl_root
+    from mbridge_seqpack.artifact.builder_location import jsonl_root
 
     root = jsonl_root(cfg)
     seen: set[Path] = set()
@@ -371,7 +371,7 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
 def _builder_default_files(ctx: RuleContext) -> dict[str, Path]:
     """The packed files Megatron-Bridge's builder will train on from its default location (no packed path set;
     validation only under ``do_validation``) that exist already: a pack there is used as it is, never re-made."""
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
 
     specs = ctx.specs
     wanted = {"training": specs.packed_train_data_path is None}
@@ -414,9 +414,9 @@ def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
     ),
 )
 def balance_layout(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.packing.artifact import ArtifactError, read_parquet_fingerprint
-    from mbridge_seqpack.packing.balance import BalanceRecord
-    from mbridge_seqpack.packing.seal import entry_for, find_metadata
+    from mbridge_seqpack.artifact.seal import entry_for, find_metadata
+    from mbridge_seqpack.artifact.store import ArtifactError, read_parquet_fingerprint
+    from mbridge_seqpack.placement.record import BalanceRecord
 
     specs = ctx.specs
     if specs is None:
@@ -475,7 +475,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
 def _read_order_differs(packed: BalanceRecord, rows: int) -> list[Violation]:
     """The batch sampler's permutation comes from torch: this environment's must read the rows as the packing
     environment's did (``read_order_sha256``, recorded since the batch layout exists)."""
-    from mbridge_seqpack.packing.balance import read_order_digest
+    from mbridge_seqpack.placement.sampler import read_order_digest
 
     recorded = packed.read_order_sha256
     if packed.sampler != "batch" or recorded is None or rows < 1:

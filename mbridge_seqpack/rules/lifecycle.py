@@ -18,7 +18,7 @@ def packed_split_files(ctx: RuleContext, split: str) -> list[Path]:
     is stale for this config (``artifact.fingerprint_mismatch`` reports it, and its rows are not what will train)."""
     from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
 
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.rules.artifacts import pack_matches_config
 
     field = {"training": "packed_train_data_path", "validation": "packed_val_data_path"}[split]

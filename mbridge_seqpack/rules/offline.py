@@ -420,7 +420,7 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     ),
 )
 def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.packing.dataset_kwargs import (
+    from mbridge_seqpack.tokenization.dataset_kwargs import (
         DATASET_KWARGS,
         PACKED_BY_BUILDER,
         PACKED_DATASET_KWARGS,

@@ -13,7 +13,7 @@ def _pack_will_be_made(ctx: RuleContext) -> bool:
     the builder's default location)."""
     from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
 
-    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.artifact.builder_location import builder_location
 
     spec = getattr(ctx.specs, "packed_train_data_path", None)
     if spec is not None:

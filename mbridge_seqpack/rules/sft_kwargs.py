@@ -85,7 +85,7 @@ def _template_fix(kwargs: dict[str, Any], message: str) -> dict[str, Any]:
     ),
 )
 def prompt_template(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.packing.dataset_kwargs import config_dataset_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs
 
     if not ctx.dataset_is("gpt_sft") or not isinstance(
         getattr(ctx.dataset, "dataset_kwargs", None), (dict, type(None))

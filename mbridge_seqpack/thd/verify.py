@@ -119,8 +119,8 @@ def verify_artifact(target: str | Path, *, max_rows: int = 16, seed: int = 0) ->
     """``inspect`` plus the parity checks on up to ``max_rows`` rows of every file of an artifact."""
     import torch
 
-    from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
-    from mbridge_seqpack.packing.seal import find_metadata
+    from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+    from mbridge_seqpack.artifact.seal import find_metadata
     from mbridge_seqpack.thd.layout import StaticTHDLayout, static_cu_seqlens
     from mbridge_seqpack.thd.reference import packed_token_loss, thd_cp_partition_indices, thd_cp_reassemble
 

@@ -8,9 +8,9 @@ footer's tile runs to the end of the file. The tiles cover the file exactly once
 exactly one tile's digest, and each tile can be verified alone:
 
 - the footer (O(metadata)) at ``validate()``, by content, on rank 0 (a launch never trusts a file's stamp);
-- a row group where Megatron-Bridge's packed dataset reads it (packing/verified_parquet.py: the bytes Arrow
+- a row group where Megatron-Bridge's packed dataset reads it (artifact/verified_parquet.py: the bytes Arrow
   parses are the bytes that were hashed);
-- all of them, in one sequential read, on rank 0 while the model is built (packing/content_check.py).
+- all of them, in one sequential read, on rank 0 while the model is built (artifact/content_check.py).
 
 The seal lives in the metadata entry (``checksums.tiles``), which is itself sealed (``entry_sha256``).
 """

@@ -2,12 +2,12 @@
 
 1. **Verified reads.** ``GPTSFTPackedParquetDataset._ensure_reader`` (Megatron-Bridge's data/packing/parquet.py,
    called in each DataLoader worker the first time a file is read) is wrapped: for a file ``pack`` sealed with
-   row-group tiles it returns a :class:`~mbridge_seqpack.packing.verified_parquet.VerifiedParquetFile`, whose
+   row-group tiles it returns a :class:`~mbridge_seqpack.artifact.verified_parquet.VerifiedParquetFile`, whose
    ``read_row_group`` parses only bytes that matched their seal. A tile that differs raises in ``__getitem__``,
    which the DataLoader re-raises in the training loop before that batch reaches the model. Unsealed files
    (Megatron-Bridge's own prep) and remote storage (Multi-Storage Client) are read as before.
 2. **The content check, joined before the first optimizer step.** :func:`arm` (called by the hook after
-   ``validate()`` passes) starts :class:`~mbridge_seqpack.packing.content_check.BackgroundCheck` on rank 0 and
+   ``validate()`` passes) starts :class:`~mbridge_seqpack.artifact.content_check.BackgroundCheck` on rank 0 and
    wraps ``megatron.bridge.training.train.train_step``, which ``train()`` looks up in its module at call time
    (tested). The first ``train_step`` waits for the check, every rank takes part in one small ``all_reduce`` of
    the verdict (in rounds of :data:`ROUND_SECONDS`, so no rank sits in a collective long enough for a NCCL
@@ -27,10 +27,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from mbridge_seqpack.artifact.content_check import BackgroundCheck, ContentCheckError, ContentPlan
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError
+from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile, find_seal
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.packing.content_check import BackgroundCheck, ContentCheckError, ContentPlan
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError
-from mbridge_seqpack.packing.verified_parquet import VerifiedParquetFile, find_seal
 from mbridge_seqpack.ranks import is_rank_zero
 
 __all__ = ["install", "uninstall", "set_mode", "arm", "disarm", "gate", "is_armed", "TRAIN_MODULE", "ROUND_SECONDS"]

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.packing.artifact import ArtifactError  # parts that cannot be joined into one file
+from mbridge_seqpack.artifact.store import ArtifactError  # parts that cannot be joined into one file
 
 __all__ = ["stitch_parquet", "read_footer", "encode_footer"]
 

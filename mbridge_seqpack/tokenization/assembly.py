@@ -1,6 +1,6 @@
 """Megatron-Bridge's prompt-template examples assembled a chunk at a time, in arrays.
 
-Once the template pieces are encoded (packing/batched_tokens.py), what is left of Megatron-Bridge's prep is Python
+Once the template pieces are encoded (tokenization/batched_tokens.py), what is left of Megatron-Bridge's prep is Python
 run example by example: ``GPTSFTDataset._process_example`` joins the pieces with the virtual-token placeholders
 (EOS), BOS, SEP and EOS and sets ``answer_start_idx`` (data/datasets/gpt_sft.py), ``tokenize_dataset`` pads each
 example for ``pad_seq_to_mult`` (data/packing/offline.py), and ``fill_packing_strategy`` masks every position from
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.batched_tokens import Batch
+from mbridge_seqpack.tokenization.batched_tokens import Batch
 
 __all__ = [
     "AssemblyRequest",
@@ -64,7 +64,7 @@ def as_list(values: Any) -> list[Any]:
 
 def from_items(items: Any) -> ChunkArrays:
     """Megatron-Bridge's materialized examples (``tokenize_dataset``'s output) as arrays."""
-    from mbridge_seqpack.packing.truncation import truncated_tokens
+    from mbridge_seqpack.tokenization.truncation import truncated_tokens
 
     ids = [np.asarray(as_list(item["input_ids"]), dtype=np.int64) for item in items]
     sizes = np.fromiter((x.size for x in ids), dtype=np.int64, count=len(ids))
@@ -82,7 +82,7 @@ def _token_id(value: Any) -> bool:
 
 def assembly_refusal(dataset: Any, batch: Batch) -> str | None:
     """Why the chunk's examples are assembled one by one by Megatron-Bridge's code (None: in arrays here)."""
-    from mbridge_seqpack.packing.truncation import CountingGPTSFTDataset
+    from mbridge_seqpack.tokenization.truncation import CountingGPTSFTDataset
 
     if batch.refusal is not None:
         return batch.refusal

@@ -7,7 +7,7 @@
 2. The driver packs and balances the lengths exactly as a local pack does (the sequences are the file's, in the
    file's order: each example is tokenized on its own, so the shard it falls in changes nothing).
 3. Ray Data maps the row groups of each split, in consecutive parts, on the workers: each writes its part of the
-   Parquet file from the spilled tokens. The driver joins the parts (packing/parquet_stitch.py: the row groups'
+   Parquet file from the spilled tokens. The driver joins the parts (artifact/parquet_stitch.py: the row groups'
    bytes copied, one footer), reads the file back once for the column checksums and seals it with one metadata
    file. The file is byte-identical to a local pack of the same input (tested on a local cluster).
 
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from mbridge_seqpack.artifact.phases import reached
 from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.packing.phases import reached
-from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets, read_segments
+from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets, read_segments
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
 
@@ -120,7 +120,7 @@ _TOKENIZERS: dict[str, Any] = {}  # one Megatron-Bridge tokenizer per worker pro
 
 def _tokenizer(path: str) -> Any:
     if path not in _TOKENIZERS:
-        from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+        from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
         _TOKENIZERS[path] = load_megatron_tokenizer(path)
     return _TOKENIZERS[path]
@@ -160,7 +160,7 @@ def _result(shard: Shard, records: int, sizes: bytes, cut: int, cut_tokens: int,
 
 
 def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
-    from mbridge_seqpack.packing.sequences import check_jsonl, tokenize_split
+    from mbridge_seqpack.tokenization.sequences import check_jsonl, tokenize_split
 
     directory = shard_directory(job, shard.index)
     # not parents=True: the driver made the spill root inside its staging directory; a task that outlives a killed
@@ -238,7 +238,7 @@ def write_part(row: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     the part file ``row["path"]``."""
     import ray
 
-    from mbridge_seqpack.packing.artifact import write_row_groups
+    from mbridge_seqpack.artifact.store import write_row_groups
 
     layout, seqs = ray.get(plan["layout"]), ray.get(plan["seqs"])
     bounds = plan["bounds"][row["first"] : row["end"]]
@@ -345,8 +345,8 @@ class RayEngine:
         self, path: Path, seqs: ShardedSequences, bins: np.ndarray, info: dict[str, Any], work: Path
     ) -> dict[str, Any]:
         """Write one split's file from the workers, a part per worker, joined into one file and sealed."""
-        from mbridge_seqpack.packing.artifact import ColumnDigests, RowLayout, row_group_bounds, sealed_checksums
-        from mbridge_seqpack.packing.parquet_stitch import stitch_parquet
+        from mbridge_seqpack.artifact.parquet_stitch import stitch_parquet
+        from mbridge_seqpack.artifact.store import ColumnDigests, RowLayout, row_group_bounds, sealed_checksums
 
         ray = self.ray
         layout = RowLayout.of(seqs, bins)

@@ -20,10 +20,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mbridge_seqpack.artifact.row_group_seal import REPACK_HINT, CorruptedPackError, Tiles, read_tile
+from mbridge_seqpack.artifact.seal import entry_for, find_metadata
+from mbridge_seqpack.artifact.store import ENTRY_SEAL, entry_digest, read_parquet_fingerprint, split_paths
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.packing.artifact import ENTRY_SEAL, entry_digest, read_parquet_fingerprint, split_paths
-from mbridge_seqpack.packing.row_group_seal import REPACK_HINT, CorruptedPackError, Tiles, read_tile
-from mbridge_seqpack.packing.seal import entry_for, find_metadata
 
 __all__ = ["VerifiedParquetFile", "find_seal", "Seal"]
 

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.packing.digests import file_sha256
+from mbridge_seqpack.digests import file_sha256
+from mbridge_seqpack.errors import InputError
 
 __all__ = [
     "TokenizedSequences",
@@ -33,10 +33,6 @@ __all__ = [
     "load_megatron_tokenizer",
     "tokenize_split",
 ]
-
-
-class InputError(SeqpackError):
-    """Bad user input (file, line, field, value and the fix in the message); the CLI prints it, no traceback."""
 
 
 TOKENIZER_FILES = (
@@ -252,9 +248,9 @@ class TokenizedSequences(SequenceOffsets):
     tokens: np.ndarray  # int64 (in memory or memory-mapped)
     loss_mask: np.ndarray  # int8 (in memory or memory-mapped)
     offsets: np.ndarray  # int64, len n+1
-    truncated_sequences: int = 0  # examples Megatron-Bridge's truncation shortened (packing/truncation.py)
+    truncated_sequences: int = 0  # examples Megatron-Bridge's truncation shortened (tokenization/truncation.py)
     truncated_tokens: int = 0  # tokens it removed from them
-    # "batched" (packing/batched_tokens.py) or why Megatron-Bridge's per-example path ran
+    # "batched" (tokenization/batched_tokens.py) or why Megatron-Bridge's per-example path ran
     tokenization: str = "per example"
 
     def gather(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +337,7 @@ def tokenize_split(
     larger than memory still packs; without ``spill_dir`` they are kept in memory. A progress bar (records,
     tokens/s) shows on a terminal (``progress=None``), always (True) or never (False); ``records`` (the count
     ``check_jsonl`` returned) sizes it without reading the file once more. ``batched``: prompt-template pieces are
-    encoded a chunk at a time (packing/batched_tokens.py, the same ids); where that does not apply, or when False,
+    encoded a chunk at a time (tokenization/batched_tokens.py, the same ids); where that does not apply, or when False,
     Megatron-Bridge's per-example path runs, and ``tokenization`` says which and why.
     """
     import contextlib
@@ -354,9 +350,9 @@ def tokenize_split(
     from megatron.bridge.data.packing.offline import tokenize_dataset
     from tqdm import tqdm
 
-    from mbridge_seqpack.packing.assembly import AssemblyRequest, from_items
-    from mbridge_seqpack.packing.batched_tokens import expected_refusal
-    from mbridge_seqpack.packing.truncation import counting_gpt_sft_split
+    from mbridge_seqpack.tokenization.assembly import AssemblyRequest, from_items
+    from mbridge_seqpack.tokenization.batched_tokens import expected_refusal
+    from mbridge_seqpack.tokenization.truncation import counting_gpt_sft_split
 
     if batched and expected_refusal(tokenizer, dataset_kwargs) is None:
         workers = 1  # the encoding runs on every core; a pool would only pickle the examples back

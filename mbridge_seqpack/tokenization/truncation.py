@@ -84,8 +84,8 @@ def counting_gpt_sft_split(
 ) -> Any:
     """Megatron-Bridge's ``build_gpt_sft_split``; its dataset counts truncation when it is one of the two classes
     above (another class is left as it is, and its examples report nothing). ``batched``: its template pieces are
-    encoded in one call (packing/batched_tokens.py); why not, when that does not apply, goes to ``refusals``. With
-    ``assembly`` (an ``AssemblyRequest``; batched only), the examples are assembled in arrays (packing/assembly.py)
+    encoded in one call (batched_tokens.py); why not, when that does not apply, goes to ``refusals``. With
+    ``assembly`` (an ``AssemblyRequest``; batched only), the examples are assembled in arrays (assembly.py)
     and what is returned holds only those left to Megatron-Bridge's code."""
     dataset = build_gpt_sft_split(*args, **kwargs)
     if dataset is None:
@@ -94,7 +94,7 @@ def counting_gpt_sft_split(
     if counting is not None:
         dataset.__class__ = counting
     if batched:
-        from mbridge_seqpack.packing.batched_tokens import batch_tokenize
+        from mbridge_seqpack.tokenization.batched_tokens import batch_tokenize
 
         batch = batch_tokenize(dataset)
         if batch.refusal is not None and refusals is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from mbridge_seqpack.packing.artifact import metadata_path, split_paths
+from mbridge_seqpack.artifact.store import metadata_path, split_paths
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer

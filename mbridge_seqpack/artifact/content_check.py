@@ -4,7 +4,7 @@
 is a :class:`ContentPlan`: every row group of every sealed pack file the run reads, the JSONL the pack was made
 from when the config names it (``dataset_root/<split>.jsonl``), and the tokenizer files. Rank 0 runs the plan in a
 background thread (:class:`BackgroundCheck`) while Megatron-Bridge builds the model, loads the checkpoint and
-builds the datasets (packing/launch_guard.py starts it at ``validate()`` and joins it before the first
+builds the datasets (artifact/launch_guard.py starts it at ``validate()`` and joins it before the first
 ``train_step``). One sequential read per file; sha256 releases the GIL, so the build does not wait on it. The
 thread imports nothing (a DataLoader worker forked while it runs must not inherit a held import lock). Measured:
 ``scripts/bench_content_check.py``.
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, verify_tiles
+from mbridge_seqpack.digests import FileStamp, file_sha256, forget, remember, verified_sha256
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.packing.digests import FileStamp, file_sha256, forget, remember, verified_sha256
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError, Tiles, verify_tiles
-from mbridge_seqpack.packing.sequences import TOKENIZER_FILES, InputError, tokenizer_files_sha256
+from mbridge_seqpack.tokenization.sequences import TOKENIZER_FILES, InputError, tokenizer_files_sha256
 
 __all__ = ["ContentPlan", "PackFile", "SourceFile", "TokenizerFiles", "BackgroundCheck", "ContentCheckError"]
 

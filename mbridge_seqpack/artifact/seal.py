@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from mbridge_seqpack.packing.artifact import ENTRY_SEAL, ArtifactError, entry_digest, split_paths
-from mbridge_seqpack.packing.digests import verified_sha256
-from mbridge_seqpack.packing.row_group_seal import CorruptedPackError, Tiles, read_tile
+from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, read_tile
+from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest, split_paths
+from mbridge_seqpack.digests import verified_sha256
 
 __all__ = [
     "REPACK",
@@ -88,7 +88,7 @@ def seal_problems(
 ) -> list[str]:
     """Compare one sealed file with its metadata entry before parsing it: its size always; then its sha256 read
     now (``verify``: every byte), or its footer's tile read now (``footer``, O(metadata): what ``validate()``
-    does; the row groups are left to the launch's content check, packing/content_check.py)."""
+    does; the row groups are left to the launch's content check, artifact/content_check.py)."""
     if meta is None:
         return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
     if entry is None:

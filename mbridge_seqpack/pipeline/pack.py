@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from mbridge_seqpack.packing.artifact import (
+from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.store import (
     ArtifactError,
     Fingerprint,
     check_output,
@@ -20,25 +19,13 @@ from mbridge_seqpack.packing.artifact import (
     write_metadata,
     write_split,
 )
-from mbridge_seqpack.packing.balance import (
-    DEFAULT_COST,
-    SAMPLERS,
-    BalanceRecord,
-    CostModel,
-    StepShape,
-    balance_bins,
-    file_layout,
-    read_order,
-    read_order_digest,
-    row_costs,
-    straggler_ratio,
-)
-from mbridge_seqpack.packing.digests import FileStamp, verified_sha256
-from mbridge_seqpack.packing.level import level_steps
-from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
-from mbridge_seqpack.packing.phases import reached
-from mbridge_seqpack.packing.ray_engine import RayEngine
-from mbridge_seqpack.packing.sequences import (
+from mbridge_seqpack.digests import FileStamp, verified_sha256
+from mbridge_seqpack.pipeline.ray_engine import RayEngine
+from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel
+from mbridge_seqpack.placement.layout import StepShape
+from mbridge_seqpack.placement.rows import RowRequest, place_rows
+from mbridge_seqpack.placement.sampler import SAMPLERS
+from mbridge_seqpack.tokenization.sequences import (
     InputError,
     check_jsonl,
     load_megatron_tokenizer,
@@ -60,7 +47,7 @@ class PackOptions:
     max_seq_length: int | None = None  # Megatron-Bridge: max_single_sequence_length or seq_length
     dataset_kwargs: dict[str, Any] | None = None
     seed: int = 0
-    # work balance (packing/balance.py): equal-cost rows, laid out for `data_parallel` ranks reading
+    # work balance (placement/): equal-cost rows, laid out for `data_parallel` ranks reading
     # `micro_batches` rows each per step (global batch / DP with micro batch 1)
     balance: bool = True
     data_parallel: int = 8
@@ -102,6 +89,13 @@ class PackOptions:
         if self.max_seq_length is not None and not 0 < self.max_seq_length <= self.pack_size:
             raise InputError(f"--max-seq-length {self.max_seq_length} must be in 1..--pack-size ({self.pack_size})")
 
+    def row_request(self, max_seq_length: int) -> RowRequest:
+        """What placement is asked for (placement/rows.py)."""
+        shape = StepShape(
+            self.pack_size, self.cost, self.data_parallel, self.micro_batches, self.max_sequences_per_row
+        )
+        return RowRequest(shape, max_seq_length, self.seed, self.overflow, self.sampler, self.sampler_seed)
+
 
 #: the largest row a pack accepts: a bound against a mistyped size, far above any trainable row (32M tokens)
 MAX_PACK_SIZE = 1 << 25
@@ -114,84 +108,6 @@ class PackResult:
     directory: Path
     metadata: Path
     splits: dict[str, dict[str, Any]]
-
-
-def _pack_or_drop(lengths: np.ndarray, max_seq_length: int, options: PackOptions, source: Any) -> np.ndarray:
-    """Bins for every sequence; one longer than ``max_seq_length`` is refused or, with ``overflow="drop"``,
-    left out (bin -1) exactly where Megatron-Bridge's ``create_hist`` skips it."""
-    too_long = lengths > max_seq_length
-    if too_long.any() and options.overflow == "error":
-        raise InputError(
-            f"{source}: {int(too_long.sum())} sequence(s) longer than {max_seq_length} tokens (the longest "
-            f"{int(lengths.max())}; chat records are not truncated). Megatron-Bridge's prep drops them: pass "
-            "--overflow drop to do the same (counted in the metadata), or raise --pack-size / --max-seq-length"
-        )
-    capped = np.where(too_long, options.pack_size + 1, lengths) if too_long.any() else lengths
-    return pack_lengths(capped, options.pack_size, seed=options.seed, overflow="drop")
-
-
-def _split_entry(name: str, seqs: Any, bins: np.ndarray, pack_size: int, fingerprint: Fingerprint) -> dict[str, Any]:
-    lengths = seqs.lengths
-    stats = packing_stats(lengths, bins, pack_size)
-    placed = bins >= 0
-    return {
-        "split": name,
-        # the keys Megatron-Bridge's GPTSFTPackedDataset reads for pad_cu_seqlens
-        "dataset_max_seqlen": int(lengths[placed].max()),
-        "max_samples_per_bin": stats.max_sequences_per_bin,
-        "min_packed_seqlen": stats.min_bin_tokens,
-        "pack_size": pack_size,
-        "packing_factor": round(int(placed.sum()) / stats.num_bins, 2),
-        "packing_efficiency": round(stats.efficiency * 100, 2),
-        "num_rows": stats.num_bins,
-        "stats": stats.to_dict(),
-        "fingerprint": fingerprint.to_dict(),
-    }
-
-
-def _balanced(lengths: np.ndarray, bins: np.ndarray, options: PackOptions) -> tuple[np.ndarray, BalanceRecord]:
-    """Equal-cost rows, leveled step by step for the DP ranks and written where the sampler reads them in the
-    order that balances them (its first epoch, for the shuffling ``batch`` sampler); bins renumbered to the
-    file order."""
-    dp, micro = options.data_parallel, options.micro_batches
-    before = row_costs(lengths, bins, int(bins.max()) + 1, options.cost)
-    result = balance_bins(
-        lengths, bins, options.pack_size, options.cost, seed=options.seed, max_per_bin=options.max_sequences_per_row
-    )
-    shape = StepShape(options.pack_size, options.cost, dp, micro, options.max_sequences_per_row)
-    leveled, order = level_steps(lengths, result.bins, result.num_bins, shape, seed=options.seed)
-    costs = row_costs(lengths, leveled, result.num_bins, options.cost)
-    layout = file_layout(order, options.sampler, options.sampler_seed)  # the sampler reads `order` (epoch 0)
-    position = np.empty_like(layout)
-    position[layout] = np.arange(layout.size)
-    placed = leveled >= 0
-    out = np.where(placed, position[np.where(placed, leveled, 0)], -1)
-    ratio = later = None
-    if costs.size >= dp * micro:
-        in_file = costs[layout]
-        later_ratios = [
-            straggler_ratio(in_file[read_order(layout.size, options.sampler, options.sampler_seed, epoch)], dp, micro)
-            for epoch in range(1, 5)
-        ]
-        ratio = round(straggler_ratio(costs[order], dp, micro), 6)  # as read in epoch 0
-        later = round(float(np.mean(later_ratios)), 6)
-    record = BalanceRecord(
-        data_parallel=dp,
-        micro_batches=micro,
-        cost_linear=options.cost.linear,
-        cost_attention=options.cost.attention,
-        row_cost_cv_before=round(float(before.std() / before.mean()), 6),
-        row_cost_cv=round(float(costs.std() / costs.mean()), 6),
-        sampler=options.sampler,
-        sampler_seed=options.sampler_seed,
-        read_order_sha256=read_order_digest(layout.size, options.sampler, options.sampler_seed),
-        rows_rebalanced=result.balanced,
-        max_sequences_per_row=options.max_sequences_per_row,
-        extra_rows_for_cap=result.extra_bins,
-        straggler_ratio=ratio,
-        straggler_ratio_later_epochs=later,
-    )
-    return out, record
 
 
 def _all_cores() -> int:
@@ -226,10 +142,10 @@ def pack_jsonl(
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
     Inputs and options are checked before Megatron-Bridge is imported; tokenization is Megatron-Bridge's own (prompt
-    template pieces encoded a chunk per call, ``batched``: packing/batched_tokens.py).
+    template pieces encoded a chunk per call, ``batched``: tokenization/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
-    With ``engine`` (``pack --ray``: packing/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
+    With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
     the driver packs; the files are the same bytes.
     """
     from mbridge_seqpack import __version__
@@ -252,6 +168,7 @@ def pack_jsonl(
         mb_tokenizer = load_megatron_tokenizer(tokenizer)
         eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
     max_seq_length = options.max_seq_length or options.pack_size
+    rows = options.row_request(max_seq_length)
     out = Path(output_dir)
     entries = []
     with staged_directory(out, overwrite=overwrite) as staging:
@@ -296,18 +213,21 @@ def pack_jsonl(
                         spill_dir=spill,
                         **same_for_both,
                     )
-                bins = _pack_or_drop(seqs.lengths, max_seq_length, options, source)
-                balance = None
-                if split == "training" and (options.balance or options.max_sequences_per_row) and bins.size:
-                    bins, balance = _balanced(seqs.lengths, bins, options)
-                entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
+                placed = place_rows(
+                    seqs.lengths,
+                    rows,
+                    balance=split == "training" and bool(options.balance or options.max_sequences_per_row),
+                    source=source,
+                )
+                bins = placed.bins
+                entry = {"split": split, **placed.rows, "fingerprint": fingerprint.to_dict()}
                 entry["dropped_sequences"] = int((bins < 0).sum())
                 entry["overflow"] = options.overflow  # what a sequence longer than max_seq_length met
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
                 entry["truncated_tokens"] = seqs.truncated_tokens
                 entry["tokenization"] = seqs.tokenization
-                if balance is not None:
-                    entry["balance"] = balance.to_dict()
+                if placed.balance_entry is not None:
+                    entry["balance"] = placed.balance_entry
                 target, info = split_paths(staging, options.pack_size)[split], dict(entry)
                 if engine is not None:
                     entry["checksums"] = engine.write_split(target, seqs, bins, info, staging / f".parts-{split}")

@@ -13,7 +13,7 @@ it lowers the straggler ratio:
    decreasing, into per-row token targets that bring each row of a step down to the step's cheapest. What does
    not fit goes to the rows of the trailing partial step, a reservoir that a ``drop_last`` sampler skips and
    the ratio does not count.
-2. **Exchanges** (``exchange.ExchangePass``): the slowest rank of a step hands a sequence to its fastest (so
+2. **Exchanges** (``exchange.exchange``): the slowest rank of a step hands a sequence to its fastest (so
    the deficit of an under-filled row is spread inside its step in a few dozen moves); where that is done,
    it trades a piece for shorter ones with a row that has room, or the fastest takes a longer one, each trade
    kept only when the summed step ratios drop; then the rows are regrouped by cost and the pass runs again.
@@ -31,10 +31,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import StepShape, row_costs, slot_order, step_ratios, straggler_ratio
-from mbridge_seqpack.packing.exchange import TOLERANCE, ExchangePass
+from mbridge_seqpack.placement.cost import row_costs
+from mbridge_seqpack.placement.exchange import TOLERANCE, exchange
+from mbridge_seqpack.placement.layout import Layout, StepShape
+from mbridge_seqpack.placement.packer import place
 
-__all__ = ["level_steps", "refill"]
+__all__ = ["level", "level_steps", "refill"]
 
 #: rows keep their sequences of at least this fraction of the capacity; shorter ones are dealt again
 FILLER_FRACTION = 1 / 16
@@ -42,71 +44,54 @@ FILLER_FRACTION = 1 / 16
 ROUNDS = 3
 
 
+def level(layout: Layout, *, seed: int = 0) -> Layout:
+    """``layout`` (rows in their slot order) leveled for even steps: the rows and the order the sampler should
+    read them in.
+
+    A leveled layout is kept only if it lowers the straggler ratio of its order by at least as much as it
+    raises the ratio under a reshuffle (a later epoch of the ``batch`` sampler, or ``cyclic``): moving tokens
+    between rows can spread row costs, which a fresh random order of the rows feels. Otherwise ``layout`` is
+    returned as it came."""
+    shape = layout.shape
+    if shape.dp == 1 or layout.num_bins < shape.rows_per_step:
+        return layout
+    if not (layout.step_ratios > 1 + TOLERANCE).any():
+        return layout  # every step within 0.1% of even already (exchange.TOLERANCE)
+    before, reshuffled = layout.ratio, layout.reshuffled_ratio()
+    kept: tuple[float, Layout] | None = None  # (gain, layout) of the best start so far
+    for start in _starts(layout):
+        leveled = start.regrouped(seed=seed)
+        for _ in range(ROUNDS):  # exchanges, then regroup by cost where that is better
+            exchanged = exchange(leveled)
+            if exchanged is leveled:
+                break
+            regrouped = exchanged.regrouped(seed=seed)
+            leveled = regrouped if regrouped.ratio <= exchanged.ratio else exchanged
+        gain = before - leveled.ratio
+        if gain > 0 and gain >= leveled.reshuffled_ratio() - reshuffled and (kept is None or gain > kept[0]):
+            kept = (gain, leveled)
+            if not (leveled.step_ratios > 1 + TOLERANCE).any():
+                break  # every step within the tolerance: no need of another start
+    return kept[1] if kept is not None else layout
+
+
 def level_steps(
     lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, *, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows leveled for even steps and the order the sampler should read them in: ``(bins, order)``.
-
-    A leveled pack is kept only if it lowers the straggler ratio of that order by at least as much as it
-    raises the ratio under a reshuffle (a later epoch of the ``batch`` sampler, or ``cyclic``): moving tokens
-    between rows can spread row costs, which a fresh random order of the rows feels. Otherwise ``bins`` is
-    returned as it came, in ``slot_order``."""
-    cost, dp, micro_batches = shape.cost, shape.dp, shape.micro_batches
-
-    def costed(candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Row costs and the slot order they give."""
-        costs = row_costs(lengths, candidate, num_bins, cost)
-        return costs, slot_order(costs, dp, micro_batches, seed=seed)
-
-    def ratio(costs: np.ndarray, order: np.ndarray) -> float:
-        return straggler_ratio(costs[order], dp, micro_batches)
-
-    costs, order = costed(bins)
-    if dp == 1 or num_bins < dp * micro_batches:
-        return bins, order
-    if not (step_ratios(costs[order], dp, micro_batches) > 1 + TOLERANCE).any():
-        return bins, order  # every step within 0.1% of even already (exchange.TOLERANCE)
-    before, reshuffled = ratio(costs, order), _reshuffled(costs, dp, micro_batches)
-    kept: tuple[float, np.ndarray, np.ndarray] | None = None  # (gain, bins, order) of the best start so far
-    for leveled in _starts(lengths, bins, num_bins, shape, order):
-        leveled_order = costed(leveled)[1]
-        for _ in range(ROUNDS):  # exchanges, then regroup by cost where that is better
-            exchange = ExchangePass(lengths, leveled, num_bins, shape, leveled_order)
-            if exchange.run() == 0:
-                break
-            leveled = exchange.bins
-            costs, regrouped = costed(leveled)
-            if ratio(costs, regrouped) <= ratio(costs, leveled_order):
-                leveled_order = regrouped
-        costs = row_costs(lengths, leveled, num_bins, cost)
-        gain = before - ratio(costs, leveled_order)
-        if (
-            gain > 0
-            and gain >= _reshuffled(costs, dp, micro_batches) - reshuffled
-            and (kept is None or gain > kept[0])
-        ):
-            kept = (gain, leveled, leveled_order)
-            if not (step_ratios(costs[leveled_order], dp, micro_batches) > 1 + TOLERANCE).any():
-                break  # every step within the tolerance: no need of another start
-    return (kept[1], kept[2]) if kept is not None else (bins, order)
+    """:func:`level` of ``bins`` in their slot order, as ``(bins, order)``."""
+    leveled = level(Layout.in_slot_order(lengths, bins, num_bins, shape, seed=seed), seed=seed)
+    return leveled.bins, leveled.order
 
 
-def _starts(
-    lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, order: np.ndarray
-) -> Iterator[np.ndarray]:
-    """The packs the exchanges start from: the rows as they came, then (micro batch 1, no sequence cap) refilled,
+def _starts(layout: Layout) -> Iterator[Layout]:
+    """The layouts the exchanges start from: the rows as they came, then (micro batch 1, no sequence cap) refilled,
     which gives the exchanges room where the rows are full but costs more moves."""
-    yield bins
+    yield layout
+    shape = layout.shape
     if shape.micro_batches == 1 and shape.max_per_bin is None:
-        refilled = refill(lengths, bins, num_bins, shape, order)
+        refilled = refill(layout.lengths, layout.bins, layout.num_bins, shape, layout.order)
         if refilled is not None:
-            yield refilled
-
-
-def _reshuffled(costs: np.ndarray, dp: int, micro_batches: int) -> float:
-    """Mean straggler ratio of the rows in 8 seeded random orders."""
-    orders = (np.random.default_rng(seed).permutation(costs.size) for seed in range(8))
-    return float(np.mean([straggler_ratio(costs[order], dp, micro_batches) for order in orders]))
+            yield layout.with_bins(refilled)
 
 
 def refill(
@@ -116,8 +101,6 @@ def refill(
     every row of a step (``dp`` rows of ``order``, micro batch 1) down to the step's cheapest row; the rows
     after the last full step fill to the capacity. None when that leaves a sequence without a row or a row
     empty."""
-    from mbridge_seqpack.packing.packer import place
-
     capacity, cost, dp = shape.capacity, shape.cost, shape.dp
     steps = order.size // dp
     costs = row_costs(lengths, bins, num_bins, cost)

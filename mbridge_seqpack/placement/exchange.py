@@ -14,7 +14,7 @@ them). Worst step first:
 
 A spread never slows the step's slowest rank. Every give and take candidate is scored by the exact change of
 the two steps' ratios; the best is applied if it lowers their sum. Rows stay within the capacity and the
-per-row sequence cap, and none empties.
+per-row sequence cap, and none empties. :func:`exchange` is the step: a :class:`~layout.Layout` in, one out.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from mbridge_seqpack.packing.balance import StepShape, row_costs
+from mbridge_seqpack.placement.cost import row_costs
+from mbridge_seqpack.placement.layout import Layout, StepShape
 
-__all__ = ["ExchangePass"]
+__all__ = ["ExchangePass", "exchange"]
 
 #: steps on each side (in order of cost) whose rows a step trades with
 WINDOW = 32
@@ -347,3 +348,12 @@ class ExchangePass:
                 heapq.heappush(heap, (1.0 - self.ratio[touched], touched))
             applied += 1
         return applied
+
+
+def exchange(layout: Layout) -> Layout:
+    """One pass of exchanges over ``layout``'s order: a layout of the exchanged rows in the same order, or
+    ``layout`` itself when no exchange lowers the summed step ratios."""
+    trades = ExchangePass(layout.lengths, layout.bins, layout.num_bins, layout.shape, layout.order)
+    if trades.run() == 0:
+        return layout
+    return layout.with_bins(trades.bins)

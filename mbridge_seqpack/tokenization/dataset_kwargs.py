@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from mbridge_seqpack.packing.sequences import InputError
+from mbridge_seqpack.tokenization.sequences import InputError
 
 __all__ = [
     "DATASET_KWARGS",

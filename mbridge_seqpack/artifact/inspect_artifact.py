@@ -17,15 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.packing.artifact import (
-    ArtifactError,
-    Fingerprint,
-    digest_columns,
-    list_column,
-    read_parquet_fingerprint,
-)
-from mbridge_seqpack.packing.balance import BalanceRecord, BalanceReport, balance_report
-from mbridge_seqpack.packing.seal import (
+from mbridge_seqpack.artifact.seal import (
     REPACK,
     entry_for,
     find_metadata,
@@ -33,6 +25,14 @@ from mbridge_seqpack.packing.seal import (
     resolve_files,
     seal_problems,
 )
+from mbridge_seqpack.artifact.store import (
+    ArtifactError,
+    Fingerprint,
+    digest_columns,
+    list_column,
+    read_parquet_fingerprint,
+)
+from mbridge_seqpack.placement.record import BalanceRecord, BalanceReport, balance_report
 
 __all__ = ["SplitReport", "ArtifactReport", "inspect_artifact"]
 

@@ -10,10 +10,10 @@ good bytes put back under the same stamp.
 
 Bytes can change under an unchanged stamp (a tool that restores the modification time, a block corrupted on
 shared storage), so a record is only ever a hint: at ``validate()`` a recalled digest that agrees lets the check
-defer the file to the launch's full content check (packing/content_check.py), which reads every byte before the
+defer the file to the launch's full content check (artifact/content_check.py), which reads every byte before the
 first optimizer step; a recalled digest that disagrees is confirmed by reading the file before anything is
 refused. Pack files themselves are not trusted by stamp at all: their footers are checked by content at
-``validate()`` and their row groups by content at launch (packing/row_group_seal.py).
+``validate()`` and their row groups by content at launch (artifact/row_group_seal.py).
 
 A stamp is remembered only when the file's mtime is older than :data:`RACY_SECONDS`, as git does for its index:
 a write within the file system's timestamp granularity of the hash would otherwise keep the stamp.

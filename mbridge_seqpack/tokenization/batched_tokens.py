@@ -7,7 +7,7 @@ its own ``_separate_template`` cuts every example into those same pieces and one
 tokenizer on the list encodes them all (its Rust backend, on every core). A single string goes through that very
 path as a batch of one (``TokenizersBackend._encode_plus``: ``encode_batch`` either way), so the ids are the same
 by construction. Joining the pieces with BOS/SEP/EOS, masks and padding is then done for the chunk in arrays
-(packing/assembly.py), truncation by Megatron-Bridge's code on those ids. Tested byte for byte against
+(tokenization/assembly.py), truncation by Megatron-Bridge's code on those ids. Tested byte for byte against
 Megatron-Bridge's prep. The ids are held as int32 arrays for the chunk being tokenized (4 bytes a token).
 
 Where the shortcut does not apply, the dataset runs exactly as Megatron-Bridge's and :func:`batching_refusal`

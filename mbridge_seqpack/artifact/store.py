@@ -27,11 +27,11 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.row_group_seal import seal_tiles
+from mbridge_seqpack.digests import date_back
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.packing.digests import date_back
-from mbridge_seqpack.packing.phases import reached
-from mbridge_seqpack.packing.row_group_seal import seal_tiles
-from mbridge_seqpack.packing.sequences import TokenizedSequences
+from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
 __all__ = [
     "Fingerprint",
@@ -368,7 +368,7 @@ def write_row_groups(
     digests: "ColumnDigests | None" = None,
 ) -> None:
     """Write the row groups ``bounds`` of ``layout`` to ``path`` (``info`` in the schema metadata), one at a time;
-    a part of a split when ``bounds`` are some of its groups (packing/parquet_stitch.py joins them)."""
+    a part of a split when ``bounds`` are some of its groups (artifact/parquet_stitch.py joins them)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -396,7 +396,7 @@ def write_row_groups(
 
 def sealed_checksums(path: Path, digests: "ColumnDigests") -> dict[str, Any]:
     """The seal of a written split file: its size, its sha256 and every tile's (each row group's bytes, the
-    footer's: packing/row_group_seal.py), read once, and the column digests. Dated back first, so that any
+    footer's: artifact/row_group_seal.py), read once, and the column digests. Dated back first, so that any
     later write changes its modification time even on a 1-second file system."""
     reached("sealing")
     date_back(path)

@@ -1,0 +1,2 @@
+"""``pack``: tokenization, placement and the artifact driven in order, locally (``pack``) or on a Ray cluster's
+workers (``ray_engine``). The top of the pack path: nothing below imports it."""
