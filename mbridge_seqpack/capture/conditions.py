@@ -55,6 +55,7 @@ class Probe:
     fields: Callable[[Any], dict[str, Any]]
     fix: Callable[[Any], dict[str, Any]] | None = LEAVE
     why_leave: str = ""
+    fix_text: str = ""  # the fix in words, for the docs
 
 
 FULL_ITERATION_PROBES: tuple[Probe, ...] = (
@@ -73,6 +74,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
             if _m(cfg, "position_embedding_type") == "rope" and not _m(cfg, "multi_latent_attention", False)
             else None
         ),
+        fix_text="`model.apply_rope_fusion=true` (plain RoPE; yarn and MLA leave full-iteration graphs)",
     ),
     Probe(
         "rope_fused",
@@ -97,6 +99,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: bool(getattr(cfg.ddp, "check_for_nan_in_grad", False)),
         lambda cfg: {"ddp.check_for_nan_in_grad": True},
         lambda cfg: {"ddp.check_for_nan_in_grad": False},
+        fix_text="`ddp.check_for_nan_in_grad=false`",
     ),
     Probe(
         "large_grad_check",
@@ -105,6 +108,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: bool(getattr(cfg.ddp, "check_for_large_grads", False)),
         lambda cfg: {"ddp.check_for_large_grads": True},
         lambda cfg: {"ddp.check_for_large_grads": False},
+        fix_text="`ddp.check_for_large_grads=false`",
     ),
     Probe(
         "spiky_loss_check",
@@ -113,6 +117,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: bool(getattr(getattr(cfg, "rerun_state_machine", None), "check_for_spiky_loss", False)),
         lambda cfg: {"rerun_state_machine.check_for_spiky_loss": True},
         lambda cfg: {"rerun_state_machine.check_for_spiky_loss": False},
+        fix_text="`rerun_state_machine.check_for_spiky_loss=false`",
     ),
     Probe(
         "timers_level_1",
@@ -121,6 +126,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: _timing(cfg) == 1,
         lambda cfg: {"logger.timing_log_level": _timing(cfg)},
         lambda cfg: {"logger.timing_log_level": 0},
+        fix_text="`logger.timing_log_level=0`",
     ),
     Probe(
         "timers_level_2",
@@ -129,6 +135,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: _timing(cfg) >= 2,
         lambda cfg: {"logger.timing_log_level": _timing(cfg)},
         lambda cfg: {"logger.timing_log_level": 0},
+        fix_text="`logger.timing_log_level=0`",
     ),
     Probe(
         "hybrid_seq_idx",
