@@ -116,6 +116,13 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
+    # the capture-safety conditions (cuda_graphs.capture_host_reads) read these
+    "model.apply_rope_fusion": BOOL,
+    "ddp.check_for_nan_in_grad": BOOL,
+    "ddp.check_for_large_grads": BOOL,
+    "ddp.overlap_grad_reduce": BOOL,
+    "rerun_state_machine.check_for_spiky_loss": BOOL,
+    "logger.timing_log_level": ANY_INT,
 }
 
 
