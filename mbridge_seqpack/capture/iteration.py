@@ -37,6 +37,7 @@ __all__ = [
     "build_step",
     "forward_backward",
     "kernel_boundary",
+    "collate_packed_rows",
     "packed_batches",
     "probe_config",
     "run_iteration",
@@ -46,8 +47,8 @@ __all__ = [
 ]
 
 WIDTH = 64
-#: token counts (EOS included) of the sequences in three packed rows; two leave a tail of padding
-ROWS = ((10, 20, 15), (30, 25), (12, 12, 12, 12))
+#: the tokens each sequence of three packed rows trains on (its EOS follows); two rows leave a tail of padding
+ROWS = ((9, 19, 14), (29, 24), (11, 11, 11, 11))
 EOS = 2
 
 #: every probe starts from Megatron-Bridge's SFT defaults with these off, so a run adds only its own feature
@@ -110,38 +111,47 @@ def probe_config(settings: dict[str, Any]) -> Any:
     return cfg
 
 
-def packed_batches(mult: int) -> list[dict[str, Any]]:
-    """Megatron-Bridge's packed collate (``pad_cu_seqlens``, fixed width) over :data:`ROWS`: the raw micro batches
-    its data loader yields. Sequences end with EOS and are padded to ``mult`` with EOS, as its packing prep writes
-    them. The dataset object carries only what ``collate_fn`` reads (no pack file on disk)."""
+def collate_packed_rows(
+    rows: Any, width: int, mult: int, metadata: list[dict[str, int]], *, eos: int = EOS
+) -> list[dict[str, Any]]:
+    """Megatron-Bridge's packed collate (``GPTSFTPackedDataset.collate_fn`` with ``pad_cu_seqlens``, fixed width
+    ``width``) over packed rows of sequences that train on the given numbers of tokens: the raw micro batches its
+    data loader yields. Each sequence is ``n`` tokens and its EOS, padded with EOS as its prep pads for
+    ``pad_seq_to_mult`` (the runtime length, tokens - 1, up to a multiple of ``mult``). The dataset object carries
+    only what ``collate_fn`` reads (no pack file, no tokenizer)."""
     from megatron.bridge.data.packing.gpt_sft import GPTSFTPackedDataset
 
     class _Tokenizer:
-        eos_id = EOS
+        eos_id = eos
 
     dataset = GPTSFTPackedDataset.__new__(GPTSFTPackedDataset)
     dataset.tokenizer = _Tokenizer()
     dataset.pad_to_max_length = True
-    dataset.max_seq_length = WIDTH
+    dataset.max_seq_length = width
     dataset.pad_seq_length_to_mult = 1
     dataset._pad_seq_to_mult = mult
     dataset.pad_cu_seqlens = True
     dataset.answer_only_loss = True
     dataset.return_cu_seqlen = True
-    dataset.pack_metadata = [
-        {"max_samples_per_bin": max(len(r) for r in ROWS), "dataset_max_seqlen": WIDTH, "min_packed_seqlen": 1}
-    ]
+    dataset.pack_metadata = metadata
     batches = []
-    for lengths in ROWS:
+    for lengths in rows:
         ids: list[int] = []
         bounds = [0]
         for n in lengths:
-            ids += list(range(3, 3 + n - 1)) + [EOS]
-            ids += [EOS] * (-len(ids) % mult)
+            ids += [eos + 1 + i % 50 for i in range(n)] + [eos] * (1 + -(-n // mult) * mult - n)
             bounds.append(len(ids))
         item = {"input_ids": ids, "seq_boundaries": bounds, "loss_mask": [1] * len(ids)}
         batches.append(dataset.collate_fn([item]))
     return batches
+
+
+def packed_batches(mult: int) -> list[dict[str, Any]]:
+    """:func:`collate_packed_rows` over :data:`ROWS` at :data:`WIDTH`."""
+    metadata = [
+        {"max_samples_per_bin": max(len(r) for r in ROWS), "dataset_max_seqlen": WIDTH, "min_packed_seqlen": 1}
+    ]
+    return collate_packed_rows(ROWS, WIDTH, mult, metadata)
 
 
 def _model(cfg: Any, recorder: Any) -> Any:
