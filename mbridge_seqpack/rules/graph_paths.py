@@ -144,12 +144,15 @@ def _te_cell(verdicts: "Verdicts", module: str, capture: Capture) -> GraphPath:
     refused = sorted({e.message for e in entries if e is not None and e.outcome == "refused"})
     if failing:
         first = failing[0]
-        kinds = _kinds_text([e.kind for e in failing])
-        if first.outcome == "asserts":
-            reason = f"on {kinds} the replay asserts before the graph: '{first.message}' ({first.site})"
-        else:
-            reads = "; ".join(r.describe() for r in first.reads)
-            reason = f"on {kinds} the captured part reads the host: {reads}"
+        groups: dict[str, list[str]] = {}
+        for e in failing:
+            what = (
+                f"the replay asserts before the graph: '{e.message}' ({e.site})"
+                if e.outcome == "asserts"
+                else "the captured part reads the host: " + "; ".join(r.describe() for r in e.reads)
+            )
+            groups.setdefault(what, []).append(e.kind)
+        reason = "; ".join(f"on {_kinds_text(kinds)} {what}" for what, kinds in groups.items())
         attention = capture in ("whole_layer", "with_attention")
         rule_id = "cuda_graphs.te_attention_over_packed" if attention else "cuda_graphs.te_scope_inputs"
         if first.reads and first.outcome != "asserts":
