@@ -233,6 +233,25 @@ def test_a_launch_without_the_injection_fails_the_check(megatron_bridge: Any, mo
     )
 
 
+@pytest.mark.slow
+def test_a_host_read_in_the_step_fails_the_launch_check(megatron_bridge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the injection on, any host read the step makes (here the boundaries read back with .tolist(), as
+    Megatron-Core's non-fused THD RoPE does) fails the launch check, named at its site."""
+    gc = _module()
+    real = gc.step_fields
+
+    def reading(static: dict[str, Any]) -> Any:
+        batch, fields = real(static)
+        fields[0].tolist()
+        return batch, fields
+
+    monkeypatch.setattr(gc, "step_fields", reading)
+    layout = gc.layout_for(ROWS, 128, 8)
+    launch = gc.check_launch(ROWS, layout, 8, torch.float64, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert launch["status"] == "fail" and launch["max_seqlen_on_host"] is True
+    assert launch["step_host_reads"] == ["host read (tolist()) at <outside Megatron>"] * len(ROWS)
+
+
 def test_without_cuda_every_check_is_skipped(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")

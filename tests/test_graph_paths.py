@@ -555,9 +555,18 @@ def test_mamba_graphs_over_packed_rows_are_refused_and_never_proposed(
     )
     expected = {"model.cuda_graph_modules": fix} if fix else {"model.cuda_graph_impl": "none"}
     assert all(v.assignments == expected for v in violations)
+    from mbridge_seqpack.rules import RuleContext
+    from mbridge_seqpack.rules.graph_paths import graph_path
+
+    cell = graph_path(RuleContext(packed_cfg, 8))
+    assert (cell.capture, cell.verdict) == ("with_attention" if "attn" in modules else "mamba", "fails")
     overrides, remaining = converged_fix(packed_cfg, lambda c: check(c, world_size=8))
     assert remaining == []
-    assert _errors(apply_overrides(packed_cfg, overrides)) == []
+    fixed = apply_overrides(packed_cfg, overrides)
+    assert _errors(fixed) == []
+    if fix:
+        fixed_cell = graph_path(RuleContext(fixed, 8))
+        assert (fixed_cell.capture, fixed_cell.verdict) == ("mlp", "works")
 
 
 def test_the_injection_must_be_on_the_class_in_the_process_that_trains(
