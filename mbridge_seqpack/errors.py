@@ -17,6 +17,7 @@ __all__ = [
     "Violation",
     "SeqpackError",
     "UsageError",
+    "ArtifactError",
     "PackingConfigError",
     "format_assignment",
     "ERROR",
@@ -119,6 +120,11 @@ class SeqpackError(ValueError):
 
 class UsageError(SeqpackError):
     """A bad argument, option, name or value given to the plugin (its API, its command line, a recipe name)."""
+
+
+class ArtifactError(SeqpackError):
+    """A packed artifact that is missing, incomplete, corrupted, mixed or stale (``packing.artifact`` re-exports it;
+    defined here so every packing module, the tile seal included, raises the one class)."""
 
 
 class PackingConfigError(SeqpackError):

@@ -181,10 +181,30 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         if name == "validate":
             with contextlib.suppress(TypeError):
                 _validated.add(self)
+            _arm_content_check(self)
         return result
 
     setattr(wrapper, _WRAPPER_FLAG, True)
     return wrapper
+
+
+def _arm_content_check(cfg: ConfigContainer) -> None:
+    """After ``validate()`` passed on a config that trains on offline packs: the launch reads every byte of them
+    (and of their inputs) before the first optimizer step (packing/launch_guard.py). Never breaks validation."""
+    specs = getattr(getattr(cfg, "dataset", None), "offline_packing_specs", None)
+    if current_mode() in (None, "off") or specs is None:
+        return
+    from mbridge_seqpack.packing import launch_guard
+    from mbridge_seqpack.packing.content_check import ContentPlan
+    from mbridge_seqpack.rules.artifacts import content_plan
+
+    try:
+        plan = content_plan(cfg) if is_rank_zero() else ContentPlan()  # the other ranks only meet the gate
+    except Exception as exc:  # noqa: BLE001  (a config the rules accepted: say so, and train without the check)
+        if is_rank_zero():
+            warnings.warn(f"mbridge_seqpack: the pack content check could not be planned ({exc})", stacklevel=3)
+        plan = ContentPlan()  # still armed: every rank meets the same gate, whatever one rank could plan
+    launch_guard.arm(plan)
 
 
 def _snapshot() -> tuple[str, int | None, bool] | None:
@@ -235,9 +255,11 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
             originals[name] = current
             setattr(cls, name, _make_wrapper(getattr(cls, name) if current is _INHERITED else current))
         _state.original = originals
+    from mbridge_seqpack.packing import launch_guard
     from mbridge_seqpack.thd import inject
 
     inject.install()  # full-iteration graphs over packed batches get host-side max_seqlen
+    launch_guard.install(current_mode)  # packed rows parsed only from bytes that match their seal
     _state.mode, _state.world_size, _state.strict = mode, world_size, strict
     return InstalledHook(previous)
 
@@ -257,9 +279,11 @@ def uninstall() -> None:
     """Restore the original ``ConfigContainer`` methods exactly; a no-op when not installed."""
     if _state.original is None:
         return
+    from mbridge_seqpack.packing import launch_guard
     from mbridge_seqpack.thd import inject
 
     inject.uninstall()
+    launch_guard.uninstall()
     cls = _config_container()
     for name, original in _state.original.items():
         if original is _INHERITED:

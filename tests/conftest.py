@@ -142,3 +142,53 @@ def energon_cfg(megatron_bridge):
     cfg.model.calculate_per_token_loss = True
     cfg.ddp.average_in_collective = False
     return cfg
+
+
+@pytest.fixture
+def pretrain_cfg(megatron_bridge):
+    """Small GPT on Megatron-Bridge's pretraining defaults (mock GPTDataset data, NullTokenizer), seq 4096, global
+    batch 16: valid at world size 8."""
+    from megatron.bridge.recipes.common import _pretrain_common
+
+    from mbridge_seqpack.recipes.kit import small_gpt_provider
+
+    cfg = _pretrain_common()
+    cfg.model = small_gpt_provider(4096)
+    cfg.tokenizer.tokenizer_type = "NullTokenizer"
+    cfg.tokenizer.tokenizer_model = None
+    cfg.tokenizer.vocab_size = 8192
+    cfg.dataset.seq_length = 4096
+    cfg.train.global_batch_size = 16
+    cfg.train.micro_batch_size = 1
+    cfg.train.train_iters = 1000
+    return cfg
+
+
+@pytest.fixture
+def hybrid_cfg(packed_cfg):
+    """The packed base with a small Mamba + attention HybridModelProvider, is_hybrid_model=True as Megatron-Bridge's
+    Nemotron-H bridge sets it."""
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    packed_cfg.model = HybridModelProvider(
+        hybrid_layer_pattern="M*M-",
+        hidden_size=256,
+        num_attention_heads=4,
+        mamba_num_heads=8,
+        mamba_head_dim=32,
+        vocab_size=1024,
+        seq_length=4096,
+        is_hybrid_model=True,
+    )
+    return packed_cfg
+
+
+@pytest.fixture
+def qwen3omni_cfg(vlm_cfg):
+    """The vlm base (in-batch packed, micro batch 2) with a small Qwen3OmniModelProvider."""
+    from megatron.bridge.models.qwen_omni.qwen3_omni_provider import Qwen3OmniModelProvider
+
+    vlm_cfg.model = Qwen3OmniModelProvider(
+        num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
+    )
+    return vlm_cfg

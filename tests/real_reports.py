@@ -45,6 +45,8 @@ class Report:
     expected: tuple[str, ...] = ()  # error-level rule ids; () = a working near-miss that must be accepted
     world: int = 8
     pack_mult: int | None = None  # the config reads a pack of the embedded data made at this pad_seq_to_mult
+    advisories: tuple[str, ...] = ()  # advisory rule ids the report's config must also get
+    val_pack: bool = False  # the config reads a pack of the embedded training and validation data (pad 1)
 
 
 #: the ConfigContainers the overrides apply to (tests/conftest.py fixtures ``<base>_cfg``), all valid at world size 8
@@ -55,6 +57,9 @@ BASES = {
     "qwen3vl": "the vlm base with a small Qwen3VLModelProvider",
     "energon": "small GPT, Energon dataset with online packing (packing_buffer_size 64), per-token loss",
     "gemma2": "the packed base with a small Gemma2ModelProvider (Gemma-2's own core attention)",
+    "pretrain": "small GPT on Megatron-Bridge's pretraining defaults (mock GPTDataset data), global batch 16",
+    "hybrid": "the packed base with a small Mamba + attention HybridModelProvider (is_hybrid_model=True)",
+    "qwen3omni": "the vlm base with a small Qwen3OmniModelProvider",
 }
 MOE_HYBRIDEP = (
     "model.num_moe_experts=4",
@@ -72,7 +77,14 @@ SEQ_32K = (
 CP16 = ("model.context_parallel_size=16", "model.calculate_per_token_loss=true", "ddp.average_in_collective=false")
 VLM_CP2_TP4_SP = (*CP2, *TP4_SP, "train.global_batch_size=2")
 CP4 = ("model.context_parallel_size=4", "model.calculate_per_token_loss=true", "ddp.average_in_collective=false")
-SWA_CP2 = ("++model.window_size=[512,0]", *CP2, "dataset.offline_packing_specs.pad_seq_to_mult=4")
+#: windowed layers train without attention dropout (Transformer Engine's FusedAttention takes windows only then, and
+#: FlashAttention 3 takes no dropout: with CP over padded THD no backend would be left, attention.backend_available)
+SWA_CP2 = (
+    "++model.window_size=[512,0]",
+    "model.attention_dropout=0.0",
+    *CP2,
+    "dataset.offline_packing_specs.pad_seq_to_mult=4",
+)
 A2A_CP4 = (*CP4, "dataset.offline_packing_specs.pad_seq_to_mult=8", "model.cp_comm_type=a2a")
 TP32_SP = (
     "model.tensor_model_parallel_size=32",
@@ -87,6 +99,8 @@ FP8_TP2_SP = (
     "model.sequence_parallel=true",
 )
 DETERMINISTIC = ("model.deterministic_mode=true", "model.cross_entropy_loss_fusion=false")
+TP2_SP_OVERLAP = ("model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "model.tp_comm_overlap=true")
+SEQ_96K = ("model.seq_length=98304", "dataset.seq_length=98304", "dataset.num_workers=0")
 
 MLM = "https://github.com/NVIDIA/Megatron-LM"
 MB = "https://github.com/NVIDIA-NeMo/Megatron-Bridge"
@@ -752,6 +766,117 @@ REPORTS: tuple[Report, ...] = (
     ),
 )
 
+#: the mechanism classes of issue #32
+REPORTS += (
+    Report(
+        "https://github.com/NVIDIA/TransformerEngine/issues/1303",
+        "TP communication overlap over THD packed rows: 'the sequence length has to be constant' (maintainer)",
+        "transformer_engine csrc comm_gemm_overlap.cpp copy_into_buffer checks each GEMM input against the "
+        "userbuffer Megatron-Bridge sized for seq_length * micro_batch / CP tokens",
+        "packed",
+        TP2_SP_OVERLAP,
+        ("tp_comm_overlap.token_count",),
+    ),
+    Report(
+        "https://github.com/NVIDIA/TransformerEngine/issues/1303",
+        "near-miss: the same overlap over fixed-width packed rows ('pad your sequences up to a static maximum')",
+        "every micro batch holds seq_length tokens",
+        "packed",
+        (*TP2_SP_OVERLAP, FIXED),
+    ),
+    Report(
+        f"{MB}/issues/4586",
+        "dynamic (hybrid) context parallelism does not work in Megatron-Bridge: its glue lives in Megatron-LM's "
+        "training loop",
+        "megatron/core/pipeline_parallel/hybrid_cp_schedule.py hybrid_context_parallel_forward_backward reads each "
+        "batch as (batch, sample_id_groups): KeyError on Megatron-Bridge's dict",
+        "pretrain",
+        ("model.hybrid_context_parallel=true",),
+        ("cp.hybrid_context_parallel",),
+    ),
+    Report(
+        f"{MB}/issues/4586",
+        "near-miss: the same pretraining with plain CP=2",
+        "forward_backward_no_pipelining runs its own loop",
+        "pretrain",
+        ("model.context_parallel_size=2",),
+    ),
+    Report(
+        f"{MLM}/issues/6156",
+        "inter-document masking with CP > 1 (unsupported upstream; Megatron-Bridge's step also misreads its "
+        f"cu_seqlens at CP 1: {MLM}/pull/5298 added the option)",
+        "megatron/bridge/training/gpt_step.py _trim_padded_cu_seqlens_for_cp raises for want of cu_seqlens_argmin; "
+        "at CP 1 get_packed_seq_params cuts the cu_seqlens to nothing",
+        "pretrain",
+        ("dataset.inter_document_masking=true", "model.context_parallel_size=2"),
+        ("pretraining.inter_document_masking",),
+    ),
+    Report(
+        f"{MB}/issues/3474",
+        "Nemotron-H packed SFT: SSM state bleeds across packed sequences without seq_idx (fixed by "
+        f"{MB}/pull/3484 for models that set is_hybrid_model; also NovaSky-AI/SkyRL#2056)",
+        "megatron/bridge/training/gpt_step.py passes total_tokens (hence seq_idx) only when is_hybrid_model; "
+        "megatron/core/ssm/mamba_mixer.py scans with seq_idx=None",
+        "hybrid",
+        ("model.is_hybrid_model=false",),
+        ("mamba.packing_needs_hybrid",),
+    ),
+    Report(
+        f"{MB}/issues/3474",
+        "near-miss: the same hybrid model with is_hybrid_model=True (what the Nemotron-H bridge sets)",
+        "PackedSeqParams gets total_tokens and builds seq_idx",
+        "hybrid",
+        (),
+    ),
+    Report(
+        f"{MB}/pull/4304",
+        "Qwen3-Omni with in-batch packing: the registered collate refuses it (review: 'not wired through a "
+        "supported Qwen3-Omni data path')",
+        "megatron/bridge/models/qwen_omni/data/collate_fn.py qwen3_omni_collate_fn raises 'Qwen3-Omni does not "
+        "support in-batch packing'",
+        "qwen3omni",
+        (),
+        ("vlm.collate_refuses_packing",),
+    ),
+    Report(
+        f"{MB}/pull/4304",
+        "near-miss: Qwen3-Omni unpacked (what its recipes ship)",
+        "the collate pads rows; the step gets no packed batch",
+        "qwen3omni",
+        ("dataset.enable_in_batch_packing=false",),
+    ),
+    Report(
+        f"{MB}/pull/5239",
+        "GPT SFT validation split smaller than the evaluation global batch: 'drop_last=True requires at least one "
+        f"full global batch' at the first evaluation (also {MB}/pull/4914)",
+        "megatron/bridge/data/samplers.py MegatronPretrainingBatchSampler._active_total_samples (2 packed "
+        "validation rows, evaluation global batch 4)",
+        "packed",
+        ("validation.eval_global_batch_size=4",),
+        ("eval.packed_split_rows",),
+        world=1,
+        val_pack=True,
+    ),
+    Report(
+        f"{MB}/pull/5239",
+        "near-miss: the same split read two rows per evaluation batch",
+        "one full global batch of rows",
+        "packed",
+        ("validation.eval_global_batch_size=2",),
+        world=1,
+        val_pack=True,
+    ),
+    Report(
+        f"{MLM}/issues/1657",
+        "DataLoader worker killed above 90K tokens (num-workers 0, 1 TB host): the dataset's S x S attention mask "
+        f"(advisory; {MB}/issues/3555: RAM ramp fixed by create_attention_mask=False)",
+        "megatron/core/datasets/gpt_dataset.py _get_ltor_masks_and_position_ids torch.tril(torch.ones((S, S)))",
+        "pretrain",
+        SEQ_96K,
+        advisories=("dataset.create_attention_mask",),
+    ),
+)
+
 #: reports looked at that do not reproduce as a config in these versions, and why
 NOT_REPRODUCED: tuple[tuple[str, str], ...] = (
     (
@@ -825,7 +950,8 @@ def render_markdown() -> str:
         "",
         "Generated from `tests/real_reports.py` (`python -m tests.real_reports`); `tests/test_real_reports.py` builds",
         "every row as a Megatron-Bridge `ConfigContainer` (a base config plus Hydra overrides) and checks the",
-        "verdict. Failures must be rejected by exactly the rules named; near-misses must be accepted.",
+        "verdict. Failures must be rejected by exactly the rules named; near-misses must be accepted (no error);",
+        "an advisory named in the verdict must be reported too.",
         "",
         "Bases (all valid at world size 8): " + "; ".join(f"`{name}`: {what}" for name, what in BASES.items()) + ".",
         "",
@@ -837,9 +963,13 @@ def render_markdown() -> str:
     ]
     for r in REPORTS:
         verdict = ", ".join(f"`{x}`" for x in r.expected) if r.expected else "accepted"
+        if r.advisories:
+            verdict += " (advisory: " + ", ".join(f"`{x}`" for x in r.advisories) + ")"
         overrides = " ".join(f"`{o}`" for o in r.overrides)
         if r.pack_mult is not None:
             overrides += f" (reading a pack of the embedded data made with `pad_seq_to_mult={r.pack_mult}`)"
+        if r.val_pack:
+            overrides += " (reading a pack of the embedded training and validation data)"
         lines.append(f"| {r.url} | {r.title} | {r.failing} | {r.world} | {r.base}: {overrides} | {verdict} |")
     lines += ["", "## Reports that do not reproduce in these versions", ""]
     lines += [f"- {url}: {why}." for url, why in NOT_REPRODUCED]

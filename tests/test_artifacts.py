@@ -20,6 +20,7 @@ from mbridge_seqpack.packing.inspect_artifact import inspect_artifact
 from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
 from mbridge_seqpack.packing.sequences import InputError
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.rules.artifacts import content_plan
 
 pytestmark = pytest.mark.slow
 
@@ -526,11 +527,16 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     shutil.copytree(artifact, copy)
     train = copy / "training_4096.idx.parquet"
     specs.packed_train_data_path = str(train)
-    _flip(train, 1000)
+    _flip(train, _footer_offset(train))  # the footer is read at validate() (O(metadata))
     (v,) = _pack_rule(packed_cfg)
     assert v.rule.endswith(
-        "sha256 differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack pack"
+        "its Parquet footer differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack pack"
     )
+    shutil.copy(artifact / "training_4096.idx.parquet", train)
+    _flip(train, 1000)  # a row group: left to the launch's content check, which names it
+    assert _pack_rule(packed_cfg) == []
+    (problem,) = content_plan(packed_cfg).run()
+    assert problem.startswith(f"{train}: row group 0 (rows 0..")
     shutil.copy(artifact / "training_4096.idx.parquet", train)
     (copy / "4096_metadata.jsonl").unlink()  # an interrupted pack has no metadata
     (v,) = _pack_rule(packed_cfg)
@@ -594,22 +600,29 @@ def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: P
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
 
 
-def test_only_rank_zero_hashes_whole_files(
+def _footer_offset(path: Path) -> int:
+    """A byte of the Parquet footer that no reader needs (the writer's name): a flip there leaves a readable
+    file whose footer differs from its seal."""
+    data = path.read_bytes()
+    return data.rindex(b"parquet-cpp-arrow") + 3
+
+
+def test_only_rank_zero_reads_footers(
     artifact: Path, packed_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every rank validates at start-up: rank 0 reads and hashes the pack, the others compare sizes only
-    (rank 0's error stops the job), so a 1,024-GPU start does not read the pack 1,024 times."""
+    """Every rank validates at start-up: rank 0 reads the footers, the others compare sizes only (rank 0's error
+    stops the job), so a 1,024-GPU start does not read the pack 1,024 times."""
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     copy = tmp_path / "copy"
     shutil.copytree(artifact, copy)
     specs.packed_train_data_path = str(copy / "training_4096.idx.parquet")
-    _flip(copy / "training_4096.idx.parquet", 2000)  # same size, other bytes
+    _flip(copy / "training_4096.idx.parquet", _footer_offset(copy / "training_4096.idx.parquet"))
     monkeypatch.setenv("RANK", "5")
     assert _pack_rule(packed_cfg) == []
     monkeypatch.setenv("RANK", "0")
     (v,) = _pack_rule(packed_cfg)
-    assert "sha256 differs from the seal" in v.rule
+    assert "its Parquet footer differs from the seal" in v.rule
 
 
 def test_a_sealed_file_that_lost_its_fingerprint_is_corrupted_not_foreign(
@@ -846,7 +859,9 @@ def test_swapped_split_files_are_refused(artifact: Path, packed_cfg: Any, tmp_pa
 
 
 def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
-    """One flipped bit anywhere in the three files: inspect and the config-time rule both refuse the pack."""
+    """One flipped bit anywhere in the three files: inspect refuses the pack, and so does the launch (the
+    config-time rule, or the content check it defers the row groups to; tests/test_integrity.py runs the launch's
+    own gate and Megatron-Bridge's dataset)."""
     copy = tmp_path / "copy"
     shutil.copytree(artifact, copy)
     _point(packed_cfg, copy)
@@ -862,7 +877,7 @@ def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tm
         path.write_bytes(bytes(data))
         try:
             caught_by_inspect = not inspect_artifact(copy).ok
-            caught_by_check = bool(_pack_rule(packed_cfg))
+            caught_by_check = bool(_pack_rule(packed_cfg)) or bool(content_plan(packed_cfg).run())
         finally:
             data[offset] ^= bit
             path.write_bytes(bytes(data))

@@ -90,6 +90,7 @@ def test_transformer_engine_refuses_windowed_ring_attention(packed_cfg: Any) -> 
         if created:
             dist.destroy_process_group()
     packed_cfg.model.window_size = (512, 0)
+    packed_cfg.model.attention_dropout = 0.0  # TE's FusedAttention takes windows without dropout only
     packed_cfg.model.context_parallel_size = 2
     packed_cfg.model.calculate_per_token_loss = True
     packed_cfg.ddp.average_in_collective = False
@@ -107,9 +108,15 @@ def test_deterministic_mode_needs_the_te_variable_before_the_model_is_built(pack
         assert _ids(packed_cfg) == ["determinism.te_attention_env"]
         os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "0"
         assert _ids(packed_cfg) == []
-        os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "1"
+        os.environ.pop("NVTE_ALLOW_NONDETERMINISTIC_ALGO")
         packed_cfg.env_vars = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}  # runtime_config_update exports these first
         assert _ids(packed_cfg) == []
+        os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "1"  # ... with os.environ.setdefault: a launch value stays
+        from megatron.bridge.training.config import apply_environment_variables
+
+        apply_environment_variables(packed_cfg)
+        assert os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] == "1"
+        assert _ids(packed_cfg) == ["determinism.te_attention_env"]
     finally:
         os.environ.pop("NVTE_ALLOW_NONDETERMINISTIC_ALGO", None)
         if saved is not None:

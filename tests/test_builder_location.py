@@ -164,3 +164,49 @@ def test_pack_recipe_does_not_write_into_the_package_or_for_another_input(
     assert "the dataset root is the package's embedded sample" in capsys.readouterr().err
     assert (tmp_path / "packed_8192_mult1" / "training_8192.idx.parquet").is_file()
     assert not (DATA / "packed").exists()
+
+
+HF_RECIPE = f"{Path(__file__).parent / 'scripts' / 'hf_recipe.py'}:hf_smoke"
+
+
+def test_a_hugging_face_dataset_is_packed_where_megatron_bridge_materializes_and_reads_it(
+    tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recipe reading a local JSON file as a Hugging Face dataset: pack --recipe materializes it with
+    Megatron-Bridge's own materialize_hf_dataset and packs where its builder (which resolves the same root) looks;
+    the builder's prep skips the pack and the rule checks it, stale input included."""
+    from mbridge_seqpack.cli.main import main
+    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.recipes.targets import build_launch
+    from mbridge_seqpack.rules import check
+
+    source = tmp_path / "source.jsonl"
+    source.write_text("".join((DATA / "training.jsonl").read_text().splitlines(keepends=True)[:30]))
+    overrides = [f"++dataset.hf_dataset.load_kwargs.data_files={source}", f"dataset.hf_output_root={tmp_path / 'hf'}"]
+    assert main(["pack", "--recipe", HF_RECIPE, *overrides, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["found_by_megatron_bridge"] is True
+    cfg = build_launch(HF_RECIPE, overrides).cfg
+    builder = _real_builder(cfg)
+    train = Path(builder.train_path_packed)
+    assert builder_location(cfg).split_path("training") == train and train.is_file()
+    assert (tmp_path / "hf" / "training.jsonl").is_file()  # Megatron-Bridge's materialized copy, packed from
+    written = train.stat().st_mtime_ns
+    builder.prepare_data()
+    assert train.stat().st_mtime_ns == written  # its prep found the pack
+    assert [v.rule_id for v in check(cfg, world_size=8) if v.rule_id == "artifact.fingerprint_mismatch"] == []
+    with (tmp_path / "hf" / "training.jsonl").open("a") as f:  # the materialized data changed since packing
+        f.write((DATA / "training.jsonl").read_text().splitlines(keepends=True)[50])
+    (v,) = [v for v in check(cfg, world_size=8) if v.rule_id == "artifact.fingerprint_mismatch"]
+    assert v.rule.startswith(f"the pack was made from another training file than {tmp_path / 'hf' / 'training.jsonl'}")
+
+
+def test_looking_up_a_hugging_face_datasets_cache_folder_leaves_nothing_behind(megatron_bridge: Any) -> None:
+    """Without hf_output_root the folder is in Megatron-Bridge's datasets cache, which its resolver creates; a
+    config-time lookup removes it again when it was created empty."""
+    from mbridge_seqpack.packing.builder_location import builder_location
+    from mbridge_seqpack.recipes.targets import build_launch
+
+    cfg = build_launch(HF_RECIPE, ["++dataset.hf_dataset.load_kwargs.data_files=/nowhere/never-made.jsonl"]).cfg
+    location = builder_location(cfg)
+    assert location is not None
+    assert not location.directory.parent.parent.exists()  # <cache>/hf-sft-<adapter>-<digest>: not left there

@@ -1,5 +1,6 @@
-"""Launch-time cost independent of pack size (#23): the config-time rule trusts a digest remembered from a full
-read of the very same file, and falls back to reading it whenever the file may have changed."""
+"""Launch-time cost independent of pack size (#23), and a cache that cannot lie (#35): the config-time rule reads
+metadata and Parquet footers only and trusts no file by its stamp; remembered digests are hints, recorded only from
+bytes that matched their seal and evicted by a stamp change or a failed verification."""
 
 from __future__ import annotations
 
@@ -76,16 +77,24 @@ def test_the_first_launch_after_pack_reads_no_whole_file(
 
 
 @pytest.mark.slow
-def test_a_written_file_is_read_again_and_refused(packed: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_written_file_passes_validate_and_is_refused_by_the_launchs_content_check(
+    packed: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flip inside a row group is beyond validate()'s O(metadata) look (no whole file is read there); the
+    content check the launch runs before its first optimizer step reads it and names the row group."""
+    from mbridge_seqpack.rules.artifacts import content_plan
+
     out, cfg = packed
     target = out / TRAIN
     data = bytearray(target.read_bytes())
     data[len(data) // 3] ^= 0x10  # same size, other bytes, written now: another mtime
     target.write_bytes(bytes(data))
     reads = _file_reads(monkeypatch)
-    (v,) = _pack_rule(cfg)
-    assert "sha256 differs from the seal" in v.rule
-    assert reads == [TRAIN]
+    assert _pack_rule(cfg) == []
+    assert reads == []
+    (problem,) = content_plan(cfg).run()
+    assert problem.startswith(f"{target}: row group 0 (rows 0..")
+    assert "differs from its seal" in problem
 
 
 @pytest.mark.slow
@@ -131,13 +140,35 @@ def test_a_remembered_digest_is_recalled_only_for_the_same_stamp_and_tail(tmp_pa
     assert not stamp.racy()
     digest = verified_sha256(path)
     assert digests._recalled(FileStamp.of(path)) == digest
-    # a flip inside the tail with the mtime put back is still seen (the Parquet footer lives there)
+    # a flip inside the tail with the mtime put back is still seen, and evicts the record
     with open(path, "r+b") as f:
         f.seek(-10, os.SEEK_END)
         f.write(b"\xff")
     os.utime(path, ns=(stamp.mtime_ns, stamp.mtime_ns))
     assert digests._recalled(FileStamp.of(path)) is None
+    assert not digests._record_path(FileStamp.of(path)).exists()
     assert launch_sha256(path) != digest  # and the fallback reads the file
+
+
+def test_only_bytes_that_match_their_seal_are_remembered(tmp_path: Path) -> None:
+    """verified_sha256 with an expected digest records a match and evicts on a mismatch: a corrupted read never
+    leaves a record that would refuse the good bytes put back under the same stamp."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"good" * 1000)
+    stamp = digests.date_back(path)
+    good = verified_sha256(path)
+    assert digests._recalled(stamp) == good
+    path.write_bytes(b"evil" * 1000)
+    os.utime(path, ns=(stamp.mtime_ns, stamp.mtime_ns))  # same size, same mtime: the same stamp
+    assert FileStamp.of(path) == stamp
+    assert verified_sha256(path, expected=good) != good
+    assert digests._recalled(stamp) is None  # evicted, not recorded as the corrupted digest
+    path.write_bytes(b"good" * 1000)
+    os.utime(path, ns=(stamp.mtime_ns, stamp.mtime_ns))
+    assert launch_sha256(path, expected=good) == good  # read again (no record), matches, recorded
+    assert digests._recalled(stamp) == good
+    digests.forget(path)
+    assert digests._recalled(stamp) is None
 
 
 def test_an_unwritable_or_corrupted_cache_only_costs_the_full_hash(

@@ -38,7 +38,15 @@ def test_a_file_that_shrank_after_it_was_cut_is_refused_by_the_worker(tmp_path) 
     source = tmp_path / "in.jsonl"
     source.write_text('{"input": "a", "output": "b"}\n')
     job = ShardJob(str(source), str(tmp_path), 64, 1, {}, 0, True, str(tmp_path / "spill"), shown="in.jsonl")
-    row = tokenize_shard({"index": 3, "start": 0, "end": 500, "first_line": 1}, job)
+    shard = {"index": 3, "start": 0, "end": 500, "first_line": 1}
+    row = tokenize_shard(shard, job)  # the driver makes the spill root inside its staging directory; it is gone
+    assert row["error"] == (
+        f"{tmp_path / 'spill'}: the pack's staging directory is gone (its driver stopped or was killed); this "
+        "shard is not written"
+    )
+    assert not (tmp_path / "spill").exists()  # a task that outlives its driver does not re-create it
+    (tmp_path / "spill").mkdir()
+    row = tokenize_shard(shard, job)
     assert row["error"] == "in.jsonl: shorter than when it was cut into shards (changed?); re-run pack"
     assert (row["index"], row["records"], row["sizes"]) == (3, 0, b"")
 

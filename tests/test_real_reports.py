@@ -48,6 +48,28 @@ def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> C
     return overrides
 
 
+@pytest.fixture(scope="module")
+def val_pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> list[str]:
+    """Overrides that point a config at a pack of the embedded training and validation data (pad_seq_to_mult 1)."""
+    from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
+    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+
+    out = tmp_path_factory.mktemp("val_pack") / "p"
+    data = embedded_data_dir()
+    pack_jsonl(
+        {"training": data / "training.jsonl", "validation": data / "validation.jsonl"},
+        tokenizer=embedded_tokenizer_dir(),
+        output_dir=out,
+        options=PackOptions(pack_size=4096),
+    )
+    specs = "dataset.offline_packing_specs"
+    return [
+        f"{specs}.packed_train_data_path={out / 'training_4096.idx.parquet'}",
+        f"{specs}.packed_val_data_path={out / 'validation_4096.idx.parquet'}",
+        f"{specs}.packed_metadata_path={out / '4096_metadata.jsonl'}",
+    ]
+
+
 @pytest.mark.parametrize(
     "report", REPORTS, ids=[f"{i:02d}-{'fails' if r.expected else 'works'}" for i, r in enumerate(REPORTS)]
 )
@@ -58,10 +80,13 @@ def test_report(report: Report, request: pytest.FixtureRequest) -> None:
     overrides = list(report.overrides)
     if report.pack_mult is not None:
         overrides += request.getfixturevalue("pack_of")(report.pack_mult)
+    if report.val_pack:
+        overrides += request.getfixturevalue("val_pack_of")
     cfg: Any = process_config_with_overrides(copy.deepcopy(base), cli_overrides=overrides)
     found = check(cfg, world_size=report.world)
     errors = sorted({v.rule_id for v in found if v.severity == "error"})
     assert errors == sorted(report.expected), report.title
+    assert set(report.advisories) <= {v.rule_id for v in found if v.severity == "advisory"}, report.title
     if found:  # the message a launch prints fits 100 columns, every override whole on one line
         from mbridge_seqpack.errors import PackingConfigError
 

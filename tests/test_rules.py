@@ -101,7 +101,11 @@ def _metadata_breaks(cfg: Any, tmp_path: Any) -> None:
     import pyarrow.parquet as pq
 
     train = tmp_path / "training_4096.idx.parquet"  # a pack from elsewhere: no mbridge_seqpack fingerprint
-    pq.write_table(pa.table({"input_ids": [[5, 6, 7]], "loss_mask": [[1, 1, 0]], "seq_start_id": [[0]]}), str(train))
+    rows = 16  # one global batch: fewer rows are offline.train_split_rows'
+    pq.write_table(
+        pa.table({"input_ids": [[5, 6, 7]] * rows, "loss_mask": [[1, 1, 0]] * rows, "seq_start_id": [[0]] * rows}),
+        str(train),
+    )
     cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
     cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
     cfg.dataset.offline_packing_specs.packed_train_data_path = str(train)
@@ -620,7 +624,12 @@ NEW_CASES = [
         "cp.sliding_window_comm_type",
         "packed_cfg",
         8,
-        _set(**CP2_LOSS, model__window_size=(512, 0), dataset__offline_packing_specs__pad_seq_to_mult=4),
+        _set(
+            **CP2_LOSS,
+            model__window_size=(512, 0),
+            model__attention_dropout=0.0,  # TE's FusedAttention takes windows without dropout only
+            dataset__offline_packing_specs__pad_seq_to_mult=4,
+        ),
         {
             "model.window_size": [512, 0],
             "model.cp_comm_type": None,
@@ -682,6 +691,171 @@ NEW_CASES = [
     ),
 ]
 CASES += NEW_CASES
+
+
+# ---- mechanism classes (issue #32): pretraining datasets, communication, model families, run lifecycle ----------
+def _hybrid_mamba(cfg: Any, tmp_path: Any) -> None:
+    """A small Mamba + attention hybrid provider as a user builds it (is_hybrid_model left at its False default)."""
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    cfg.model = HybridModelProvider(
+        hybrid_layer_pattern="M*M-",
+        hidden_size=256,
+        num_attention_heads=4,
+        mamba_num_heads=8,
+        mamba_head_dim=32,
+        vocab_size=1024,
+        seq_length=4096,
+    )
+
+
+def _qwen3_omni(cfg: Any, tmp_path: Any) -> None:
+    from megatron.bridge.models.qwen_omni.qwen3_omni_provider import Qwen3OmniModelProvider
+
+    cfg.model = Qwen3OmniModelProvider(
+        num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
+    )
+
+
+TP2_SP = {"model__tensor_model_parallel_size": 2, "model__sequence_parallel": True}
+MECHANISM_CASES = [
+    Case(
+        "pretraining.inter_document_masking",
+        "pretrain_cfg",
+        8,
+        _set(dataset__inter_document_masking=True),
+        {"dataset.inter_document_masking": True, "train.micro_batch_size": 1, "model.context_parallel_size": 1},
+        {"dataset.inter_document_masking": False},
+    ),
+    Case(
+        "pretraining.reset_attention_mask",
+        "pretrain_cfg",
+        8,
+        _set(dataset__reset_attention_mask=True),
+        {
+            "dataset.reset_attention_mask": True,
+            "dataset.create_attention_mask": True,
+            "dataset.skip_getting_attention_mask_from_dataset": True,
+        },
+        {"dataset.reset_attention_mask": False},
+    ),
+    Case(
+        "pretraining.reset_position_ids",
+        "pretrain_cfg",
+        8,
+        _set(dataset__reset_position_ids=True),
+        {"dataset.reset_position_ids": True, "model.position_embedding_type": "rope"},
+        {"dataset.reset_position_ids": False},
+    ),
+    Case(
+        "dataset.create_attention_mask",
+        "pretrain_cfg",
+        8,
+        _set(**_seq(32768)),
+        {
+            "dataset.create_attention_mask": True,
+            "dataset.seq_length": 32768,
+            "dataset.num_workers": 2,
+            "blend datasets": 1,
+            "host GiB per node": 144.0,
+        },
+        {"dataset.create_attention_mask": False},
+    ),
+    Case(
+        "cp.hybrid_context_parallel",
+        "pretrain_cfg",
+        8,
+        _set(model__hybrid_context_parallel=True),
+        {"model.hybrid_context_parallel": True, "model.pipeline_model_parallel_size": 1},
+        {"model.hybrid_context_parallel": False},
+    ),
+    Case(
+        "cp.comm_type_known",
+        "packed_cfg",
+        8,
+        _set(**CP2_LOSS, dataset__offline_packing_specs__pad_seq_to_mult=4, model__cp_comm_type="allgather"),
+        {"model.cp_comm_type": "allgather", "model.context_parallel_size": 2},
+        {"model.cp_comm_type": "all_gather"},
+    ),
+    Case(
+        "tp_comm_overlap.token_count",
+        "packed_cfg",
+        8,
+        _set(**TP2_SP, model__tp_comm_overlap=True),
+        {
+            "model.tp_comm_overlap": True,
+            "model.seq_length": 4096,
+            "train.micro_batch_size": 1,
+            "model.context_parallel_size": 1,
+        },
+        {KW: True},
+    ),
+    Case(
+        "tp_comm_overlap.token_count",
+        "pretrain_cfg",
+        8,
+        _set(
+            **TP2_SP,
+            model__tp_comm_overlap=True,
+            validation__eval_micro_batch_size=2,
+            validation__eval_global_batch_size=32,
+        ),
+        {
+            "model.tp_comm_overlap": True,
+            "model.seq_length": 4096,
+            "train.micro_batch_size": 1,
+            "validation.eval_micro_batch_size": 2,
+        },
+        {"validation.eval_micro_batch_size": 1},
+    ),
+    Case(
+        "vlm.collate_refuses_packing",
+        "vlm_cfg",
+        8,
+        _qwen3_omni,
+        {"model": "Qwen3OmniModelProvider", "dataset.enable_in_batch_packing": True},
+        {"dataset.enable_in_batch_packing": False},
+    ),
+    Case(
+        "mamba.packing_needs_hybrid",
+        "packed_cfg",
+        8,
+        _hybrid_mamba,
+        {"model": "HybridModelProvider", "model.is_hybrid_model": False, "dataset.enable_offline_packing": True},
+        {"model.is_hybrid_model": True},
+    ),
+    Case(
+        "moe.router_counts_padding",
+        "unpacked_cfg",
+        8,
+        _set(
+            model__num_moe_experts=4,
+            model__moe_router_topk=2,
+            model__moe_aux_loss_coeff=0.01,
+            **{"dataset__dataset_kwargs['pad_to_max_length']": True},
+        ),
+        {"model.num_moe_experts": 4, KW: True, "router terms": ["moe_aux_loss_coeff"]},
+        fix="pack the rows (dataset.enable_offline_packing / enable_in_batch_packing) or leave them variable-width "
+        "where the layout allows; Megatron-Bridge 0.6.2 has no setting that masks padding in the router",
+        repair=_set(model__moe_aux_loss_coeff=0.0),
+    ),
+    Case(
+        "fp8.packed_tokens_per_rank",
+        "packed_cfg",
+        8,
+        _set(mixed_precision="bf16_with_nvfp4_mixed", **TP2_SP),
+        {
+            f"{SPECS}.packed_sequence_size": 4096,
+            "dataset.dataset_kwargs.pad_seq_length_to_mult": 16,
+            KW: False,
+            "model.context_parallel_size": 1,
+            "model.tensor_model_parallel_size": 2,
+            "model.sequence_parallel": True,
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32},
+    ),
+]
+CASES += MECHANISM_CASES
 
 
 def _apply_fix(cfg: Any, assignments: dict[str, Any]) -> None:

@@ -102,7 +102,7 @@ def test_a_pack_made_for_a_runner_launch_matches_the_config_it_launches(
 
     name, overrides = "llama32_1b_sft_1gpu_h100_bf16_config", ["model.context_parallel_size=2"]
     common = [str(embedded_data_dir() / "training.jsonl"), *overrides, "--recipe", name]
-    common += ["--tokenizer", str(embedded_tokenizer_dir())]
+    common += [f"tokenizer.tokenizer_model={embedded_tokenizer_dir()}"]  # --tokenizer would conflict with the recipe
     assert main(["pack", *common, "--output", str(tmp_path / "runner")]) == 0
     assert main(["pack", *common, "--no-runner", "--output", str(tmp_path / "plain")]) == 0
     meta = json.loads((tmp_path / "runner" / "4096_metadata.jsonl").read_text())

@@ -14,7 +14,19 @@ from mbridge_seqpack.recipes.targets import build_launch, resolve_world
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_command"]
+__all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_command", "gpu_arch_arg"]
+
+
+def gpu_arch_arg(text: str) -> str:
+    """``--gpu-arch``: checked (no Megatron import) and passed on as written."""
+    from mbridge_seqpack.errors import UsageError
+    from mbridge_seqpack.rules.te_attention import parse_arch
+
+    try:
+        parse_arch(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def run_megatron_validation(cfg: ConfigContainer, world_size: int) -> str | None:
@@ -48,18 +60,24 @@ def check_target(
     megatron: bool = True,
     config_file: str | None = None,
     runner: bool | None = None,
+    gpu_arch: str | None = None,
 ) -> Any:
     """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), run the rule catalog and
-    (optionally) Megatron-Bridge's validation."""
+    (optionally) Megatron-Bridge's validation. Attention backends are judged for ``gpu_arch``, else the GPU the
+    target's name says (``rules/te_attention.py``)."""
     from mbridge_seqpack.cli.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
+    from mbridge_seqpack.rules.attention_backend import verdict_notes, verdict_summary
+    from mbridge_seqpack.rules.te_attention import declared
     from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
     launch = build_launch(target, overrides, config_file, runner=runner)
     cfg, world = launch.cfg, resolve_world(world_size, launch)
     ctx = RuleContext.build(cfg, world)
-    results = evaluate(ctx)
-    typed = all(r.status != "fail" for r in results if r.rule.rule_id == TYPES_RULE_ID)
+    with declared(gpu_arch=gpu_arch, recipe=target):
+        results = evaluate(ctx)
+        typed = all(r.status != "fail" for r in results if r.rule.rule_id == TYPES_RULE_ID)
+        attention = ctx.attention_verdict if typed else None
     report = CheckReport(
         target=f"{target} (world size {world})",
         derived=derived_values(ctx) if typed else {},  # a mistyped field: config.types names it
@@ -67,6 +85,13 @@ def check_target(
         megatron_ran=megatron,
         notes=launch.notes(),
     )
+    if attention is not None:
+        report.derived["attention"] = verdict_summary(attention)
+        report.notes += verdict_notes(attention, cfg.model)
+    if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
+        from mbridge_seqpack.rules.artifacts import content_plan
+
+        report.contents = content_plan(cfg).summary()
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
     return report
@@ -83,10 +108,12 @@ def cmd_fix(args: argparse.Namespace) -> int:
     """``check --fix``: one converged override set that clears every violation, to paste after the others."""
     from mbridge_seqpack.overrides import converged_fix
     from mbridge_seqpack.rules import check
+    from mbridge_seqpack.rules.te_attention import declared
 
     launch = build_launch(args.target, args.overrides, args.config_file, runner=args.runner)
     cfg, world = launch.cfg, resolve_world(args.world_size, launch)
-    fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
+    with declared(gpu_arch=args.gpu_arch, recipe=args.target):
+        fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
     print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
     for v in remaining:
         print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
@@ -104,6 +131,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         megatron=not args.rules_only,
         config_file=args.config_file,
         runner=args.runner,
+        gpu_arch=args.gpu_arch,
     )
     print(report.to_json() if args.json else report.to_text())
     return 0 if report.ok else 1
@@ -131,5 +159,13 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("--config-file", default=None, help="YAML merged before the overrides (as the recipe runner does)")
     p.add_argument(
         "--fix", action="store_true", help="print one override set (yours plus the fixes) that clears every violation"
+    )
+    p.add_argument(
+        "--gpu-arch",
+        type=gpu_arch_arg,
+        default=None,
+        metavar="ARCH",
+        help="GPU the attention backends are judged for: sm80, sm90, sm100, sm103, sm120 or a name (h100, b200, "
+        "gb200); default: $MBRIDGE_SEQPACK_GPU_ARCH, else the GPU in the recipe's name, else sm90 (H100)",
     )
     p.set_defaults(func=cmd_check)

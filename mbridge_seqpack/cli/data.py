@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
-    """Megatron-Bridge ``dataset_kwargs`` from the flags: the template reads --prompt-key and --answer-key."""
+    """Megatron-Bridge ``dataset_kwargs`` from the flags: --dataset-kwargs, with what --prompt-key/--answer-key and
+    --chat set (a key both set differently is refused)."""
+    from mbridge_seqpack.cli.pack_flags import dataset_kwargs_of_flags
+
     kwargs: dict = {}
     if args.dataset_kwargs:
         try:
@@ -34,13 +38,7 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
         from mbridge_seqpack.packing.dataset_kwargs import check_dataset_kwargs
 
         check_dataset_kwargs(kwargs)
-    if (args.prompt_key, args.answer_key) != ("input", "output"):
-        kwargs.setdefault("prompt_template", f"{{{args.prompt_key}}} {{{args.answer_key}}}")
-        kwargs.setdefault("label_key", args.answer_key)
-        kwargs.setdefault("truncation_field", args.prompt_key)
-    if args.chat:
-        kwargs.update(chat=True, use_hf_tokenizer_chat_template=True)
-    return kwargs
+    return dataset_kwargs_of_flags(args, kwargs)
 
 
 def _from_recipe(
@@ -62,11 +60,7 @@ def _from_recipe(
             f"recipe {args.recipe} does not use offline packing (dataset.offline_packing_specs is "
             f"None); add dataset.enable_offline_packing=true and its specs, or pass --pack-size"
         )
-    root = Path(str(getattr(cfg.dataset, "dataset_root", "") or "."))
-    inputs = {"training": Path(args.input) if args.input else root / "training.jsonl"}
-    validation = Path(args.validation) if args.validation else root / "validation.jsonl"
-    if args.validation or (not args.input and validation.is_file()):
-        inputs["validation"] = validation
+    from mbridge_seqpack.cli.pack_flags import recipe_conflicts
     from mbridge_seqpack.packing.balance import CostModel
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
@@ -75,23 +69,62 @@ def _from_recipe(
     check_config_dataset_kwargs(dataset_kwargs)
     ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
     dp = ctx.topology.data_parallel or 1
+    recipe = {
+        "pack_size": int(specs.packed_sequence_size),
+        "pad_seq_to_mult": int(specs.pad_seq_to_mult or 1),
+        "max_seq_length": specs.max_single_sequence_length or None,
+        "seed": int(cfg.dataset.seed),
+        # `cyclic` reads its own random order every epoch: file order is as good as any
+        "sampler": "batch" if getattr(cfg.dataset, "dataloader_type", None) == "batch" else "single",
+        "sampler_seed": int(ctx.sampler_seed or 0),
+        "data_parallel": dp,
+        "micro_batches": max(1, int(cfg.train.global_batch_size) // dp),
+        "tokenizer": cfg.tokenizer.tokenizer_model,
+        "dataset_kwargs": dataset_kwargs,
+    }
+    recipe_conflicts(args, recipe, {"model_parallel": ctx.topology.model_parallel})
+    root = _recipe_root(args, cfg)
+    inputs = {"training": Path(args.input) if args.input else root / "training.jsonl"}
+    validation = Path(args.validation) if args.validation else root / "validation.jsonl"
+    if args.validation or (not args.input and validation.is_file()):
+        inputs["validation"] = validation
     options = PackOptions(
-        pack_size=int(specs.packed_sequence_size),
-        pad_seq_to_mult=int(specs.pad_seq_to_mult or 1),
-        max_seq_length=specs.max_single_sequence_length or None,
+        pack_size=recipe["pack_size"],
+        pad_seq_to_mult=recipe["pad_seq_to_mult"],
+        max_seq_length=recipe["max_seq_length"],
         dataset_kwargs=dataset_kwargs,
-        seed=int(cfg.dataset.seed),
+        seed=recipe["seed"],
         balance=not args.no_balance,
         data_parallel=dp,
-        micro_batches=max(1, int(cfg.train.global_batch_size) // dp),
-        # `cyclic` reads its own random order every epoch: file order is as good as any
-        sampler="batch" if getattr(cfg.dataset, "dataloader_type", None) == "batch" else "single",
-        sampler_seed=int(ctx.sampler_seed or 0),
+        micro_batches=recipe["micro_batches"],
+        sampler=recipe["sampler"],
+        sampler_seed=recipe["sampler_seed"],
         cost=CostModel.from_provider(cfg.model),
         max_sequences_per_row=args.max_sequences_per_row,
         overflow=args.overflow,
     )
-    return inputs, args.tokenizer or cfg.tokenizer.tokenizer_model, options, _builder_location(args, cfg, root)
+    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root)
+
+
+def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:
+    """Where the recipe's JSONL splits are: ``dataset.dataset_root``, or for a Hugging Face dataset
+    (``dataset.hf_dataset``) the directory Megatron-Bridge's builder materializes it into, materialized now with
+    its own ``materialize_hf_dataset`` when the splits are not there yet (as its builder does at launch)."""
+    if getattr(cfg.dataset, "hf_dataset", None) is None:
+        return Path(str(getattr(cfg.dataset, "dataset_root", "") or "."))
+    from megatron.bridge.data.builders.gpt_sft import materialize_hf_dataset, resolve_gpt_sft_dataset_root
+
+    root = Path(resolve_gpt_sft_dataset_root(cfg.dataset))
+    if not args.input:
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # its progress lines must not mix into --json
+                materialize_hf_dataset(cfg.dataset, root)
+        except Exception as exc:  # noqa: BLE001  (datasets / hub errors: the source, said in one line)
+            raise UsageError(
+                f"recipe {args.recipe}: Megatron-Bridge could not materialize its Hugging Face dataset into {root} "
+                f"({type(exc).__name__}: {str(exc)[:200]}); fix dataset.hf_dataset, or pack a JSONL (INPUT)"
+            ) from None
+    return root
 
 
 def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path) -> BuilderLocation | None:
@@ -102,6 +135,8 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
 
     if args.input or args.validation:
         return None  # another file than the builder would prepare from: a pack there would be stale for the config
+    if getattr(cfg.dataset, "hf_dataset", None) is not None:
+        return builder_location(cfg, root=root)
     if root.resolve() == embedded_data_dir().resolve():
         print(
             "note: the dataset root is the package's embedded sample; packing into --output (or ./packed_<N>_mult<M>)"
@@ -113,19 +148,32 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    from mbridge_seqpack.cli.pack_flags import check_flag_combinations, fill_input_defaults
     from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl
     from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
 
-    if args.input and "=" in args.input and not Path(args.input).exists():  # `pack --recipe X key=value`
-        args.overrides, args.input = [args.input, *args.overrides], None
+    # `pack --recipe X key=value [INPUT]`: the positionals are overrides, and at most one input file
+    given = [item for item in [args.input, *args.overrides] if item is not None]
+    files = [item for item in given if "=" not in item or Path(item).exists()]
+    if len(files) > 1:
+        raise UsageError(f"pack takes one INPUT file, got {len(files)}: {' '.join(files)}")
+    args.input = files[0] if files else None
+    args.overrides = [item for item in given if item not in files]
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
+    check_flag_combinations(args)
     location = None
     if args.recipe:
         inputs, tokenizer, options, location = _from_recipe(args)
     else:
+        fill_input_defaults(args)
         if args.pack_size is None:
             raise UsageError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
+        if args.input is None and args.validation:
+            raise UsageError(
+                f"--validation {args.validation} needs the training JSONL beside it (INPUT); the embedded corpus "
+                "brings its own validation split"
+            )
         if args.input is None:  # the embedded corpus, both splits
             inputs = {
                 "training": embedded_data_dir() / "training.jsonl",
@@ -161,7 +209,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.ray:
         from mbridge_seqpack.packing.ray_engine import RayEngine
 
-        engine = RayEngine(args.ray, shard_bytes=max(1, int(args.ray_shard_mb * (1 << 20))))
+        shard_mb = args.ray_shard_mb if args.ray_shard_mb is not None else 64.0
+        engine = RayEngine(args.ray, shard_bytes=max(1, int(shard_mb * (1 << 20))))
     result = pack_jsonl(
         inputs,
         tokenizer=tokenizer,
@@ -260,8 +309,9 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "--recipe",
         default=None,
-        help="take pack size, alignment, tokenizer and dataset_kwargs from this recipe (packaged name, "
-        "Megatron-Bridge recipe name or file.py:function), as Megatron-Bridge's own prep does",
+        help="take pack size, alignment, tokenizer, dataset_kwargs, seed and layout from this recipe (packaged "
+        "name, Megatron-Bridge recipe name or file.py:function), as Megatron-Bridge's own prep does; a flag that "
+        "sets one of them differently is refused with the override that does",
     )
     add_runner_flag(p)
     p.add_argument("--validation", default=None, help="validation JSONL")
@@ -270,8 +320,8 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "--pad-seq-to-mult",
         type=positive_int,
-        default=1,
-        help="pad every sequence to this multiple (2*CP with context parallelism; see `check`)",
+        default=None,
+        help="pad every sequence to this multiple (default 1; 2*CP with context parallelism; see `check`)",
     )
     p.add_argument(
         "--max-seq-length",
@@ -286,9 +336,9 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "<dataset_root>/packed/<tokenizer>_pad_seq_to_mult<M>_sft_<fingerprint>; else ./packed_<N>_mult<M>)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prompt-key", default="input", help="JSONL field of the prompt (default: input)")
-    p.add_argument("--answer-key", default="output", help="JSONL field of the answer (default: output)")
+    p.add_argument("--seed", type=int, default=None, help="tie order of the packer and the balance (default 0)")
+    p.add_argument("--prompt-key", default=None, help="JSONL field of the prompt (default: input)")
+    p.add_argument("--answer-key", default=None, help="JSONL field of the answer (default: output)")
     p.add_argument(
         "--chat", action="store_true", help="records hold a 'messages' list; use the tokenizer's chat template"
     )
@@ -312,7 +362,7 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "--ray-shard-mb",
         type=positive_float,
-        default=64.0,
+        default=None,
         help="with --ray: input megabytes per shard, one worker task each (default 64)",
     )
     p.add_argument(
@@ -323,27 +373,27 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "--sampler",
         choices=("batch", "single"),
-        default="batch",
+        default=None,
         help="Megatron-Bridge sampler that reads the pack, dataset.dataloader_type (default batch, its SFT default: "
         "rows are laid out for its first, seeded epoch; with --recipe: the recipe's)",
     )
     p.add_argument(
         "--sampler-seed",
         type=int,
-        default=1234,
+        default=None,
         help="dataset.seed, the batch sampler's shuffle seed (default 1234, GPTSFTDatasetConfig's; with --recipe: "
         "the recipe's)",
     )
     p.add_argument(
         "--data-parallel",
         type=positive_int,
-        default=8,
+        default=None,
         help="DP ranks the row order is balanced for (default 8; with --recipe: the recipe's)",
     )
     p.add_argument(
         "--micro-batches",
         type=positive_int,
-        default=1,
+        default=None,
         help="rows per DP rank per step, global batch / DP (default 1; with --recipe: the recipe's)",
     )
     p.add_argument(

@@ -53,6 +53,7 @@ class CheckReport:
     megatron_error: str | None = None
     megatron_ran: bool = True
     notes: list[str] = field(default_factory=list)
+    contents: str | None = None  # what the pack check verified now and what the launch verifies (offline packs)
 
     @property
     def violations(self) -> list[Any]:
@@ -78,6 +79,7 @@ class CheckReport:
                     for r in self.results
                 ],
                 "violations": [v.to_dict() for v in self.violations],
+                "contents": self.contents,
                 "megatron_bridge_validate": None
                 if not self.megatron_ran
                 else ({"ok": self.megatron_error is None, "error": self.megatron_error}),
@@ -136,6 +138,8 @@ class CheckReport:
                     lines += wrap(text, f"       {label:<10}", hang=" " * 17)
                 if v.overrides:
                     lines += wrap(" ".join(v.overrides), f"       {'override:':<10}", hang=" " * 17)
+        if self.contents is not None:
+            lines += wrap(self.contents, "pack contents: ", hang="  ")
         if self.megatron_ran:
             status = "ok" if self.megatron_error is None else f"FAILED: {self.megatron_error}"
             lines += wrap(status, "megatron-bridge validate(): ", hang="  ")

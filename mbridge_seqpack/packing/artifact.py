@@ -27,8 +27,10 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.packing.digests import date_back, file_sha256
+from mbridge_seqpack.errors import ArtifactError
+from mbridge_seqpack.packing.digests import date_back
+from mbridge_seqpack.packing.phases import reached
+from mbridge_seqpack.packing.row_group_seal import seal_tiles
 from mbridge_seqpack.packing.sequences import TokenizedSequences
 
 __all__ = [
@@ -59,10 +61,6 @@ FORMAT = "mbridge_seqpack.packed/2"
 SPLITS = ("training", "validation")
 
 
-class ArtifactError(SeqpackError):
-    """A packed artifact that is missing, incomplete, corrupted, mixed or stale."""
-
-
 @dataclass(frozen=True)
 class Fingerprint:
     """Every input that changes the packed rows."""
@@ -81,6 +79,7 @@ class Fingerprint:
     plugin_version: str
     megatron_bridge_version: str
     format: str = FORMAT
+    input_bytes: int | None = None  # the input's size: a launch compares it in O(1), the digest in the background
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,8 +91,8 @@ class Fingerprint:
         return cls(**{f.name: data.get(f.name, f.default if f.name == "format" else None) for f in fields(cls)})
 
     def settings(self) -> dict[str, Any]:
-        """Everything but the input file's digest: two splits of one pack run share these."""
-        return {key: value for key, value in self.to_dict().items() if key != "input_sha256"}
+        """Everything but the input file's digest and size: two splits of one pack run share these."""
+        return {key: value for key, value in self.to_dict().items() if key not in ("input_sha256", "input_bytes")}
 
 
 def split_paths(directory: str | Path, pack_size: int) -> dict[str, Path]:
@@ -132,12 +131,35 @@ def check_output(output: Path, *, overwrite: bool) -> Path:
     return output
 
 
+def _exchange(one: Path, other: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system or the file
+    system does not offer it."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd, rename_exchange = -100, 2
+    done = renameat2(at_cwd, os.fsencode(one), at_cwd, os.fsencode(other), rename_exchange)
+    return done == 0
+
+
 @contextlib.contextmanager
 def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yield an empty staging directory next to ``output``; on success it replaces ``output`` atomically.
 
     A lock file (``.<name>.lock``, ``flock``) refuses a second concurrent pack into the same place; a
-    non-empty ``output`` is refused unless ``overwrite``. On any failure the staging directory is removed.
+    non-empty ``output`` is refused unless ``overwrite``. On any failure the staging directory is removed. An
+    existing ``output`` is exchanged with the staging directory in one ``renameat2`` where the file system allows,
+    so a kill leaves the old pack or the new one, never neither. A killed pack leaves its staging (or ``.old``)
+    directory and the lock file: the next pack into the same place removes the directories under the lock; the
+    lock file stays (removing it would let two packs lock different files) and is harmless: ``flock`` is released
+    with the process that held it.
     """
     import fcntl
     import glob
@@ -169,10 +191,16 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
                 with open(child, "rb") as f:
                     os.fsync(f.fileno())
             _fsync_dir(staging)
+            reached("renaming")
             old = parent / f".{output.name}.old-{os.getpid()}"
-            if output.exists():
-                os.replace(output, old)
-            os.replace(staging, output)
+            if output.exists() and _exchange(staging, output):  # one step: the output is never missing
+                reached("swapping")
+                old = staging  # now holds the replaced pack
+            else:
+                if output.exists():  # a file system without renameat2(RENAME_EXCHANGE): two renames
+                    os.replace(output, old)
+                    reached("swapping")
+                os.replace(staging, output)
             _fsync_dir(parent)
             shutil.rmtree(old, ignore_errors=True)
         except BaseException:
@@ -355,7 +383,11 @@ def write_row_groups(
                 table = pa.table(_arrow_columns(values)).replace_schema_metadata(metadata)
                 if writer is None:
                     writer = stack.enter_context(pq.ParquetWriter(str(path), table.schema))
-                writer.write_table(table, row_group_size=max(end - first, 1))
+                    writer.write_table(table, row_group_size=max(end - first, 1))
+                    if digests is not None:  # the driver's own write (a Ray part's worker is not the pack)
+                        reached("writing")
+                else:
+                    writer.write_table(table, row_group_size=max(end - first, 1))
                 del table, values
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
@@ -363,10 +395,18 @@ def write_row_groups(
 
 
 def sealed_checksums(path: Path, digests: "ColumnDigests") -> dict[str, Any]:
-    """The seal of a written split file (dated back first: a new file under the pack's lock, its seal can be
-    remembered at once, packing/digests.py)."""
+    """The seal of a written split file: its size, its sha256 and every tile's (each row group's bytes, the
+    footer's: packing/row_group_seal.py), read once, and the column digests. Dated back first, so that any
+    later write changes its modification time even on a 1-second file system."""
+    reached("sealing")
     date_back(path)
-    return {"file_sha256": file_sha256(path), "file_bytes": path.stat().st_size, "columns": digests.hexdigests()}
+    whole, tiles = seal_tiles(path)
+    return {
+        "file_sha256": whole,
+        "file_bytes": path.stat().st_size,
+        "columns": digests.hexdigests(),
+        tiles.KEY: tiles.to_dict(),
+    }
 
 
 def write_split(

@@ -20,7 +20,7 @@ from mbridge_seqpack.packing.artifact import metadata_path, split_paths
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["BuilderLocation", "builder_location"]
+__all__ = ["BuilderLocation", "builder_location", "jsonl_root"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,50 @@ def _tokenizer_model_name(tokenizer_cfg: Any, specs: Any) -> str | None:
         return None
 
 
-def builder_location(cfg: ConfigContainer) -> BuilderLocation | None:
-    """The packed location Megatron-Bridge's builder uses for ``cfg``, or None when it sets a packed training path,
-    does not pack offline, reads a Hugging Face dataset (materialized under a cache the check does not create) or
-    uses a tokenizer whose name needs it loaded."""
+def jsonl_root(cfg: ConfigContainer) -> Path | None:
+    """The directory Megatron-Bridge's GPT SFT builder reads ``<split>.jsonl`` from and packs under:
+    ``dataset.dataset_root``, or for a Hugging Face dataset the one its ``resolve_gpt_sft_dataset_root`` names
+    (``hf_output_root``, or a folder of its datasets cache named by a digest of the source); None for other
+    datasets or a config Megatron-Bridge's validation refuses. That function creates the cache folder (as the
+    builder does on every rank at launch); a folder it just created empty is removed again, with the cache
+    directories above it that were not there: a config-time look leaves nothing behind."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig, resolve_gpt_sft_dataset_root
+    from megatron.bridge.data.datasets.gpt_sft import NEMO_DATASETS_CACHE
+
+    dataset = getattr(cfg, "dataset", None)
+    if not isinstance(dataset, GPTSFTDatasetConfig):
+        return None
+    if dataset.dataset_root is not None:
+        return Path(str(dataset.dataset_root))
+    if dataset.hf_dataset is None:
+        return None
+    base = Path(NEMO_DATASETS_CACHE)
+    absent = [p for p in (base, *base.parents) if not p.exists()]
+    try:
+        root = Path(resolve_gpt_sft_dataset_root(dataset))
+    except Exception:  # noqa: BLE001  (a source it cannot resolve: its own validation reports it; no location)
+        return None
+    if dataset.hf_output_root is None and root.parent == base and root.is_dir() and not any(root.iterdir()):
+        for made in (root, *absent):  # deepest first
+            try:
+                made.rmdir()
+            except OSError:
+                break
+    return root
+
+
+def builder_location(cfg: ConfigContainer, root: Path | None = None) -> BuilderLocation | None:
+    """The packed location Megatron-Bridge's builder uses for ``cfg`` (under ``root``, default
+    :func:`jsonl_root`), or None when it sets a packed training path, does not pack offline or uses a tokenizer
+    whose name needs it loaded."""
     from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig, _packing_fingerprint
 
     dataset = getattr(cfg, "dataset", None)
     specs = getattr(dataset, "offline_packing_specs", None)
-    if not isinstance(dataset, GPTSFTDatasetConfig) or specs is None or dataset.dataset_root is None:
+    if not isinstance(dataset, GPTSFTDatasetConfig) or specs is None:
+        return None
+    root = root if root is not None else jsonl_root(cfg)
+    if root is None:
         return None
     size = specs.packed_sequence_size
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
@@ -84,4 +119,4 @@ def builder_location(cfg: ConfigContainer) -> BuilderLocation | None:
     except (TypeError, ValueError):  # an unserialisable value: Megatron-Bridge's own validation reports it
         return None
     folder = f"{name}_pad_seq_to_mult{specs.pad_seq_to_mult}_sft_{fingerprint}"
-    return BuilderLocation(Path(str(dataset.dataset_root)) / "packed" / folder, size)
+    return BuilderLocation(root / "packed" / folder, size)

@@ -1,16 +1,22 @@
-"""File digests a launch can trust without reading the file again.
+"""Remembered file digests: a hint that saves reading a file again, never the last word on it.
 
-Every rank validates the config when ``pretrain()``/``finetune()`` start, and rank 0 used to hash every pack
-file (and the input JSONL) each time: minutes per launch for a 100 GB pack. Full hashes are computed where the
-user asked for work on the data (``pack``, ``inspect``, ``verify``, the first launch that meets a file); each is
-remembered with the file's stamp (real path, inode, size, modification time in ns) and the sha256 of its last
-64 KiB (a Parquet footer). A launch then reads the stamp and the tail only: any write changes the modification
-time (a truncated or swapped file changes size or inode as well) and falls back to the full hash.
+Full hashes are computed where the user asked for work on the data (``pack``, ``inspect``, ``verify``, a launch's
+content check) and remembered with the file's stamp (real path, inode, size, modification time in ns) and the
+sha256 of its last 64 KiB. A record is written only from bytes that matched what they are compared with: a file
+``pack`` reads defines its seal (its input and tokenizer files); any other file is recorded only when its full hash
+equals the sealed one (:func:`verified_sha256` with ``expected``). A hash that differs, or a stamp that changed,
+evicts the record instead, so a corrupted file that was read once cannot leave a record behind that refuses the
+good bytes put back under the same stamp.
+
+Bytes can change under an unchanged stamp (a tool that restores the modification time, a block corrupted on
+shared storage), so a record is only ever a hint: at ``validate()`` a recalled digest that agrees lets the check
+defer the file to the launch's full content check (packing/content_check.py), which reads every byte before the
+first optimizer step; a recalled digest that disagrees is confirmed by reading the file before anything is
+refused. Pack files themselves are not trusted by stamp at all: their footers are checked by content at
+``validate()`` and their row groups by content at launch (packing/row_group_seal.py).
 
 A stamp is remembered only when the file's mtime is older than :data:`RACY_SECONDS`, as git does for its index:
-a write within the file system's timestamp granularity of the hash would otherwise keep the stamp. ``pack``
-dates its own files back by that much before hashing them (they are new and still under its lock), so a pack
-is trusted from its first launch.
+a write within the file system's timestamp granularity of the hash would otherwise keep the stamp.
 
 Records live under ``$MBRIDGE_SEQPACK_CACHE_DIR`` (default ``$XDG_CACHE_HOME/mbridge_seqpack`` or
 ``~/.cache/mbridge_seqpack``), one small JSON file per path, written atomically; an unwritable or corrupted
@@ -33,8 +39,10 @@ __all__ = [
     "file_sha256",
     "verified_sha256",
     "launch_sha256",
+    "recalled_sha256",
     "date_back",
     "remember",
+    "forget",
 ]
 
 CACHE_ENV = "MBRIDGE_SEQPACK_CACHE_DIR"
@@ -93,7 +101,8 @@ def _tail_sha256(path: str, size: int) -> str:
 
 def remember(path: str | Path, sha256: str, stamp: FileStamp) -> bool:
     """Record ``sha256`` for the file as ``stamp`` saw it (taken before hashing); False when not recorded
-    (racy, changed since, or the cache is not writable)."""
+    (racy, changed since, or the cache is not writable). Callers record only digests that matched their seal (or,
+    for ``pack``'s own inputs, define it)."""
     try:
         if FileStamp.of(path) != stamp or stamp.racy():
             return False
@@ -109,11 +118,30 @@ def remember(path: str | Path, sha256: str, stamp: FileStamp) -> bool:
         return False
 
 
-def verified_sha256(path: str | Path) -> str:
-    """The full hash, read now, and remembered for later launches."""
+def _evict(stamp: FileStamp) -> None:
+    try:
+        _record_path(stamp).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def forget(path: str | Path) -> None:
+    """Evict the record of ``path`` (a verification failed, or its stamp changed)."""
+    try:
+        _evict(FileStamp.of(path))
+    except OSError:
+        pass
+
+
+def verified_sha256(path: str | Path, expected: str | None = None) -> str:
+    """The full hash, read now. Remembered when ``expected`` is None (the read defines the seal: ``pack``'s
+    inputs) or equal to it; a hash that differs from ``expected`` evicts any record of the file."""
     stamp = FileStamp.of(path)
     digest = file_sha256(stamp.path)
-    remember(path, digest, stamp)
+    if expected is None or digest == expected:
+        remember(path, digest, stamp)
+    else:
+        forget(path)
     return digest
 
 
@@ -125,9 +153,11 @@ def _recalled(stamp: FileStamp) -> str | None:
     if not isinstance(record, dict) or record.get("version") != _RECORD_VERSION:
         return None
     if {k: record.get(k) for k in asdict(stamp)} != asdict(stamp) or stamp.racy():
+        _evict(stamp)  # the file changed since: the record can only mislead
         return None
     try:
         if _tail_sha256(stamp.path, stamp.size) != record.get("tail_sha256"):
+            _evict(stamp)
             return None
     except OSError:
         return None
@@ -135,10 +165,21 @@ def _recalled(stamp: FileStamp) -> str | None:
     return sha if isinstance(sha, str) else None
 
 
-def launch_sha256(path: str | Path) -> str:
-    """The file's sha256 at O(1) cost when a full hash of this very file was remembered, else the full hash."""
-    stamp = FileStamp.of(path)
-    return _recalled(stamp) or verified_sha256(path)
+def recalled_sha256(path: str | Path) -> str | None:
+    """The digest remembered for the file as it is stamped now (a hint), or None; O(1) plus a 64 KiB read."""
+    try:
+        return _recalled(FileStamp.of(path))
+    except OSError:
+        return None
+
+
+def launch_sha256(path: str | Path, expected: str | None = None) -> str:
+    """``expected`` when the remembered digest agrees with it (a hint: the launch's content check reads the file
+    in full later), else the full hash read now (remembered only if it matches ``expected``)."""
+    recalled = recalled_sha256(path)
+    if recalled is not None and (expected is None or recalled == expected):
+        return recalled
+    return verified_sha256(path, expected)
 
 
 def date_back(path: str | Path) -> FileStamp:

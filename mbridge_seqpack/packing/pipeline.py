@@ -33,9 +33,10 @@ from mbridge_seqpack.packing.balance import (
     row_costs,
     straggler_ratio,
 )
-from mbridge_seqpack.packing.digests import FileStamp, remember, verified_sha256
+from mbridge_seqpack.packing.digests import FileStamp, verified_sha256
 from mbridge_seqpack.packing.level import level_steps
 from mbridge_seqpack.packing.packer import pack_lengths, packing_stats
+from mbridge_seqpack.packing.phases import reached
 from mbridge_seqpack.packing.ray_engine import RayEngine
 from mbridge_seqpack.packing.sequences import (
     InputError,
@@ -242,22 +243,28 @@ def pack_jsonl(
     kwargs = dict(options.dataset_kwargs or {})
     # a cluster's workers check their own shards (the driver would read every record once more)
     records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
-    tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # remembered: launches need not read them again
+    tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
     check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
-    mb_tokenizer = load_megatron_tokenizer(tokenizer)
-    if engine is not None:
+    if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
         engine.start()
+        eos_id, vocab_size = engine.tokenizer_facts(tokenizer)
+    else:
+        mb_tokenizer = load_megatron_tokenizer(tokenizer)
+        eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
     max_seq_length = options.max_seq_length or options.pack_size
     out = Path(output_dir)
     entries = []
     with staged_directory(out, overwrite=overwrite) as staging:
+        reached("staging")
         for split, source in inputs.items():
+            input_stamp = FileStamp.of(source)
             fingerprint = Fingerprint(
                 input_sha256=verified_sha256(source),
+                input_bytes=input_stamp.size,
                 tokenizer=str(tokenizer),
                 tokenizer_sha256=tok_sha,
-                eos_id=int(mb_tokenizer.eos_id),
-                vocab_size=int(mb_tokenizer.vocab_size),
+                eos_id=eos_id,
+                vocab_size=vocab_size,
                 dataset_kwargs=json.dumps(kwargs, sort_keys=True, default=str),
                 max_seq_length=max_seq_length,
                 pack_size=options.pack_size,
@@ -295,6 +302,7 @@ def pack_jsonl(
                     bins, balance = _balanced(seqs.lengths, bins, options)
                 entry = _split_entry(split, seqs, bins, options.pack_size, fingerprint)
                 entry["dropped_sequences"] = int((bins < 0).sum())
+                entry["overflow"] = options.overflow  # what a sequence longer than max_seq_length met
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
                 entry["truncated_tokens"] = seqs.truncated_tokens
                 entry["tokenization"] = seqs.tokenization
@@ -310,9 +318,6 @@ def pack_jsonl(
                 shutil.rmtree(spill, ignore_errors=True)
             entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries)
-    for entry in entries:  # sealed under the lock and dated back: a launch need not read them again
-        final = split_paths(out, options.pack_size)[entry["split"]]
-        remember(final, entry["checksums"]["file_sha256"], FileStamp.of(final))
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
 
 

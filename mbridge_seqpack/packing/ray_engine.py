@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mbridge_seqpack.errors import SeqpackError
+from mbridge_seqpack.packing.phases import reached
 from mbridge_seqpack.packing.sequences import InputError, SequenceOffsets, read_segments
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
@@ -117,6 +118,21 @@ class ShardJob:
 _TOKENIZERS: dict[str, Any] = {}  # one Megatron-Bridge tokenizer per worker process and directory
 
 
+def _tokenizer(path: str) -> Any:
+    if path not in _TOKENIZERS:
+        from mbridge_seqpack.packing.sequences import load_megatron_tokenizer
+
+        _TOKENIZERS[path] = load_megatron_tokenizer(path)
+    return _TOKENIZERS[path]
+
+
+def tokenizer_facts(path: str) -> tuple[int, int]:
+    """(EOS id, vocabulary size) of the Megatron-Bridge tokenizer at ``path``, on a worker (the driver does not
+    import Megatron-Bridge)."""
+    tokenizer = _tokenizer(path)
+    return int(tokenizer.eos_id), int(tokenizer.vocab_size)
+
+
 def shard_directory(job: ShardJob, index: int) -> Path:
     return Path(job.spill_root) / f"shard_{index:06d}"
 
@@ -144,10 +160,18 @@ def _result(shard: Shard, records: int, sizes: bytes, cut: int, cut_tokens: int,
 
 
 def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
-    from mbridge_seqpack.packing.sequences import check_jsonl, load_megatron_tokenizer, tokenize_split
+    from mbridge_seqpack.packing.sequences import check_jsonl, tokenize_split
 
     directory = shard_directory(job, shard.index)
-    directory.mkdir(parents=True, exist_ok=True)
+    # not parents=True: the driver made the spill root inside its staging directory; a task that outlives a killed
+    # driver, after the next pack removed that directory, must stop here, not re-create it
+    try:
+        directory.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise InputError(
+            f"{job.spill_root}: the pack's staging directory is gone (its driver stopped or was killed); this shard "
+            "is not written"
+        ) from None
     piece = directory / "input.jsonl"
     with open(job.source, "rb") as source, open(piece, "wb") as out:
         source.seek(shard.start)
@@ -162,11 +186,9 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
             remaining -= len(block)
     shown = job.shown or job.source
     records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=shown, shard=True)
-    if job.tokenizer not in _TOKENIZERS:
-        _TOKENIZERS[job.tokenizer] = load_megatron_tokenizer(job.tokenizer)
     seqs = tokenize_split(
         piece,
-        _TOKENIZERS[job.tokenizer],
+        _tokenizer(job.tokenizer),
         max_seq_length=job.max_seq_length,
         pad_seq_to_mult=job.pad_seq_to_mult,
         dataset_kwargs=job.dataset_kwargs,
@@ -239,6 +261,17 @@ class RayEngine:
     def start(self) -> None:
         self.ray = connect(self.address)
 
+    def tokenizer_facts(self, tokenizer: str | Path) -> tuple[int, int]:
+        """(EOS id, vocabulary size) of the tokenizer, loaded by a worker (which keeps it for its shards)."""
+        task = self.ray.remote(num_cpus=1)(tokenizer_facts)
+        try:
+            return tuple(self.ray.get(task.remote(str(Path(tokenizer).absolute()))))  # type: ignore[return-value]
+        except self.ray.exceptions.RayError as exc:
+            last = [line for line in str(exc).splitlines() if line.strip()][-1:] or [type(exc).__name__]
+            raise InputError(
+                f"--ray: the tokenizer {tokenizer} cannot be loaded on a worker ({last[0][:200]})"
+            ) from None
+
     def _bar(self, **kwargs: Any) -> Any:
         from tqdm import tqdm
 
@@ -271,6 +304,7 @@ class RayEngine:
         )
         ray = self.ray
         source = Path(job.source)
+        Path(job.spill_root).mkdir(parents=True, exist_ok=True)
         shards = plan_shards(source, self.shard_bytes)
         dataset = ray.data.from_items([asdict(shard) for shard in shards], override_num_blocks=len(shards))
         mapped = dataset.map(tokenize_shard, fn_kwargs={"job": job}, num_cpus=1)
@@ -280,6 +314,8 @@ class RayEngine:
             total=source.stat().st_size, unit="B", unit_scale=True, desc=f"tokenize {source.name} (ray)"
         ) as bar:
             for row in _iterate(mapped):  # in shard order: the first refusal is the one a local pack gives
+                if not results:
+                    reached("tokenizing")  # the first shard is back, the others in flight
                 results[row["index"]] = row
                 tokens += int(np.frombuffer(row["sizes"], dtype=np.int64).sum())
                 bar.update(row["bytes"])
@@ -328,6 +364,7 @@ class RayEngine:
         )
         with self._bar(total=layout.num_rows, unit="row", desc=f"write {path.name} (ray)") as bar:
             for row in _iterate(mapped):
+                reached("writing")  # parts written, others in flight
                 bar.update(row["rows"])
         stitch_parquet([Path(part["path"]) for part in parts], path)
         shutil.rmtree(work, ignore_errors=True)

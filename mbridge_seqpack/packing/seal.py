@@ -1,5 +1,5 @@
 """The seal of a packed artifact: which files and metadata a packed path names, and whether a sealed file is the
-one its metadata describes (size, sha256, fingerprint, entry seal), checked before any byte is parsed."""
+one its metadata describes (size, sha256, fingerprint, entry seal, footer), checked before any byte is parsed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mbridge_seqpack.packing.artifact import ENTRY_SEAL, ArtifactError, entry_digest, split_paths
-from mbridge_seqpack.packing.digests import launch_sha256, verified_sha256
+from mbridge_seqpack.packing.digests import verified_sha256
+from mbridge_seqpack.packing.row_group_seal import CorruptedPackError, Tiles, read_tile
 
 __all__ = [
     "REPACK",
@@ -83,10 +84,11 @@ def seal_problems(
     entry: dict[str, Any] | None,
     meta: Path | None,
     *,
-    contents: Literal["verify", "launch", "size"] = "verify",
+    contents: Literal["verify", "footer", "size"] = "verify",
 ) -> list[str]:
-    """Compare one sealed file with its metadata entry before parsing it: its size always, its sha256 read now
-    (``verify``), or remembered from a full read of this very file when there is one (``launch``, O(metadata))."""
+    """Compare one sealed file with its metadata entry before parsing it: its size always; then its sha256 read
+    now (``verify``: every byte), or its footer's tile read now (``footer``, O(metadata): what ``validate()``
+    does; the row groups are left to the launch's content check, packing/content_check.py)."""
     if meta is None:
         return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
     if entry is None:
@@ -109,7 +111,28 @@ def seal_problems(
     size = path.stat().st_size
     if size != sums.get("file_bytes"):
         return [f"file is {size} bytes, the seal says {sums.get('file_bytes')}: truncated or modified - {REPACK}"]
-    digest = {"verify": verified_sha256, "launch": launch_sha256}.get(contents)
-    if digest is not None and digest(path) != sums["file_sha256"]:
+    if contents == "verify" and verified_sha256(path, sums["file_sha256"]) != sums["file_sha256"]:
         return [f"sha256 differs from the seal: the file was modified or corrupted - {REPACK}"]
+    if contents == "footer":
+        return _footer_problems(path, sums)
+    return []
+
+
+def _footer_problems(path: Path, sums: dict[str, Any]) -> list[str]:
+    """The footer's tile against its seal (a pack sealed before tiles has none to compare)."""
+    import os
+
+    try:
+        tiles = Tiles.of_checksums(sums)
+        if tiles is None:
+            return []
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            read_tile(fd, path, tiles, tiles.footer)
+        finally:
+            os.close(fd)
+    except CorruptedPackError:
+        return [f"its Parquet footer differs from the seal: the file was modified or corrupted - {REPACK}"]
+    except ArtifactError as exc:
+        return [str(exc)]
     return []

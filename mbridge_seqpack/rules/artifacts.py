@@ -1,6 +1,12 @@
 """Stale, mixed or broken packs: explicit packed paths must resolve, as Megatron-Bridge resolves them, to one
 sealed, complete pack that agrees with the config; so must a sealed pack in the builder's default location
-(packing/builder_location.py), which Megatron-Bridge trains on as it finds it."""
+(packing/builder_location.py), which Megatron-Bridge trains on as it finds it.
+
+At ``validate()`` the checks cost O(metadata): sizes, the metadata seal, the Parquet footers read and hashed on
+rank 0, the sizes of the inputs. Nothing is trusted by a file's stamp. The bytes themselves are what
+:func:`content_plan` lists: the launch reads them in full on rank 0 while the model is built and stops before the
+first optimizer step if one differs (packing/launch_guard.py), and every row group is verified again where
+Megatron-Bridge's packed dataset reads it."""
 
 from __future__ import annotations
 
@@ -21,19 +27,30 @@ if TYPE_CHECKING:
 PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
 
 
-def _tokenizer_sha(cfg: ConfigContainer) -> str | None:
-    """Hash of the configured tokenizer's files, when it is a local Hugging Face directory (every rank validates
-    at start-up: each file's digest is remembered from its first full read, packing/digests.py)."""
-    from mbridge_seqpack.packing.digests import launch_sha256
+def _tokenizer_dir(cfg: ConfigContainer) -> Path | None:
+    """The configured tokenizer when it is a local Hugging Face directory (a hub id or a non-HF tokenizer: nothing
+    local to compare)."""
+    model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
+    return Path(str(model)) if model is not None and Path(str(model)).is_dir() else None
+
+
+def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
+    """Whether the configured tokenizer's files differ from those the pack was tokenized with. Remembered digests
+    that agree are a hint (the launch's content check reads the files again); a disagreement is confirmed by
+    reading them (small files) before anything is refused, and only digests that match the seal are remembered."""
+    from mbridge_seqpack.packing.content_check import TokenizerFiles
+    from mbridge_seqpack.packing.digests import recalled_sha256
     from mbridge_seqpack.packing.sequences import InputError, tokenizer_files_sha256
 
-    model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
-    if model is None or not Path(str(model)).is_dir():
-        return None  # a hub id or a non-HF tokenizer: nothing local to compare
+    directory = _tokenizer_dir(cfg)
+    if directory is None or not sealed:
+        return False
     try:
-        return tokenizer_files_sha256(model, launch_sha256)
+        if tokenizer_files_sha256(directory, lambda path: recalled_sha256(path) or "") == sealed:
+            return False
     except InputError:
-        return None
+        return False
+    return TokenizerFiles(directory, sealed).check(lambda n: None) is not None
 
 
 def _resolve(spec: str) -> tuple[list[Path], str | None]:
@@ -81,13 +98,13 @@ def _check_files(
             if lost:
                 found.append(_violation(field, spec, f"{path}: {lost}", fix))
             continue
-        # every rank validates the config at start-up: rank 0 checks contents (remembered digests when the files
-        # were read in full since their last write: packing/digests.py), the others check sizes
+        # every rank validates the config at start-up: rank 0 reads the footers (O(metadata)), the others check
+        # sizes; the row groups are read by the launch's content check and where the dataset reads them
         problems = (
             [problem]
             if problem
             else seal_problems(
-                path, info, entry_for(entries, info), meta, contents="launch" if is_rank_zero() else "size"
+                path, info, entry_for(entries, info), meta, contents="footer" if is_rank_zero() else "size"
             )
         )
         if problems:
@@ -137,8 +154,7 @@ def _check_files(
                     **{f"artifact {key}": packed, cfg_path: configured},
                 )
             )
-    tok_sha = _tokenizer_sha(ctx.cfg)
-    if tok_sha is not None and fp.tokenizer_sha256 != tok_sha:
+    if is_rank_zero() and _tokenizer_differs(ctx.cfg, fp.tokenizer_sha256):
         found.append(
             _violation(
                 field,
@@ -216,26 +232,95 @@ def _content_differences(ctx: RuleContext, field: str, spec: str, fp: Fingerprin
 
 def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fingerprint, fix: str) -> list[Violation]:
     """The pack against the JSONL the config names for this split (``dataset_root/<split>.jsonl``, where
-    Megatron-Bridge's builder prepares from): another digest means the data changed since packing. Rank 0 reads
-    the file; the other ranks skip it, as for the pack's own contents."""
-    root = getattr(ctx.dataset, "dataset_root", None)
-    source = Path(str(root)) / f"{split}.jsonl" if root else None
-    if source is None or not source.is_file() or not fp.input_sha256 or not is_rank_zero():
+    Megatron-Bridge's builder prepares from): another size, or a remembered digest that a full read confirms, means
+    the data changed since packing. Same size and no disagreeing record: the launch's content check reads it
+    (rank 0, before the first optimizer step). Rank 0 only, as for the pack's own contents."""
+    if not fp.input_sha256 or not is_rank_zero():
         return []
-    from mbridge_seqpack.packing.digests import launch_sha256
+    from mbridge_seqpack.packing.builder_location import jsonl_root
+    from mbridge_seqpack.packing.digests import recalled_sha256, verified_sha256
 
-    if launch_sha256(source) == fp.input_sha256:
+    root = jsonl_root(ctx.cfg)
+    source = root / f"{split}.jsonl" if root is not None else None
+    if source is None or not source.is_file():
         return []
+
+    size = source.stat().st_size
+    if fp.input_bytes is not None and size != fp.input_bytes:
+        why = f"{size} bytes, the pack was made from {fp.input_bytes}"
+    else:
+        recalled = recalled_sha256(source)
+        if recalled is None or recalled == fp.input_sha256:
+            return []  # deferred to the launch's content check
+        if verified_sha256(source, fp.input_sha256) == fp.input_sha256:  # the record was stale: read, not trusted
+            return []
+        why = "sha256 differs"
     return [
         _violation(
             field,
             spec,
-            f"the pack was made from another {split} file than {source} (sha256 differs): the data changed since "
+            f"the pack was made from another {split} file than {source} ({why}): the data changed since "
             "packing, or the pack belongs to another dataset",
             fix,
-            **{"dataset.dataset_root": str(root)},
+            **{
+                "dataset.dataset_root"
+                if getattr(ctx.dataset, "dataset_root", None) is not None
+                else "materialized Hugging Face dataset": str(root)
+            },
         )
     ]
+
+
+def pack_matches_config(ctx: RuleContext, split: str, files: list[Path]) -> bool:
+    """Whether ``files`` are the sealed pack this config trains on (no ``artifact.fingerprint_mismatch`` finding):
+    rules that judge a pack's contents (its row counts, say) read only such a pack; a stale one is re-made."""
+    return not _check_files(ctx, f"{SPECS}.{split}", ", ".join(map(str, files)), split, files)
+
+
+def content_plan(cfg: ConfigContainer) -> Any:
+    """What the launch reads in full before its first optimizer step: every sealed pack file this config trains
+    on (explicit packed paths and the builder's default location), the JSONL each split was made from where the
+    config names it, and the tokenizer files (packing/content_check.py). A file without a readable seal is left
+    out (the rule refuses it at validate())."""
+    from mbridge_seqpack.packing.artifact import ArtifactError
+    from mbridge_seqpack.packing.content_check import ContentPlan, PackFile, SourceFile, TokenizerFiles
+    from mbridge_seqpack.packing.verified_parquet import find_seal
+
+    plan = ContentPlan()
+    ctx = RuleContext(cfg=cfg, world_size=None)
+    specs = ctx.specs
+    if specs is None:
+        return plan
+    files = []
+    for name in PATH_FIELDS:
+        value = getattr(specs, name, None)
+        if value is not None:
+            files += _resolve(str(value))[0]
+    files += list(_builder_default_files(ctx).values())
+    from mbridge_seqpack.packing.builder_location import jsonl_root
+
+    root = jsonl_root(cfg)
+    seen: set[Path] = set()
+    for path in files:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        try:
+            seal = find_seal(path)
+        except (ArtifactError, OSError):
+            continue  # artifact.fingerprint_mismatch refuses it
+        if seal is None:
+            continue
+        plan.packs.append(PackFile(path, seal.file_bytes, seal.file_sha256, seal.tiles))
+        fp = seal.entry.get("fingerprint") or {}
+        source = root / f"{seal.entry.get('split')}.jsonl" if root is not None else None
+        if source is not None and source.is_file() and fp.get("input_sha256"):
+            if all(s.path != source for s in plan.sources):
+                plan.sources.append(SourceFile(source, str(fp["input_sha256"]), str(seal.entry.get("split"))))
+        directory = _tokenizer_dir(cfg)
+        if plan.tokenizer is None and directory is not None and fp.get("tokenizer_sha256"):
+            plan.tokenizer = TokenizerFiles(directory, str(fp["tokenizer_sha256"]))
+    return plan
 
 
 @rule(

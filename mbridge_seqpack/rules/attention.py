@@ -1,8 +1,9 @@
 """What the attention a model builds asserts of a config when the model is built or first runs: a core attention
-that is not Transformer Engine's refuses packed rows and CP; Transformer Engine's refuses windowed or
-non-vanilla-softmax layers over the wrong CP communication type and all-to-all CP over heads it cannot scatter;
-Megatron-Core refuses deterministic mode without the TE variable. Megatron-Bridge 0.6.2's validate() checks none
-of them."""
+that is not Transformer Engine's refuses packed rows and CP; Transformer Engine's own backend selection must leave a
+backend for every layer (computed by calling it: ``rules/attention_backend.py``), and its CP code refuses windowed
+or non-vanilla-softmax layers over the wrong communication type and all-to-all CP over heads it cannot scatter;
+Megatron-Core refuses deterministic mode without the TE variable, and NVTE_*_ATTN variables that contradict
+``attention_backend``. Megatron-Bridge 0.6.2's validate() checks none of them."""
 
 from __future__ import annotations
 
@@ -11,42 +12,24 @@ import os
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.rules.attention_backend import (
+    BACKEND_ENV,
+    LOCAL_SUFFIX,
+    NONDETERMINISTIC_ENV,
+    SWA_REFUSING_COMM_TYPES,
+    claims,
+    decisive_reasons,
+    env_value,
+    layer_comm_types,
+    mcore_backend_env,
+    no_backend_violation,
+    num_layers,
+    softmax_type,
+    training_env,
+    window_layers,
+)
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-
-#: TE context_parallel.py attn_forward_func_with_cp: 'Context parallelism does not support sliding window
-#: attention with cp_comm_type=...' for these
-SWA_REFUSING_COMM_TYPES = ("p2p", "a2a+p2p")
-NONDETERMINISTIC_ENV = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
-
-
-def _num_layers(model: Any) -> int:
-    return max(1, int(getattr(model, "num_layers", 1) or 1))
-
-
-def _softmax_type(model: Any) -> str:
-    """Megatron-Core's TransformerConfig.softmax_type ('vanilla', 'off-by-one' or 'learnable')."""
-    return getattr(model, "softmax_type", None) or "vanilla"
-
-
-def _layer_comm_types(model: Any, layers: int) -> list[str]:
-    """Each layer's CP communication type (Megatron-Core takes a string, or one entry per layer)."""
-    value = getattr(model, "cp_comm_type", None)
-    if isinstance(value, (list, tuple)):
-        return [v or "p2p" for v in value][:layers]
-    return [value or "p2p"] * layers
-
-
-def _window_layers(model: Any, layers: int) -> list[int]:
-    """1-based numbers of the layers that use sliding-window attention, as
-    megatron/core/transformer/utils.py is_layer_window_attention decides."""
-    from megatron.core.transformer.utils import is_layer_window_attention
-
-    window = getattr(model, "window_size", None)
-    if not isinstance(window, (list, tuple)) or len(window) != 2 or tuple(window) in ((-1, 0), (-1, -1)):
-        return []  # an int window is a provider's own attention's business (Gemma-4), not TE's
-    skip = getattr(model, "window_attn_skip_freq", None)
-    return [n for n in range(1, layers + 1) if is_layer_window_attention(window, skip, n)]
 
 
 def _packing_flag(ctx: RuleContext) -> str:
@@ -80,11 +63,22 @@ def core_attention_packing(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             {"core attention": ", ".join(refusing), _packing_flag(ctx): True},
-            "the layer spec's core attention is not Transformer Engine's and raises on packed sequences at the "
-            "first forward",
-            assignments=_packing_off(ctx),
+            f"{_whose(refusing)} is not Transformer Engine's and raises on packed sequences at the first forward",
+            assignments=_unpin_local(refusing) or _packing_off(ctx),
         )
     ]
+
+
+def _whose(refusing: list[str]) -> str:
+    if all(name.endswith(LOCAL_SUFFIX) for name in refusing):
+        return "with attention_backend=local, provide() swaps in Megatron-Core's own core attention, which"
+    return "the layer spec's core attention"
+
+
+def _unpin_local(refusing: list[str]) -> dict[str, Any]:
+    """``model.attention_backend=auto`` where the only non-TE attention is the one ``local`` swaps in: as an
+    override it is a string, which no provider swaps for and Megatron-Core sets no variable for."""
+    return {"model.attention_backend": "auto"} if all(n.endswith(LOCAL_SUFFIX) for n in refusing) else {}
 
 
 @rule(
@@ -106,9 +100,8 @@ def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             {"core attention": ", ".join(refusing), "model.context_parallel_size": ctx.topology.cp},
-            "the layer spec's core attention is not Transformer Engine's and refuses context parallelism when "
-            "the model is built",
-            assignments={"model.context_parallel_size": 1},
+            f"{_whose(refusing)} is not Transformer Engine's and refuses context parallelism when the model is built",
+            assignments=_unpin_local(refusing) or {"model.context_parallel_size": 1},
         )
     ]
 
@@ -129,10 +122,10 @@ def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
     layers = int(getattr(ctx.model, "num_layers", 0) or 0)
     if ctx.topology.cp <= 1 or layers <= 0 or ctx.non_te_core_attention:
         return None  # a non-TE core attention refuses CP altogether: model.core_attention_cp
-    windowed = _window_layers(ctx.model, layers)
+    windowed = window_layers(ctx.model, layers)
     if not windowed:
         return None
-    types = _layer_comm_types(ctx.model, layers)
+    types = layer_comm_types(ctx.model, layers)
     bad = [n for n in windowed if n <= len(types) and types[n - 1] in SWA_REFUSING_COMM_TYPES]
     if not bad:
         return []
@@ -153,7 +146,7 @@ def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
 
 def _windowed_cp_comm_type(model: Any) -> str:
     """all_gather for windowed layers, unless a non-vanilla softmax needs a2a (which takes windows too)."""
-    return "all_gather" if _softmax_type(model) == "vanilla" else "a2a"
+    return "all_gather" if softmax_type(model) == "vanilla" else "a2a"
 
 
 @rule(
@@ -161,20 +154,28 @@ def _windowed_cp_comm_type(model: Any) -> str:
     "A non-vanilla softmax (attention sinks, off-by-one) with CP>1 needs cp_comm_type 'a2a'.",
     severity=ERROR,
     evidence=(
-        "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py "
-        "attn_forward_func_with_cp asserts 'Context parallelism only supports softmax_type=... with cp_comm_type = "
-        "a2a'; before that, backend selection finds no backend ('No dot product attention backend is available', "
-        "NVIDIA-NeMo/Megatron-Bridge#2298, NVIDIA/TransformerEngine#2541). Megatron-Core passes softmax_type to "
-        "TEDotProductAttention (extensions/transformer_engine.py)."
+        "decided by Transformer Engine's own transformer_engine/pytorch/attention/dot_product_attention/utils.py "
+        "get_attention_backend, run on the layers' AttentionParams (rules/attention_backend.py): it disables "
+        "FusedAttention for CP with a non-vanilla softmax_type unless cp_comm_type is a2a, FlashAttention for any "
+        "non-vanilla softmax and UnfusedDotProductAttention under CP, so DotProductAttention.forward raises 'No "
+        "dot product attention backend is available' (NVIDIA-NeMo/Megatron-Bridge#2298, "
+        "NVIDIA/TransformerEngine#2541); context_parallel.py attn_forward_func_with_cp asserts the same after. "
+        "Without Transformer Engine here, the same condition is checked from the config."
     ),
 )
 def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
-    softmax = _softmax_type(ctx.model)
-    layers = _num_layers(ctx.model)
+    softmax = softmax_type(ctx.model)
+    layers = num_layers(ctx.model)
     if ctx.topology.cp <= 1 or softmax == "vanilla" or ctx.non_te_core_attention:
         return None
-    types = sorted(set(_layer_comm_types(ctx.model, layers)) - {"a2a"})
-    if not types:
+    verdict = ctx.attention_verdict
+    reasons = ""
+    if verdict.computed:
+        refused = [k for k in verdict.failing if "cp.softmax_type_comm_type" in claims(ctx, k.kind)]
+        if not refused:
+            return []
+        reasons = f" (TE's selection on {verdict.target.sm}: {decisive_reasons(refused[0].selection, verdict.target)})"
+    elif not set(layer_comm_types(ctx.model, layers)) - {"a2a"}:
         return []
     return [
         Violation(
@@ -184,7 +185,7 @@ def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
                 "model.context_parallel_size": ctx.topology.cp,
             },
             f"Transformer Engine runs a {softmax} softmax under context parallelism only with the all-to-all "
-            "communication type",
+            f"communication type{reasons}",
             assignments={"model.cp_comm_type": "a2a"},
         )
     ]
@@ -204,7 +205,7 @@ def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
 )
 def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
-    types = set(_layer_comm_types(ctx.model, _num_layers(ctx.model)))
+    types = set(layer_comm_types(ctx.model, num_layers(ctx.model)))
     if topo.cp <= 1 or not types & {"a2a", "a2a+p2p"}:
         return None
     group = topo.cp
@@ -240,19 +241,15 @@ def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
 def _a2a_heads_fix(ctx: RuleContext, local: dict[str, int]) -> dict[str, Any]:
     """Ring CP (all_gather where layers are windowed), or, where a non-vanilla softmax needs a2a, the largest CP
     size the heads divide by."""
-    if _softmax_type(ctx.model) != "vanilla":
+    if softmax_type(ctx.model) != "vanilla":
         return {"model.context_parallel_size": math.gcd(ctx.topology.cp, *local.values())}
-    layers = _num_layers(ctx.model)
-    return {"model.cp_comm_type": "all_gather" if _window_layers(ctx.model, layers) else "p2p"}
+    layers = num_layers(ctx.model)
+    return {"model.cp_comm_type": "all_gather" if window_layers(ctx.model, layers) else "p2p"}
 
 
 def _env_value(ctx: RuleContext, name: str) -> str | None:
-    """The value the training process will see: the config's env_vars (runtime_config_update exports them before
-    the model is built), else this process's environment."""
-    env_vars = getattr(ctx.cfg, "env_vars", None) or {}
-    if name in env_vars:
-        return str(env_vars[name])
-    return os.environ.get(name)
+    """The value the training process will see (the launch environment's, else ``env_vars``)."""
+    return env_value(ctx.cfg, name)
 
 
 @rule(
@@ -274,11 +271,89 @@ def te_attention_env(ctx: RuleContext) -> list[Violation] | None:
     value = _env_value(ctx, NONDETERMINISTIC_ENV)
     if value is not None and value.strip() == "0":
         return []
+    why = (
+        "Megatron-Core builds Transformer Engine attention only when non-deterministic algorithms are "
+        "disallowed, and raises at model build otherwise"
+    )
+    fields = {"model.deterministic_mode": True, f"env {NONDETERMINISTIC_ENV}": value}
+    if NONDETERMINISTIC_ENV in os.environ:  # runtime_config_update's setdefault leaves a launch value in place
+        return [
+            Violation(
+                fields,
+                f"{why}; the launch environment sets it, and env_vars do not override a launch value "
+                "(runtime_config_update: os.environ.setdefault)",
+                fix=f"export {NONDETERMINISTIC_ENV}=0 in the launch environment (or unset it and set env_vars)",
+            )
+        ]
+    return [Violation(fields, why, assignments={f"env_vars.{NONDETERMINISTIC_ENV}": "0"})]
+
+
+@rule(
+    "attention.backend_available",
+    "Transformer Engine's own backend selection must leave an attention backend for every layer.",
+    severity=ERROR,
+    evidence=(
+        "transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend, called here "
+        "unchanged on the AttentionParams DotProductAttention.forward builds for each kind of layer "
+        "(rules/attention_backend.py: THD and pad_between_seqs from Megatron-Bridge's batches, CP size and comm "
+        "type, window, softmax, determinism, FP8 attention, the NVTE_* variables Megatron-Core's "
+        "_set_attention_backend leaves) on the target GPU (rules/te_attention.py: architecture, cuDNN, flash-attn "
+        "declared; cuDNN's own support query assumed to accept); when it leaves none, "
+        "dot_product_attention.py DotProductAttention.forward raises 'No dot product attention backend is "
+        "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
+        "cp.* rule reports are left to it."
+    ),
+)
+def backend_available(ctx: RuleContext) -> list[Violation] | None:
+    verdict = ctx.attention_verdict
+    if not verdict.computed:
+        return None
+    heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
+    return [
+        no_backend_violation(ctx.cfg, verdict, failing)
+        for failing in verdict.failing
+        if not claims(ctx, failing.kind) and not (heads_split and failing.kind.cp_comm_type in ("a2a", "a2a+p2p"))
+    ]
+
+
+@rule(
+    "attention.backend_env_conflict",
+    "An NVTE_*_ATTN variable set for the launch must agree with an AttnBackend model.attention_backend.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/models/common/language_module/language_module.py LanguageModule._set_attention_backend "
+        "(run by GPTModel.__init__, when the model is built) asserts 'NVTE_... set to ..., but expected ... for "
+        "attention backend type ...' for every AttnBackend value, the default auto included (it expects 1 for all "
+        "three); run here on a copy of the launch's NVTE_* variables (environment, then env_vars as "
+        "runtime_config_update's setdefault leaves them). A string value sets and checks nothing."
+    ),
+)
+def backend_env_conflict(ctx: RuleContext) -> list[Violation] | None:
+    env = training_env(ctx.cfg)
+    if not any(name in env for name in BACKEND_ENV) or not hasattr(ctx.model, "attention_backend"):
+        return None
+    _, conflict = mcore_backend_env(ctx.model, env)
+    if conflict is None:
+        return []
+    name, value, expected = _conflict_parts(conflict)
+    pinned = getattr(ctx.model, "attention_backend", None)
     return [
         Violation(
-            {"model.deterministic_mode": True, f"env {NONDETERMINISTIC_ENV}": value},
-            "Megatron-Core builds Transformer Engine attention only when non-deterministic algorithms are "
-            "disallowed, and raises at model build otherwise",
-            assignments={f"env_vars.{NONDETERMINISTIC_ENV}": "0"},
+            {"model.attention_backend": f"AttnBackend.{getattr(pinned, 'name', pinned)}", f"env {name}": value},
+            f"Megatron-Core asserts when the model is built: {conflict.split('. ')[0]}",
+            fix=(
+                f"cfg.model.attention_backend = 'auto' (as an override: a string, for which Megatron-Core sets and "
+                f"checks no variable, so Transformer Engine honours {name}={value}); or unset {name} "
+                f"(or set it to {expected})"
+            ),
+            assignments={"model.attention_backend": "auto"},
         )
     ]
+
+
+def _conflict_parts(message: str) -> tuple[str, str, str]:
+    """(variable, value, expected) from _set_attention_backend's assertion message."""
+    import re
+
+    found = re.match(r"(\w+) set to (.*?), but expected (\w+)", message)
+    return (found.group(1), found.group(2), found.group(3)) if found else ("NVTE_*_ATTN", "?", "?")

@@ -76,10 +76,20 @@ class RuleContext:
     @cached_property
     def non_te_core_attention(self) -> list[str]:
         """Core-attention classes of the layer spec that are not Transformer Engine's (resolved once per check:
-        three attention rules ask)."""
+        three attention rules ask), and Megatron-Core's own when ``provide()`` swaps it in for
+        ``attention_backend=local``."""
+        from mbridge_seqpack.rules.attention_backend import local_attention_swap
         from mbridge_seqpack.rules.model_family import non_te_core_attention
 
-        return non_te_core_attention(self.model)
+        return non_te_core_attention(self.model) + local_attention_swap(self.model)
+
+    @cached_property
+    def attention_verdict(self) -> Any:
+        """Transformer Engine's own backend selection for each kind of layer (``rules/attention_backend.py``),
+        computed once per check on the target GPU stack (``rules/te_attention.py``)."""
+        from mbridge_seqpack.rules.attention_backend import verdict_of
+
+        return verdict_of(self.cfg, non_te=self.non_te_core_attention)
 
     @cached_property
     def topology(self) -> Topology:
@@ -143,6 +153,18 @@ class RuleContext:
     def any_packing(self) -> bool:
         """THD layout is in use (offline, in-batch or Energon online packing)."""
         return self.offline_packing or self.in_batch_packing or self.energon_packing or self.specs is not None
+
+    @property
+    def packing_flags(self) -> dict[str, Any]:
+        """The fields that turn packing on for this config, with their values (for a violation's fields)."""
+        flags: dict[str, Any] = {}
+        if self.offline_packing:
+            flags["dataset.enable_offline_packing"] = True
+        if self.in_batch_packing:
+            flags["dataset.enable_in_batch_packing"] = True
+        if self.energon_packing:
+            flags["dataset.packing_buffer_size"] = self.dataset.packing_buffer_size
+        return flags
 
     # ---- fixed width -------------------------------------------------------------------------
     @property
@@ -229,3 +251,62 @@ class RuleContext:
     @property
     def mtp_layers(self) -> int:
         return int(getattr(self.model, "mtp_num_layers", None) or 0)
+
+    @property
+    def fp4_recipe(self) -> str | None:
+        """The TE FP4 recipe the run will use (``nvfp4``), or None without FP4; a ``mixed_precision`` config wins
+        over the model's fields, as for ``fp8_recipe``."""
+        mixed = getattr(self.cfg, "mixed_precision", None)
+        if isinstance(mixed, str):
+            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+            try:
+                mixed = get_mixed_precision_config(mixed)
+            except ValueError:
+                return None
+        source = mixed if mixed is not None else self.model
+        if not getattr(source, "fp4", None):
+            return None
+        recipe = getattr(source, "fp4_recipe", None) or "nvfp4"
+        return str(getattr(recipe, "value", recipe))
+
+    # ---- pretraining datasets ----------------------------------------------------------------
+    @property
+    def pretraining_dataset(self) -> bool:
+        """Megatron-Bridge's GPT pretraining dataset config (Megatron-Core's ``GPTDatasetConfig``: real, mock or
+        FIM data), read by ``GPTDataset.__getitem__``."""
+        from megatron.bridge.training.config import GPTDatasetConfig
+
+        return isinstance(self.dataset, GPTDatasetConfig)
+
+    @cached_property
+    def dataset_mask_honoured(self) -> bool:
+        """Whether an attention mask built by the pretraining dataset reaches a core attention that applies it: the
+        step must keep it (``skip_getting_attention_mask_from_dataset=False``, training/gpt_step.py get_batch) and
+        the core attention must not be Transformer Engine's, whose causal mask type ignores ``attention_mask``."""
+        if getattr(self.dataset, "skip_getting_attention_mask_from_dataset", True):
+            return False
+        return bool(self.non_te_core_attention)
+
+    # ---- widths ------------------------------------------------------------------------------
+    @property
+    def fixed_width_rows(self) -> bool:
+        """Rows padded to full width once Megatron-Bridge's validate() has run: ``pad_to_max_length``, which it
+        turns on itself for datasets that carry the field under PP>1 or EP>1 (training/config.py)."""
+        if self.pad_to_max_length:
+            return True
+        if not hasattr(self.dataset, "pad_to_max_length"):
+            return False
+        return self.topology.pp > 1 or self.topology.ep > 1
+
+    # ---- communication overlap ---------------------------------------------------------------
+    @property
+    def tp_comm_overlap(self) -> bool:
+        """Transformer Engine userbuffer TP overlap as it will run: ``comm_overlap.tp_comm_overlap`` (applied by
+        CommOverlapConfig.setup) or ``model.tp_comm_overlap``, kept only with TP>1 and sequence parallelism
+        (training/comm_overlap.py _get_model_comm_overlap_cfgs)."""
+        overlap = getattr(self.cfg, "comm_overlap", None)
+        source = overlap if overlap is not None else self.model  # setup() writes the comm_overlap value on the model
+        requested = getattr(source, "tp_comm_overlap", False)
+        topo = self.topology
+        return bool(requested) and topo.tp > 1 and topo.sequence_parallel

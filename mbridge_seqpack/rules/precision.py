@@ -1,15 +1,24 @@
-"""Low-precision (FP8 / MXFP8) rules for packed rows: what Transformer Engine's quantized GEMMs need of the token
-dimension each rank holds."""
+"""Low-precision (FP8 / MXFP8 / NVFP4) rules for packed rows: what Transformer Engine's quantized GEMMs need of the
+token dimension each rank holds."""
 
 from __future__ import annotations
 
+import math
+
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.offline import row_width_violations
 from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.topology import round_up
 
-#: tokens each rank's GEMM input must hold a multiple of, per TE FP8 recipe (Megatron-Core's fp8_recipe names)
-FP8_TOKEN_MULTIPLE = {"delayed": 16, "tensorwise": 16, "blockwise": 16, "mxfp8": 32}
+#: tokens each rank's GEMM input must hold a multiple of, per TE FP8 recipe (Megatron-Core's fp8_recipe names) and
+#: FP4 recipe (fp4_recipe "nvfp4": 16-token blocks)
+FP8_TOKEN_MULTIPLE = {"delayed": 16, "tensorwise": 16, "blockwise": 16, "mxfp8": 32, "nvfp4": 16}
+
+
+def quantized_recipe(ctx: RuleContext) -> str | None:
+    """The TE low-precision recipe of the run: the FP8 recipe, else the FP4 one (Megatron-Core refuses both)."""
+    return ctx.fp8_recipe or ctx.fp4_recipe
 
 
 def _row_split(ctx: RuleContext) -> int:
@@ -20,13 +29,14 @@ def _row_split(ctx: RuleContext) -> int:
 
 def fp8_row_multiple(ctx: RuleContext) -> int:
     """The packed row width multiple the FP8 recipe needs (1 without FP8 or for recipes without a known need)."""
-    block = FP8_TOKEN_MULTIPLE.get(ctx.fp8_recipe or "", 1)
+    block = FP8_TOKEN_MULTIPLE.get(quantized_recipe(ctx) or "", 1)
     return block * _row_split(ctx) if block > 1 else 1
 
 
 @rule(
     "fp8.packed_tokens_per_rank",
-    "With FP8 / MXFP8, each rank's share of a packed row (width / CP / TP under SP) must be a multiple of 16 / 32.",
+    "With FP8 / MXFP8 / NVFP4, each rank's share of a packed row (width / CP / TP under SP) must be a multiple of "
+    "16 / 32 / 16.",
     severity=ERROR,
     evidence=(
         "transformer_engine/pytorch/module/linear.py and layernorm_linear.py call utils.assert_dim_for_fp8_exec "
@@ -36,12 +46,15 @@ def fp8_row_multiple(ctx: RuleContext) -> int:
         "packs to 128; only the 8/16 requirement is traced in TE 2.20's code, so 16 is what is enforced); "
         "MXFP8 quantizes in blocks of 32 tokens (tensor/mxfp8_tensor.py "
         "MXFP8Quantizer.is_quantizable, quantizer.cpp 'flat_first_dim % MXFP8_BLOCK_SIZE == 0', "
-        "modelscope/ms-swift#9723). Packed rows are packed_sequence_size or pad_seq_length_to_mult (16) wide, "
+        "modelscope/ms-swift#9723). NVFP4 (model/mixed_precision fp4 with fp4_recipe 'nvfp4', which the FP8 "
+        "field does not show) runs the same FP8 input check and quantizes in blocks of 16 tokens "
+        "(tensor/nvfp4_tensor.py NVFP4Quantizer.is_quantizable, quantizer.cpp 'First dim for NVFP4 must be "
+        "divisible by 16'). Packed rows are packed_sequence_size or pad_seq_length_to_mult (16) wide, "
         "split by CP and, with sequence parallelism, by TP."
     ),
 )
 def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
-    recipe = ctx.fp8_recipe
+    recipe = quantized_recipe(ctx)
     if ctx.specs is None or ctx.specs.packed_sequence_size <= 0 or recipe not in FP8_TOKEN_MULTIPLE:
         return None
     split = _row_split(ctx)
@@ -49,6 +62,165 @@ def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     return row_width_violations(
         ctx,
         need,
-        f"is split into {split} shard(s), each a {recipe} FP8 GEMM input of width/{split} tokens that must be a "
-        f"multiple of {FP8_TOKEN_MULTIPLE[recipe]}",
+        f"is split into {split} shard(s), each a {recipe}{'' if recipe == 'nvfp4' else ' FP8'} GEMM input of "
+        f"width/{split} tokens that must be a multiple of {FP8_TOKEN_MULTIPLE[recipe]}",
     )
+
+
+def _precision_source(ctx: RuleContext) -> tuple[str, object] | None:
+    """Where the run's precision fields come from: the mixed precision config (a recipe name resolved to Megatron-
+    Bridge's preset) overwrites the model's in runtime_config_update; (path prefix, object)."""
+    mixed = getattr(ctx.cfg, "mixed_precision", None)
+    if isinstance(mixed, str):
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        try:
+            return "mixed_precision", get_mixed_precision_config(mixed)
+        except ValueError:
+            return None
+    return ("mixed_precision", mixed) if mixed is not None else ("model", ctx.model)
+
+
+@rule(
+    "fp8.row_tokens_per_rank",
+    "With FP8 / MXFP8 / NVFP4, every micro batch's rank-local tokens (micro batch x row width / CP / TP under SP) "
+    "must be a multiple of 16 / 32 / 16 for unpacked and collate-packed rows too.",
+    severity=ERROR,
+    evidence=(
+        "The same Transformer Engine checks as fp8.packed_tokens_per_rank (utils.assert_dim_for_fp8_exec on the "
+        "product of the leading dims, cuBLASLt's lda % 16 for the FP8 wgrad GEMM, MXFP8Quantizer / NVFP4Quantizer "
+        "block sizes), reached by rows the offline rule does not see: GPT SFT batches padded to "
+        "pad_seq_length_to_mult (data/datasets/gpt_sft.py collate_fn), Hugging Face / VLM batches padded to the "
+        "collate multiple, and collate-packed THD rows whose length is a sum of sequences each padded only to the "
+        "CP/SP multiple (data/packing/in_batch.py build_mcore_thd_sequence_batch_from_rows: run on CPU), which at "
+        "CP=1 can be any length."
+    ),
+)
+def row_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.rules.row_widths import row_widths, width_fix
+
+    recipe = quantized_recipe(ctx)
+    if recipe not in FP8_TOKEN_MULTIPLE or (ctx.offline_packing and ctx.specs is not None):
+        return None  # offline packs: fp8.packed_tokens_per_rank
+    widths = row_widths(ctx)
+    if widths is None:
+        return None
+    split = _row_split(ctx)
+    need = FP8_TOKEN_MULTIPLE[recipe] * split
+    if widths.tokens_divisible(need):
+        return []
+    per_width = need // math.gcd(need, widths.rows)
+    fix = (
+        {"dataset.enable_in_batch_packing": False}
+        if ctx.in_batch_packing
+        else width_fix(ctx, widths.fields, per_width)
+    )
+    return [
+        Violation(
+            {
+                "train.micro_batch_size": widths.rows if not ctx.in_batch_packing else ctx.train.micro_batch_size,
+                **widths.fields,
+                "model.context_parallel_size": ctx.topology.cp,
+                "model.tensor_model_parallel_size": ctx.topology.tp,
+                "model.sequence_parallel": ctx.topology.sequence_parallel,
+            },
+            f"each micro batch is split into {split} shard(s), each a {recipe} GEMM input whose tokens must be a "
+            f"multiple of {FP8_TOKEN_MULTIPLE[recipe]}; these rows are as wide as multiples of "
+            f"{' or '.join(str(g) for g in widths.generators)}"
+            + (" (collate-packed rows: any sum of sequences)" if ctx.in_batch_packing else ""),
+            assignments=fix,
+        )
+    ]
+
+
+@rule(
+    "fp8.mxfp8_attention_sequence",
+    "MXFP8 attention (fp8_dot_product_attention with the MXFP8 recipe) needs every row's rank-local length a "
+    "multiple of 128 and head dims a multiple of 32.",
+    severity=ERROR,
+    evidence=(
+        "transformer_engine/pytorch/attention/dot_product_attention/utils.py combine_and_quantize asserts 'MXFP8 "
+        "quantization requires s_q % 128 == 0, s_kv % 128 == 0, d_qk % 32 == 0, d_v % 32 == 0' for the BSHD / SBHD "
+        "rows MXFP8 attention quantizes (run on CPU); get_attention_backend checks the architecture, cuDNN and the "
+        "THD format (packed rows: attention.backend_available), not the length. Each CP rank holds width / CP tokens "
+        "of a row."
+    ),
+)
+def mxfp8_attention_sequence(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.rules.row_widths import row_widths, width_fix
+
+    source = _precision_source(ctx)
+    if ctx.fp8_recipe != "mxfp8" or source is None or not getattr(source[1], "fp8_dot_product_attention", False):
+        return None
+    if ctx.any_packing:
+        return None  # THD rows: TE's backend selection refuses MXFP8 attention over them
+    widths = row_widths(ctx)
+    m = ctx.model
+    found = []
+    head_dim = getattr(m, "kv_channels", None) or (
+        m.hidden_size // m.num_attention_heads if getattr(m, "num_attention_heads", None) else None
+    )
+    need = 128 * ctx.topology.cp
+    if widths is not None and not widths.widths_divisible(need):
+        found.append(
+            Violation(
+                {**widths.fields, "model.context_parallel_size": ctx.topology.cp, f"{source[0]}.fp8_recipe": "mxfp8"},
+                f"MXFP8 attention needs each CP rank's share of a row in 128-token blocks: every row width must be a "
+                f"multiple of {need}, and these rows are as wide as multiples of "
+                f"{' or '.join(str(g) for g in widths.generators)}",
+                assignments=width_fix(ctx, widths.fields, need),
+            )
+        )
+    if not getattr(m, "multi_latent_attention", False) and isinstance(head_dim, int) and head_dim % 32:
+        found.append(
+            Violation(
+                {"model.kv_channels": head_dim, f"{source[0]}.fp8_dot_product_attention": True},
+                "MXFP8 attention quantizes the head dimension in 32-wide blocks: the first attention asserts",
+                assignments={f"{source[0]}.fp8_dot_product_attention": False},
+            )
+        )
+    return found
+
+
+@rule(
+    "tp_comm_overlap.mxfp8_tokens",
+    "TP communication overlap with MXFP8 needs each rank's tokens (seq_length x micro batch / CP / TP) a multiple of "
+    "128.",
+    severity=ERROR,
+    evidence=(
+        "transformer_engine/pytorch/module/base.py fill_userbuffers_buffer_for_all_gather raises ValueError "
+        "'Userbuffers requires MXFP8 tensor dims that are divisible by 128' for the MXFP8 all-gather of a userbuffer "
+        "TP GEMM input, at the first forward; the input holds seq_length x micro_batch / CP / TP tokens "
+        "(tp_comm_overlap.token_count keeps every micro batch at that count). fp8.packed_tokens_per_rank asks for the "
+        "32-token MXFP8 block only. Needs a GPU and userbuffers: cited."
+    ),
+)
+def mxfp8_userbuffer_tokens(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.tp_comm_overlap or ctx.fp8_recipe != "mxfp8":
+        return None
+    topo = ctx.topology
+    seq, mbs = ctx.model.seq_length, ctx.train.micro_batch_size
+    if not isinstance(mbs, int) or not isinstance(seq, int):
+        return None
+    need = 128 * topo.cp * topo.tp
+    if seq * mbs % need == 0:
+        return []
+    size = round_up(seq, need // math.gcd(need, mbs))
+    fix: dict[str, object] = {"model.seq_length": size}
+    if hasattr(ctx.dataset, "seq_length"):
+        fix["dataset.seq_length"] = size
+    if ctx.offline_packing and ctx.specs is not None:
+        fix[f"{SPECS}.packed_sequence_size"] = size
+    return [
+        Violation(
+            {
+                "model.seq_length": seq,
+                "train.micro_batch_size": mbs,
+                "model.context_parallel_size": topo.cp,
+                "model.tensor_model_parallel_size": topo.tp,
+            },
+            f"each rank's userbuffer holds seq_length x micro_batch / CP / TP = {seq * mbs / (topo.cp * topo.tp):g} "
+            "tokens, and the MXFP8 all-gather of its scales needs a multiple of 128",
+            assignments=fix,
+        )
+    ]

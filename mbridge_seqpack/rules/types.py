@@ -50,6 +50,7 @@ OPTIONAL_NON_NEGATIVE_INT = FieldType(
     "a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0), None
 )
 ANY_INT = FieldType("an integer", _is_int, -1)
+NON_NEGATIVE_INT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0, 0)
 BOOL = FieldType("true or false", _is_bool, False)
 OPTIONAL_STR = FieldType("a string or null", lambda v: v is None or isinstance(v, str), None)
 OPTIONAL_PATH = FieldType(
@@ -57,7 +58,7 @@ OPTIONAL_PATH = FieldType(
 )
 OPTIONAL_MAPPING = FieldType("a mapping (dict) or null", lambda v: v is None or isinstance(v, Mapping), None)
 CP_COMM_TYPE = FieldType(
-    "null, a string (p2p, a2a, allgather, a2a+p2p) or a list of those per layer",
+    "null, a string (p2p, a2a, all_gather, a2a+p2p) or a list of those per layer",
     lambda v: (
         v is None
         or isinstance(v, str)
@@ -73,6 +74,8 @@ OPTIONAL_INT_LIST = FieldType(
 
 
 MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
+#: None lets Megatron-Bridge's own 'must be defined' assertion (GPTDatasetConfig.finalize) speak
+OPTIONAL_BOOL = FieldType("true, false or null", lambda v: v is None or _is_bool(v), None)
 OPTIONAL_MICRO_BATCH = FieldType(
     "a positive integer (null lets Megatron-Bridge report it)", lambda v: v is None or (_is_int(v) and v > 0), 1
 )
@@ -116,8 +119,39 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
     "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
     "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
-    # the capture-safety conditions (cuda_graphs.capture_host_reads) read these
+    "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
+    "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
+    "dataset.inter_document_masking": BOOL,
+    "dataset.reset_attention_mask": OPTIONAL_BOOL,
+    "dataset.reset_position_ids": OPTIONAL_BOOL,
+    "dataset.create_attention_mask": BOOL,
+    "dataset.skip_getting_attention_mask_from_dataset": BOOL,
+    "dataset.num_workers": OPTIONAL_NON_NEGATIVE_INT,
+    "model.hybrid_context_parallel": BOOL,
+    "model.tp_comm_overlap": BOOL,
+    "model.is_hybrid_model": BOOL,
+    # read by the gap rules (ssm, rope, moe, schedules, prep): a string 'false' would turn these on
+    "model.use_mamba_mem_eff_path": BOOL,
+    "model.rmsnorm": BOOL,  # Falcon-H1 only
+    "model.deterministic_mode": BOOL,
+    "model.fused_single_qkv_rope": BOOL,
+    "model.qk_layernorm": BOOL,
+    "model.rotary_interleaved": BOOL,
     "model.apply_rope_fusion": BOOL,
+    "model.moe_router_fusion": BOOL,
+    "model.moe_apply_probs_on_input": BOOL,
+    "model.moe_router_topk": OPTIONAL_POSITIVE_INT,  # None in some providers until finalize
+    "model.mamba_num_heads": OPTIONAL_POSITIVE_INT,
+    "model.mamba_num_groups": POSITIVE_INT,
+    "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
+    "dataset.pad_to_multiple_of": POSITIVE_INT,
+    "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
+    "ddp.num_distributed_optimizer_instances": POSITIVE_INT,
+    "dist.use_sharp": BOOL,
+    "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
+    "dataset.drop_last": BOOL,
+    "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
+    # the capture-safety conditions (cuda_graphs.capture_host_reads) read these
     "ddp.check_for_nan_in_grad": BOOL,
     "ddp.check_for_large_grads": BOOL,
     "ddp.overlap_grad_reduce": BOOL,
@@ -207,8 +241,9 @@ def type_problems(ctx: RuleContext) -> list[Violation]:
     "training/config.py ConfigContainer.validate (e.g. `self.train.micro_batch_size > 1`, "
     "data/packing/config.py PackedSequenceSpecs.__post_init__ `self.pad_seq_to_mult <= 0`), which raise "
     "TypeError/AttributeError on a string, a dict or 0; pad_seq_to_mult=None passes PackedSequenceSpecs but "
-    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; a string "
-    "'false' is truthy and silently turns flags on.",
+    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; "
+    "training/train.py asserts train.manual_gc_interval >= 0 when training starts; a string 'false' is truthy and "
+    "silently turns flags on.",
 )
 def config_types(ctx: RuleContext) -> list[Violation]:
     return type_problems(ctx)

@@ -253,7 +253,9 @@ def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any],
     with restored_environ():
         verdict.mb_error = _mb_verdict(name, cfg, world_size)
     verdict.mb_accepts = not verdict.mb_error
-    with _on_gpu(name):
+    from mbridge_seqpack.rules.te_attention import declared
+
+    with _on_gpu(name), declared(recipe=name):  # attention backends judged on the GPU the recipe names
         results = evaluate(RuleContext.build(copy.deepcopy(cfg), world_size))
     verdict.flags = [{"rule_id": v.rule_id, "severity": v.severity} for r in results for v in r.violations]
     return verdict

@@ -1,0 +1,198 @@
+"""Mixture-of-experts options Megatron-Core 0.19.2 refuses after the model is built: quantile balancing over token
+counts it cannot split evenly, MoE with TP but no sequence parallelism, flex dispatchers without an expert-parallel
+group, and router / expert option pairs its __post_init__ does not check."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.row_widths import row_widths, width_fix
+
+
+def _experts(ctx: RuleContext) -> int | None:
+    """The number of routed experts, or None for a dense model."""
+    experts = getattr(ctx.model, "num_moe_experts", None)
+    return experts if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1 else None
+
+
+def _aux_loss_coeffs(model: Any) -> list[float]:
+    coeff = getattr(model, "moe_aux_loss_coeff", 0.0)
+    return [c for c in (coeff if isinstance(coeff, (list, tuple)) else [coeff]) if isinstance(c, (int, float))]
+
+
+@rule(
+    "moe.quantile_balancing_tokens",
+    "Quantile-balancing routing needs every micro batch's token count x top-k to divide by the number of experts.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/router.py TopKRouter.quantile_balancing gathers the micro batch's router "
+        "logits over TP x CP and calls moe/moe_utils.py qb_dual_update, which asserts 'Quantile balancing requires "
+        "the number of routed assignments (N tokens * top-k) to be divisible by E experts' at every training "
+        "forward (run on CPU). The token count is the micro batch's: packed rows are as wide as their content "
+        "rounded up to pad_seq_length_to_mult, unpacked batches as their longest row rounded up, collate-packed "
+        "rows the sum of sequences padded to the CP/SP multiple; a width that is not a multiple of "
+        "experts / gcd(top-k, experts) fails at the first such batch."
+    ),
+)
+def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
+    experts = _experts(ctx)
+    if experts is None or getattr(ctx.model, "moe_router_load_balancing_type", None) != "quantile_balancing":
+        return None
+    widths = row_widths(ctx)
+    topk = getattr(ctx.model, "moe_router_topk", 2)
+    if widths is None or not isinstance(topk, int) or topk < 1:
+        return None
+    need = experts // math.gcd(topk, experts)
+    if widths.tokens_divisible(need):
+        return []
+    per_width = need // math.gcd(need, widths.rows)
+    if ctx.in_batch_packing:
+        fix: dict[str, object] = {"dataset.enable_in_batch_packing": False}
+    else:
+        fix = width_fix(ctx, widths.fields, per_width)
+    return [
+        Violation(
+            {
+                "model.moe_router_load_balancing_type": "quantile_balancing",
+                "model.num_moe_experts": experts,
+                "model.moe_router_topk": topk,
+                "train.micro_batch_size": ctx.train.micro_batch_size,
+                **widths.fields,
+            },
+            f"the router splits each micro batch's tokens x {topk} evenly over {experts} experts, so every micro "
+            f"batch must hold a multiple of {need} tokens; these rows are as wide as "
+            f"{' or '.join(str(g) for g in widths.generators)} multiples and fail the router's assertion",
+            assignments=fix,
+        )
+    ]
+
+
+@rule(
+    "moe.tp_needs_sequence_parallel",
+    "MoE layers with TP>1 need sequence_parallel=True in training.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError 'During training, performance "
+        "may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism.' at the "
+        "first training forward whenever the attention TP group is larger than 1 and sequence_parallel is off (run on "
+        "CPU; 'performance' is the reason for the check, NVIDIA/Megatron-LM#1587, but it raises); "
+        "megatron/core/model_parallel_config.py only warns (and only with EP>1), and Megatron-Bridge checks nothing."
+    ),
+)
+def tp_needs_sequence_parallel(ctx: RuleContext) -> list[Violation] | None:
+    if _experts(ctx) is None or ctx.topology.tp == 1:
+        return None
+    if ctx.topology.sequence_parallel:
+        return []
+    return [
+        Violation(
+            {
+                "model.num_moe_experts": _experts(ctx),
+                "model.tensor_model_parallel_size": ctx.topology.tp,
+                "model.sequence_parallel": False,
+            },
+            "every MoE layer raises at the first training forward when tensor parallelism runs without sequence "
+            "parallelism",
+            assignments={"model.sequence_parallel": True},
+        )
+    ]
+
+
+@rule(
+    "moe.flex_dispatcher_parallel",
+    "The flex token dispatcher with the DeepEP or NCCL-EP backend needs expert TP x EP > 1.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ asserts 'DeepEP dispatcher "
+        "requires TPxEP > 1' / 'NCCL EP dispatcher requires TPxEP > 1' (its tp is the expert TP group) when the model "
+        "is built; TransformerConfig.__post_init__ checks the backend against the dispatcher type, not the sizes."
+    ),
+)
+def flex_dispatcher_parallel(ctx: RuleContext) -> list[Violation] | None:
+    m = ctx.model
+    if _experts(ctx) is None or getattr(m, "moe_token_dispatcher_type", None) != "flex":
+        return None
+    backend = getattr(m, "moe_flex_dispatcher_backend", "deepep")
+    if backend not in ("deepep", "ncclep"):
+        return None
+    topo = ctx.topology
+    if topo.expert_tensor_parallel * topo.ep > 1:
+        return []
+    return [
+        Violation(
+            {
+                "model.moe_token_dispatcher_type": "flex",
+                "model.moe_flex_dispatcher_backend": backend,
+                "model.expert_model_parallel_size": topo.ep,
+                "model.expert_tensor_parallel_size": topo.expert_tensor_parallel,
+            },
+            f"the {backend} dispatcher exchanges tokens across expert ranks and refuses a single one: the model fails "
+            "when it is built",
+            assignments={"model.moe_token_dispatcher_type": "alltoall"},
+        )
+    ]
+
+
+def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
+    """(what, Megatron's assertion, fix) for each router / expert option pair Megatron-Core refuses."""
+    found = []
+    kind = getattr(m, "moe_router_load_balancing_type", None)
+    aux = any(c > 0 for c in _aux_loss_coeffs(m))
+    if kind == "quantile_balancing":
+        if aux:
+            found.append(("quantile balancing with moe_aux_loss_coeff > 0", "aux losses must be disabled",
+                          {"model.moe_aux_loss_coeff": 0.0}))  # fmt: skip
+        if getattr(m, "moe_router_fusion", False):
+            found.append(("quantile balancing with moe_router_fusion", "does not support moe_router_fusion",
+                          {"model.moe_router_fusion": False}))  # fmt: skip
+        if getattr(m, "moe_router_num_groups", None) is not None or getattr(m, "moe_router_group_topk", None):
+            found.append(("quantile balancing with group-limited routing", "does not support group-limited routing",
+                          {"model.moe_router_num_groups": None, "model.moe_router_group_topk": None}))  # fmt: skip
+    if kind == "sinkhorn" and getattr(m, "moe_aux_loss_coeff", 0) != 0:
+        found.append(("sinkhorn routing with moe_aux_loss_coeff != 0", "Sinkhorn routing does not support aux loss",
+                      {"model.moe_aux_loss_coeff": 0.0}))  # fmt: skip
+    if getattr(m, "moe_latent_size", None) and getattr(m, "moe_shared_expert_overlap", False):
+        found.append(("moe_shared_expert_overlap with MoE latent projections (moe_latent_size)",
+                      "Shared expert overlap with MoE latent projections is not supported during training",
+                      {"model.moe_shared_expert_overlap": False}))  # fmt: skip
+    if getattr(m, "moe_apply_probs_on_input", False) and getattr(m, "moe_router_topk", 2) != 1:
+        found.append(("moe_apply_probs_on_input with moe_router_topk > 1", "only works with `moe_router_topk`=1",
+                      {"model.moe_apply_probs_on_input": False}))  # fmt: skip
+    return found
+
+
+@rule(
+    "moe.router_options",
+    "Router / expert options Megatron-Core refuses together: quantile balancing with aux loss, router fusion or "
+    "group-limited routing; sinkhorn with aux loss; moe_apply_probs_on_input with top-k > 1; shared-expert overlap "
+    "with latent projections.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/router.py TopKRouter.__init__ asserts 'Quantile balancing handles load balance "
+        "via the bias update; aux losses must be disabled' when the model is built; TopKRouter.quantile_balancing "
+        "asserts 'does not support moe_router_fusion' / 'does not support group-limited routing' and "
+        "TopKRouter.sinkhorn_load_balancing 'Sinkhorn routing does not support aux loss' at the first forward; "
+        "moe/experts.py TEGroupedMLP.forward and SequentialMLP.forward assert '`moe_apply_probs_on_input` only works "
+        "with `moe_router_topk`=1'; moe/moe_layer.py MoELayer.preprocess raises 'Shared expert overlap with MoE "
+        "latent projections is not supported during training'. TransformerConfig.__post_init__ checks none of these "
+        "pairs."
+    ),
+)
+def router_options(ctx: RuleContext) -> list[Violation] | None:
+    if _experts(ctx) is None:
+        return None
+    found = []
+    for what, message, fix in _router_conflicts(ctx.model):
+        shown = {k: getattr(ctx.model, k.split(".", 1)[1], None) for k in fix}
+        found.append(
+            Violation(
+                {"model.moe_router_load_balancing_type": ctx.model.moe_router_load_balancing_type, **shown},
+                f"{what}: Megatron-Core asserts '{message}' when the model is built or at its first forward",
+                assignments=fix,
+            )
+        )
+    return found

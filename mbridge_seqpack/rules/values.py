@@ -1,0 +1,191 @@
+"""``config.known_values``: fields whose value Megatron's code dispatches on, outside the choices the declaring class
+lists.
+
+Dataclass ``Literal`` annotations are not enforced, so a typo in an override (``model.normalization=RMSnorm``,
+``dataset.dataloader_type=batched``) survives ``validate()`` and fails where the value is dispatched on: when the
+model or the data loader is built, or at the first forward. The allowed values are read from the annotations of the
+classes that declare the field (Megatron-Core's TransformerConfig / ModelParallelConfig, Megatron-Bridge's dataset
+configs; the union over the config's class hierarchy, so a subclass that narrows or widens the type rejects nothing
+its parents allow), never restated here. Only fields whose dispatch raises on an unknown value are checked, and
+each only where the code that dispatches on it runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import MISSING, fields, is_dataclass
+from typing import Any, Callable
+
+from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.paths import get_path
+from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.registry import rule
+
+__all__ = ["KNOWN_VALUE_FIELDS", "declared_choices"]
+
+
+def _moe(ctx: RuleContext) -> bool:
+    experts = getattr(ctx.model, "num_moe_experts", None)
+    return isinstance(experts, int) and experts > 1
+
+
+def _precision_source(ctx: RuleContext) -> tuple[str, Any] | None:
+    """Where the run's FP8 / FP4 fields come from: a ``mixed_precision`` config overwrites the model's in
+    runtime_config_update (mixed_precision.py update_config_with_precision_overrides); a recipe name is one of
+    Megatron-Bridge's presets (None: nothing a user typed)."""
+    mixed = getattr(ctx.cfg, "mixed_precision", None)
+    if isinstance(mixed, str):
+        return None
+    return ("mixed_precision", mixed) if mixed is not None else ("model", ctx.model)
+
+
+def _fp8(ctx: RuleContext) -> bool:
+    source = _precision_source(ctx)
+    return source is not None and bool(getattr(source[1], "fp8", None))
+
+
+def _fp4(ctx: RuleContext) -> bool:
+    source = _precision_source(ctx)
+    return source is not None and bool(getattr(source[1], "fp4", None))
+
+
+#: precision fields read from the mixed precision config when there is one; their choices are TransformerConfig's
+PRECISION_FIELDS = ("model.fp8", "model.fp8_recipe", "model.fp4_recipe")
+
+
+#: field -> where its dispatch runs (the site that raises on an unknown value)
+KNOWN_VALUE_FIELDS: dict[str, tuple[Callable[[RuleContext], bool], str]] = {
+    "dataset.dataloader_type": (
+        lambda ctx: True,
+        "data/samplers.py build_pretraining_data_loader raises '... dataloader type is not supported'",
+    ),
+    "model.normalization": (lambda ctx: True, "core/extensions/transformer_engine.py TENorm.__new__ raises"),
+    "model.softmax_type": (lambda ctx: True, "core/transformer/dot_product_attention.py / TE attention raise"),
+    "model.pipeline_model_parallel_comm_backend": (
+        lambda ctx: True,
+        "core/parallel_state.py initialize_model_parallel asserts the backend is nccl or ucc",
+    ),
+    "model.fp8": (
+        _fp8,
+        "core/fp8_utils.py get_fp8_recipe raises 'E4M3 and HYBRID are the only supported FP8 formats'",
+    ),
+    "model.fp8_recipe": (_fp8, "core/fp8_utils.py get_fp8_recipe raises for any other recipe"),
+    "model.fp4_recipe": (_fp4, "core/fp4_utils.py get_fp4_recipe raises"),
+    "model.moe_token_dispatcher_type": (_moe, "core/transformer/moe/moe_layer.py MoELayer.__init__ raises"),
+    "model.moe_router_score_function": (
+        _moe,
+        "core/transformer/moe/moe_utils.py topk_routing_with_score_function raises 'Invalid score_function'",
+    ),
+    "model.moe_token_drop_policy": (
+        lambda ctx: _moe(ctx) and getattr(ctx.model, "moe_expert_capacity_factor", None) is not None,
+        "core/transformer/moe/moe_utils.py apply_router_token_dropping raises 'Invalid drop_policy'",
+    ),
+    "dist.sharp_enabled_group": (
+        lambda ctx: bool(getattr(getattr(ctx.cfg, "dist", None), "use_sharp", False)),
+        "core/parallel_state.py initialize_model_parallel asserts 'Invalid sharp_enabled_group'",
+    ),
+    "model.moe_flex_dispatcher_backend": (
+        lambda ctx: _moe(ctx) and getattr(ctx.model, "moe_token_dispatcher_type", None) == "flex",
+        "core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ raises 'Invalid backend'",
+    ),
+}
+
+
+def _literal_values(annotation: Any) -> set[Any] | None:
+    """The values a ``Literal[...]`` (possibly inside Optional / Union) allows, None when it is not a Literal."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return set(typing.get_args(annotation))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        found: set[Any] = set()
+        literal = False
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                found.add(None)
+                continue
+            inner = _literal_values(arg)
+            if inner is None:
+                return None  # a Union with a non-Literal member (str, an enum) is open
+            found |= inner
+            literal = True
+        return found if literal else None
+    return None
+
+
+def declared_choices(obj: Any, name: str) -> set[Any] | None:
+    """The union of the Literal choices every class in ``obj``'s hierarchy declares for field ``name`` (None when
+    none declares it as a Literal)."""
+    choices: set[Any] | None = None
+    for klass in type(obj).__mro__:
+        if name not in getattr(klass, "__annotations__", {}):
+            continue
+        try:
+            hint = typing.get_type_hints(klass).get(name)
+        except Exception:  # noqa: BLE001 - an unresolvable forward reference: that class says nothing here
+            continue
+        values = _literal_values(hint)
+        if values is not None:
+            choices = values if choices is None else choices | values
+    return choices
+
+
+def _default(obj: Any, name: str) -> Any:
+    if is_dataclass(obj):
+        for f in fields(obj):
+            if f.name == name and f.default is not MISSING:
+                return f.default
+    return None
+
+
+@rule(
+    "config.known_values",
+    "Fields Megatron dispatches on hold one of the values their declaring class lists (dataloader_type, "
+    "normalization, softmax_type, FP8 / FP4 recipe, MoE dispatcher, router score function, drop policy, PP backend).",
+    severity=ERROR,
+    evidence=(
+        "Dataclass Literal annotations are not enforced; neither TransformerConfig.__post_init__ nor "
+        "ConfigContainer.validate checks these fields, and the code that dispatches on them raises on any other "
+        "value when the model or data loader is built or at the first forward: data/samplers.py "
+        "build_pretraining_data_loader and data/loaders.py (dataloader_type), core/extensions/transformer_engine.py "
+        "TENorm.__new__ (normalization), core/transformer/dot_product_attention.py (softmax_type), core/fp8_utils.py "
+        "get_fp8_recipe (fp8, fp8_recipe; run on CPU), core/fp4_utils.py (fp4_recipe), core/parallel_state.py "
+        "initialize_model_parallel (pipeline_model_parallel_comm_backend), core/transformer/moe/moe_layer.py, "
+        "moe_utils.py and token_dispatcher.py (MoE dispatcher, score function, drop policy, flex backend; run on CPU "
+        "where they are functions). The choices are read from the fields' Literal annotations."
+    ),
+)
+def known_values(ctx: RuleContext) -> list[Violation] | None:
+    found = []
+    for path, (reached, where) in KNOWN_VALUE_FIELDS.items():
+        owner_path, name = path.rsplit(".", 1)
+        try:
+            owner = get_path(ctx.cfg, owner_path)
+        except ValueError:
+            continue
+        choices = declared_choices(owner, name)
+        if path in PRECISION_FIELDS:
+            source = _precision_source(ctx)
+            if source is None:
+                continue
+            path, owner = f"{source[0]}.{name}", source[1]
+        if choices is None or not hasattr(owner, name) or not reached(ctx):
+            continue
+        value = getattr(owner, name)
+        value = getattr(value, "value", value)  # a str enum (Fp8Recipe) holds its value
+        if value in choices:
+            continue
+        named = sorted(str(c) for c in choices if c is not None)
+        near = difflib.get_close_matches(str(value), named, n=1)
+        fixed = near[0] if near else _default(owner, name)
+        if fixed not in choices:
+            fixed = sorted(named)[0] if named else None
+        found.append(
+            Violation(
+                {path: value},
+                f"{path} must be one of {', '.join(named)}{' or null' if None in choices else ''}; {where} for "
+                f"{value!r}",
+                assignments={path: fixed},
+            )
+        )
+    return found
