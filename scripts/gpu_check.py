@@ -693,6 +693,7 @@ def main() -> int:
         help="leave out the launch path (Megatron-Bridge's collate and step, the injected data_read)",
     )
     args = parser.parse_args()
+    start = time.perf_counter()
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
         results = {name: {"status": "skipped", "reason": "no CUDA device"} for name in NAMES}
@@ -704,10 +705,12 @@ def main() -> int:
         print(f"  {r['status'].upper():<8} {name}  {json.dumps(detail, default=str)}")
     failed = [n for n in NAMES if results[n]["status"] == "fail"]
     counts = {s: sum(r["status"] == s for r in results.values()) for s in ("pass", "fail", "skipped", "measured")}
-    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    seconds = round(time.perf_counter() - start, 1)  # the one command's budget is 5 minutes
+    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; {seconds} s")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"device": "cuda" if cuda else "cpu", "results": results}, indent=1))
+        out = {"device": "cuda" if cuda else "cpu", "seconds": seconds, "results": results}
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 1 if failed else 0
 
 

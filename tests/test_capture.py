@@ -114,9 +114,15 @@ def test_the_stand_ins_are_put_back() -> None:
 @pytest.fixture(scope="module")
 def fresh(megatron_bridge: Any) -> dict[str, Any]:
     """Every probe and scope, run now (about a minute once Megatron is imported)."""
+    import os
+
     from mbridge_seqpack.capture.verdicts import compute
 
-    return compute()
+    before = dict(os.environ)
+    result = compute()
+    # Megatron-Core's model builds set NVTE_*_ATTN, which the attention rules read as the launch's own
+    assert dict(os.environ) == before, "the runs must leave the environment as they found it"
+    return result
 
 
 def _sites(fresh: dict[str, Any], probe: str) -> list[tuple[str, str]]:

@@ -54,7 +54,8 @@ def test_every_coordinate_has_exactly_one_cell() -> None:
 
 
 def hybrid_provider(pattern: str = "M*M-", seq_length: int = 4096) -> Any:
-    """A small Megatron-Bridge hybrid (Mamba) provider built offline."""
+    """A small Megatron-Bridge hybrid (Mamba) provider built offline, with is_hybrid_model on (without it the step
+    gives packed Mamba layers no seq_idx: mamba.packing_needs_hybrid)."""
     from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
 
     return HybridModelProvider(
@@ -68,6 +69,7 @@ def hybrid_provider(pattern: str = "M*M-", seq_length: int = 4096) -> Any:
         ffn_hidden_size=512,
         seq_length=seq_length,
         vocab_size=1024,
+        is_hybrid_model=True,
     )
 
 

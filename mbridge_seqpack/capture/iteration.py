@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, library_path, site_of
+from mbridge_seqpack.capture.recorder import HostRead, keeps_environment, library_path, site_of
 
 __all__ = [
     "IterationRun",
@@ -257,6 +257,7 @@ def unique_reads(reads: list[HostRead]) -> list[HostRead]:
     return out
 
 
+@keeps_environment
 def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> IterationRun:
     """One full-iteration-graph step with the probe's ``settings`` (see :func:`probe_config`); ``injected`` puts
     mbridge_seqpack's ``data_read`` wrapper on the class for the run (or takes it off), as a launch with or without

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, HostReadRecorder, site_of
+from mbridge_seqpack.capture.recorder import HostRead, HostReadRecorder, keeps_environment, site_of
 
 __all__ = ["GraphStandIn", "ScopeRun", "run_gpt_scope", "run_hybrid_scope", "MODULES", "GPT_KINDS", "HYBRID_KINDS"]
 
@@ -114,6 +114,7 @@ def _scope_settings(modules: list[str]) -> dict[str, Any]:
     return {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": list(modules)}
 
 
+@keeps_environment
 def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
     """A ``GPTModel`` of ``kind`` layers (``dense`` / ``moe``, drop-and-pad when the scope holds ``moe``, as
     Megatron-Core requires) through Megatron-Bridge's step, TE graphs on the ``modules`` scope."""
@@ -193,6 +194,7 @@ def _hybrid_submodules() -> Any:
     )
 
 
+@keeps_environment
 def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     """A ``HybridStack`` of one ``kind`` layer, called as ``HybridModel.forward`` calls its decoder with
     Megatron-Bridge's packed params (``get_packed_seq_params`` with ``total_tokens``, as its step sets for hybrid

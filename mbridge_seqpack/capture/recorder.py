@@ -20,6 +20,8 @@ device, ``synchronize``) with host stand-ins for the run, recording the synchron
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -405,3 +407,23 @@ def cuda_stand_ins(recorder: HostReadRecorder) -> Iterator[None]:
     finally:
         for (owner, name), value in saved.items():
             setattr(owner, name, value)
+
+
+def keeps_environment(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``os.environ`` put back as it was when it returns: building a Megatron-Core model sets
+    ``NVTE_FLASH_ATTN`` / ``NVTE_FUSED_ATTN`` / ``NVTE_UNFUSED_ATTN`` in the process environment
+    (``LanguageModule._set_attention_backend``), which the attention rules then read as the launch's own."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        saved = dict(os.environ)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
+            for key, value in saved.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
+
+    return wrapper
