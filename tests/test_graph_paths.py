@@ -525,6 +525,24 @@ def test_a_condition_of_the_model_itself_leaves_full_iteration_for_a_certified_s
     assert graph_path(RuleContext(apply_overrides(cfg, overrides), 8)).verdict == "works"
 
 
+def test_drop_and_pad_moe_is_capture_safe_under_full_iteration(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropless alltoall dispatch reads token counts on the host (refused); capacity routing padded to capacity reads
+    nothing in the run (probe moe_alltoall_drop_and_pad), so the same model with a capacity factor and padding is
+    accepted under a full-iteration graph."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+    cfg.model.num_moe_experts, cfg.model.moe_router_topk = 8, 2
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    [v] = _errors(cfg)
+    assert v.rule_id == "cuda_graphs.capture_host_reads" and v.rule.startswith("dropless MoE with the alltoall")
+    cfg.model.moe_expert_capacity_factor = 1.0
+    cfg.model.moe_pad_expert_input_to_capacity = True
+    assert _errors(cfg) == []
+
+
 @pytest.mark.parametrize(
     ("pattern", "modules", "rules", "fix"),
     [
