@@ -92,6 +92,9 @@ def test_variable_unset_or_off_changes_nothing(site_dir: Path) -> None:
 FULL_ITERATION_PACKED = (
     "model.cuda_graph_impl=full_iteration",
     "rerun_state_machine.check_for_nan_in_loss=false",
+    # a capture-safe step (cuda_graphs.capture_host_reads): fused RoPE, no DDP NaN check of the grad buckets
+    "model.apply_rope_fusion=true",
+    "ddp.check_for_nan_in_grad=false",
     "dataset.dataset_kwargs.pad_to_max_length=true",
     "dataset.offline_packing_specs.pad_cu_seqlens=true",
 )

@@ -1,5 +1,6 @@
-"""The GPU check script: its CPU dry run here (including that it fails on wrong boundaries), the real run on
-a CUDA device.
+"""The GPU check script: its CPU dry run here (including that it fails on wrong boundaries, NaN outputs or
+gradients, an unwritten kernel tail leaking into the comparison, and a launch without the injection), the real
+run on a CUDA device.
 
 On the device (PyTorch with CUDA; no TE or Megatron needed):
     PYTHONPATH=. python -m pytest -q -m gpu tests/test_gpu.py
@@ -56,12 +57,21 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
     }
     for mult in ("mult1", "mult8"):
         assert results["b_mutants_detected"][mult]["detected"] == dict.fromkeys(MUTANTS, 6)
+        launch = results["a_attention_parity"][mult]["launch"]
+        assert launch["status"] == "pass" and launch["rows"] == 6
+        assert (launch["step_host_reads"], launch["max_seqlen_on_host"], launch["boundaries_on_device"]) == (
+            [],
+            True,
+            True,
+        )
     assert results["a_attention_parity"]["mult8"]["layout"]["mult"] == 8
-    # Seeded lengths: the same 566 tokens in 5 rows of 128 at every run (an unseeded draw once filled its rows
+    # Seeded lengths: the same 586 tokens in 5 rows of 128 at every run (an unseeded draw once filled its rows
     # exactly and failed CI's "0 < padding" check).
     throughput = results["d_throughput_packed_vs_padded"]
-    assert (throughput["real_tokens"], throughput["padding_fraction_packed"]) == (566, 1 - 566 / (5 * 128))
-    assert done.stdout.rstrip().endswith("summary: 3 pass, 0 fail, 2 skipped, 1 measured")
+    assert (throughput["real_tokens"], throughput["padding_fraction_packed"]) == (586, 1 - 586 / (5 * 128))
+    summary = done.stdout.rstrip().splitlines()[-1]
+    seconds = json.loads((tmp_path / "r.json").read_text())["seconds"]
+    assert summary == f"summary: 3 pass, 0 fail, 2 skipped, 1 measured; {seconds} s" and 0 < seconds < 300
 
 
 def test_a_contiguous_cp_split_fails_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,6 +144,114 @@ def test_the_check_fails_when_the_packed_path_is_wrong(
             gc, "gather_index", lambda lo, ph, total: (torch.arange(total), torch.arange(total) < lo[-1])
         )
     assert _parity(gc, mult)["status"] == "fail"
+
+
+def _nan_rows(t: torch.Tensor, rows: slice) -> torch.Tensor:
+    t = t.clone()
+    t[rows] = float("nan")
+    return t
+
+
+class _NanGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return _nan_rows(grad, slice(1, 2))
+
+
+@pytest.mark.parametrize("mult", [1, 8])
+@pytest.mark.parametrize("broken", ["nan_output", "nan_gradient", "unmasked_tail", "unzeroed_output"])
+def test_nan_and_the_unwritten_tail_fail_the_check(broken: str, mult: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN in a logical token's output or gradient fails (check (a) once took max(worst, nan), which is worst);
+    the kernel's unwritten rows past cu_seqlens[-1] (NaN in the dry run's emulation, garbage on a GPU) must never
+    reach the comparison: without the input mask they flow back into a physical row's gradient, without the output
+    mask into its output."""
+    gc = _module()
+    real_kernel = gc.varlen_kernel
+    if broken == "nan_output":
+        monkeypatch.setattr(gc, "varlen_kernel", lambda *a: _nan_rows(real_kernel(*a), slice(1, 2)))
+    elif broken == "nan_gradient":
+        monkeypatch.setattr(gc, "varlen_kernel", lambda q, k, v, cu, m: real_kernel(_NanGrad.apply(q), k, v, cu, m))
+    else:
+        if mult == 1:
+            pytest.skip("without alignment the logical boundaries close the row: no kernel row is left unwritten")
+
+        def attention(q: Any, k: Any, v: Any, logical: Any, physical: Any, max_seqlen: int) -> torch.Tensor:
+            where, inside = gc.gather_index(logical, physical, q.shape[0])
+            keep = inside[:, None, None]
+            compact = [t.index_select(0, where) for t in (q, k, v)]
+            if broken == "unzeroed_output":
+                compact = [torch.where(keep, c, torch.zeros_like(c)) for c in compact]
+            out = gc.varlen_kernel(*compact, logical.to(torch.int32), max_seqlen)
+            if broken == "unmasked_tail":
+                out = torch.where(keep, out, torch.zeros_like(out))
+            return torch.zeros_like(q).index_add(0, where, out)
+
+        monkeypatch.setattr(gc, "attention", attention)
+    parity = _parity(gc, mult)
+    assert parity["status"] == "fail" and parity["max_abs_diff"] == float("inf")
+
+
+def test_a_nan_never_compares_as_small() -> None:
+    gc = _module()
+    nan, zero = torch.tensor([float("nan")]), torch.tensor([0.0])
+    assert max(0.1, float("nan")) == 0.1  # how NaN used to pass
+    assert gc.max_diff((nan,), (zero,)) == gc.max_diff((zero,), (nan,)) == float("inf")
+    assert gc.tolerance(float("nan"), torch.float64) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mult", [1, 8])
+def test_the_launch_path_runs_through_the_injected_data_read(megatron_bridge: Any, mult: int) -> None:
+    """Megatron-Bridge's collate, FullCudaGraphWrapper.data_read with the injection, get_batch_from_iterator and
+    get_packed_seq_params: the step reads nothing on the host and attention passes (a) on what it gets."""
+    gc = _module()
+    gen = torch.Generator().manual_seed(0)
+    layout = gc.layout_for(ROWS, 128, mult)
+    launch = gc.check_launch(ROWS, layout, mult, torch.float64, torch.device("cpu"), gen)
+    assert launch["status"] == "pass", launch
+    facts = (launch["step_host_reads"], launch["max_seqlen_on_host"], launch["boundaries_on_device"])
+    assert facts == ([], True, True)
+
+
+@pytest.mark.slow
+def test_a_launch_without_the_injection_fails_the_check(megatron_bridge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: data_read without mbridge_seqpack's wrapper. The step's max_seqlen is then a device buffer that
+    get_batch_from_iterator reads back with .cpu(): the launch check fails, naming the read."""
+    import contextlib
+
+    from mbridge_seqpack.thd import inject
+
+    gc = _module()
+    monkeypatch.setattr(inject, "installed", lambda on: contextlib.nullcontext())
+    layout = gc.layout_for(ROWS, 128, 8)
+    launch = gc.check_launch(ROWS, layout, 8, torch.float64, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert launch["status"] == "fail" and launch["max_seqlen_on_host"] is False
+    assert launch["step_host_reads"][0] == (
+        "device-to-host copy (.cpu()) at megatron/bridge/training/gpt_step.py:268 get_batch_from_iterator"
+    )
+
+
+@pytest.mark.slow
+def test_a_host_read_in_the_step_fails_the_launch_check(megatron_bridge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the injection on, any host read the step makes (here the boundaries read back with .tolist(), as
+    Megatron-Core's non-fused THD RoPE does) fails the launch check, named at its site."""
+    gc = _module()
+    real = gc.step_fields
+
+    def reading(static: dict[str, Any]) -> Any:
+        batch, fields = real(static)
+        fields[0].tolist()
+        return batch, fields
+
+    monkeypatch.setattr(gc, "step_fields", reading)
+    layout = gc.layout_for(ROWS, 128, 8)
+    launch = gc.check_launch(ROWS, layout, 8, torch.float64, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert launch["status"] == "fail" and launch["max_seqlen_on_host"] is True
+    assert launch["step_host_reads"] == ["host read (tolist()) at <outside Megatron>"] * len(ROWS)
 
 
 def test_without_cuda_every_check_is_skipped(tmp_path: Path) -> None:

@@ -20,11 +20,19 @@ import torch
 
 from mbridge_seqpack import check
 from mbridge_seqpack.errors import ERROR
-from mbridge_seqpack.rules.graph_paths import GRAPH_PATHS, GraphPath, classify, render_markdown
+from mbridge_seqpack.rules.graph_paths import GraphPath, classify, graph_paths, render_markdown
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-TE_MODULES = {"whole_layer": [], "with_attention": ["attn", "mlp"], "after_attention": ["mlp"]}
+GRAPH_PATHS = graph_paths()
+TE_MODULES = {
+    "whole_layer": [],
+    "with_attention": ["attn", "mlp"],
+    "mlp": ["mlp"],
+    "moe": ["moe"],
+    "moe_router": ["moe_router"],
+    "mamba": ["mamba"],
+}
 
 
 def test_docs_page_is_generated_from_the_matrix() -> None:
@@ -45,6 +53,26 @@ def test_every_coordinate_has_exactly_one_cell() -> None:
     assert {p.rule_id for p in GRAPH_PATHS} <= known
 
 
+def hybrid_provider(pattern: str = "M*M-", seq_length: int = 4096) -> Any:
+    """A small Megatron-Bridge hybrid (Mamba) provider built offline, with is_hybrid_model on (without it the step
+    gives packed Mamba layers no seq_idx: mamba.packing_needs_hybrid)."""
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    return HybridModelProvider(
+        hybrid_layer_pattern=pattern,
+        hidden_size=256,
+        num_attention_heads=4,
+        mamba_num_heads=8,
+        mamba_head_dim=32,
+        mamba_state_dim=16,
+        mamba_num_groups=2,
+        ffn_hidden_size=512,
+        seq_length=seq_length,
+        vocab_size=1024,
+        is_hybrid_model=True,
+    )
+
+
 def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> Any:
     from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules, set_full_iteration_cuda_graph
 
@@ -52,6 +80,14 @@ def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> An
     from mbridge_seqpack.compose.mixins import ContextParallel
 
     cfg = request.getfixturevalue("vlm_cfg" if cell.packing == "in_batch" else "packed_cfg")
+    if cell.capture == "mamba":
+        cfg.model = hybrid_provider()
+    elif cell.capture in ("moe", "moe_router"):
+        cfg.model.num_moe_experts = 8
+        cfg.model.moe_router_topk = 2
+        if cell.capture == "moe":  # Megatron-Core graphs whole MoE layers only when they drop and pad
+            cfg.model.moe_expert_capacity_factor = 1.0
+            cfg.model.moe_pad_expert_input_to_capacity = True
     if cp > 1:
         apply(cfg, ContextParallel(cp))
     if cell.packing != "in_batch":
@@ -59,6 +95,9 @@ def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> An
     if cell.impl == "full_iteration":
         set_full_iteration_cuda_graph(cfg.model)
         cfg.rerun_state_machine.check_for_nan_in_loss = False
+        # a capture-safe step (cuda_graphs.capture_host_reads): fused RoPE, no DDP NaN check
+        cfg.model.apply_rope_fusion = True
+        cfg.ddp.check_for_nan_in_grad = False
         if cell.packing == "offline_fixed":
             cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
     else:
@@ -369,3 +408,215 @@ def test_hook_install_wraps_megatron_cores_data_read(megatron_bridge: Any, mb_ba
         with pytest.raises(StaticShapeMismatchError):
             wrapper.data_read(iter(ragged), None, True, len(ragged))
     assert FullCudaGraphWrapper.__dict__["data_read"] is original
+
+
+# ---- capture safety, computed (cuda_graphs.capture_host_reads / te_scope_inputs) --------------------------------
+
+
+def _full_iteration(cfg: Any) -> Any:
+    from megatron.bridge.utils.cuda_graph import set_full_iteration_cuda_graph
+
+    cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
+    set_full_iteration_cuda_graph(cfg.model)
+    cfg.rerun_state_machine.check_for_nan_in_loss = False  # Megatron-Bridge's own refusal for full-iteration graphs
+    return cfg
+
+
+def _errors(cfg: Any) -> list[Any]:
+    return [v for v in check(cfg, world_size=8) if v.severity == ERROR]
+
+
+def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_fix(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Megatron-Bridge's SFT defaults (ddp.check_for_nan_in_grad=True) with non-fused RoPE (MCore's default) under
+    a full-iteration graph: two conditions the run finds, each with its own fix; --fix converges to a config with
+    none, which Megatron-Bridge accepts too."""
+    from mbridge_seqpack.overrides import apply_overrides, converged_fix
+    from tests.test_rule_evidence import _mb_validate
+
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _full_iteration(packed_cfg)
+    rope, nan = _errors(cfg)
+    assert (rope.rule_id, nan.rule_id) == ("cuda_graphs.capture_host_reads",) * 2
+    assert rope.fields == {
+        "model.cuda_graph_impl": "full_iteration",
+        "model.position_embedding_type": "rope",
+        "model.apply_rope_fusion": False,
+    }
+    rope_utils = "megatron/core/models/common/embeddings/rope_utils.py"
+    assert rope.rule == (
+        "non-fused THD RoPE (model.apply_rope_fusion=False): the captured step reads device values on the host ("
+        f"host read (tolist()) at {rope_utils}:222 _apply_rotary_pos_emb_thd; host read (item()) at {rope_utils}:224 "
+        f"_apply_rotary_pos_emb_thd; host read (item()) at {rope_utils}:239 _apply_rotary_pos_emb_thd), which fails "
+        "the capture or replays one step's values"
+    )
+    assert rope.overrides == ["model.apply_rope_fusion=true"]
+    assert nan.fields == {"model.cuda_graph_impl": "full_iteration", "ddp.check_for_nan_in_grad": True}
+    assert "host read (bool(tensor)) at megatron/core/rerun_state_machine.py:521 validate_result" in nan.rule
+    assert nan.overrides == ["ddp.check_for_nan_in_grad=false"]
+    overrides, remaining = converged_fix(cfg, lambda c: check(c, world_size=8))
+    assert (overrides, remaining) == (["model.apply_rope_fusion=true", "ddp.check_for_nan_in_grad=false"], [])
+    fixed = apply_overrides(cfg, overrides)
+    assert check(fixed, world_size=8) == [] and _mb_validate(fixed, 8) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "override"),
+    [
+        ("ddp.check_for_large_grads", True, "ddp.check_for_large_grads=false"),
+        ("rerun_state_machine.check_for_spiky_loss", True, "rerun_state_machine.check_for_spiky_loss=false"),
+        ("logger.timing_log_level", 1, "logger.timing_log_level=0"),
+        ("logger.timing_log_level", 2, "logger.timing_log_level=0"),
+    ],
+)
+def test_each_switchable_condition_has_its_own_fix(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, field: str, value: Any, override: str
+) -> None:
+    from mbridge_seqpack.paths import set_path
+
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+    assert _errors(cfg) == []  # capture-safe: accepted
+    set_path(cfg, field, value)
+    [v] = _errors(cfg)
+    assert (v.rule_id, v.fields[field], v.overrides) == ("cuda_graphs.capture_host_reads", value, [override])
+
+
+@pytest.mark.parametrize("feature", ["mtp", "moe_alltoall", "moe_allgather", "hybrid"])
+def test_a_condition_of_the_model_itself_leaves_full_iteration_for_a_certified_scope(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, feature: str
+) -> None:
+    """MTP's packed roll, dropless MoE dispatch, a hybrid model's seq_idx: nothing in the config removes them, so
+    the fix is TE per-layer graphs of a scope the TE run certifies on the model's layers (and the switchable
+    conditions of the same config follow it there rather than being turned off)."""
+    from mbridge_seqpack.overrides import apply_overrides, converged_fix
+
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    if feature == "hybrid":
+        packed_cfg.model = hybrid_provider()
+        packed_cfg.model.is_hybrid_model = True
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion = True
+    scope = ["mlp"]
+    if feature == "mtp":
+        cfg.model.mtp_num_layers = 1
+    elif feature.startswith("moe"):
+        cfg.model.num_moe_experts, cfg.model.moe_router_topk = 8, 2
+        cfg.model.moe_token_dispatcher_type = feature.split("_")[1]
+        scope = ["moe_router"]  # every layer is MoE: Megatron-Core refuses [mlp]
+    name = {"mtp": "mtp_packed_roll", "hybrid": "hybrid_seq_idx"}.get(feature, f"{feature}_dropless")
+    violations = _errors(cfg)
+    leave = {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": scope}
+    assert {v.rule_id for v in violations} == {"cuda_graphs.capture_host_reads"}
+    assert all(v.assignments == leave for v in violations)  # the DDP NaN check is not turned off for nothing
+    from mbridge_seqpack.capture.conditions import probe_named
+
+    assert sorted(v.rule.split(":")[0] for v in violations) == sorted(
+        [probe_named(name).title.split(":")[0], probe_named("nan_grad_check").title]
+    )
+    overrides, remaining = converged_fix(cfg, lambda c: check(c, world_size=8))
+    assert remaining == []
+    from mbridge_seqpack.rules import RuleContext
+    from mbridge_seqpack.rules.graph_paths import graph_path
+
+    assert graph_path(RuleContext(apply_overrides(cfg, overrides), 8)).verdict == "works"
+
+
+def test_drop_and_pad_moe_is_capture_safe_under_full_iteration(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropless alltoall dispatch reads token counts on the host (refused); capacity routing padded to capacity reads
+    nothing in the run (probe moe_alltoall_drop_and_pad), so the same model with a capacity factor and padding is
+    accepted under a full-iteration graph."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+    cfg.model.num_moe_experts, cfg.model.moe_router_topk = 8, 2
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    [v] = _errors(cfg)
+    assert v.rule_id == "cuda_graphs.capture_host_reads" and v.rule.startswith("dropless MoE with the alltoall")
+    cfg.model.moe_expert_capacity_factor = 1.0
+    cfg.model.moe_pad_expert_input_to_capacity = True
+    assert _errors(cfg) == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "modules", "rules", "fix"),
+    [
+        ("M*M-", ["mamba"], ["cuda_graphs.te_scope_inputs"], ["mlp"]),
+        ("M*M-", ["attn", "mamba"], ["cuda_graphs.te_attention_over_packed", "cuda_graphs.te_scope_inputs"], ["mlp"]),
+        ("M*M-", ["mamba", "mlp"], ["cuda_graphs.te_scope_inputs"], ["mlp"]),
+        ("M*M-", ["mlp", "mamba"], ["cuda_graphs.te_scope_inputs"], ["mlp"]),  # the failing module listed last
+        ("M*M*", ["attn", "mamba"], ["cuda_graphs.te_attention_over_packed", "cuda_graphs.te_scope_inputs"], None),
+    ],
+)
+def test_mamba_graphs_over_packed_rows_are_refused_and_never_proposed(
+    packed_cfg: Any, pattern: str, modules: list[str], rules: list[str], fix: list[str] | None
+) -> None:
+    """HybridStack passes packed_seq_params to MambaLayer, whose TE replay asserts tensor-only inputs (computed).
+    --fix used to turn [attn, mamba] into [mamba]; it now keeps only certified modules ([mlp] for the hybrid MLP
+    layers), or turns graphs off when the pattern has none."""
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    from mbridge_seqpack.overrides import apply_overrides, converged_fix
+
+    packed_cfg.model = hybrid_provider(pattern)
+    packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    packed_cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(packed_cfg.model, modules)
+    violations = _errors(packed_cfg)
+    assert [v.rule_id for v in violations] == rules
+    scope_inputs = violations[-1]
+    assert scope_inputs.fields["layer kinds"] == "mamba"
+    assert "asserts at the first step: 'CUDA graph accepts only Tensor inputs.' (megatron/core/transformer/" in (
+        scope_inputs.rule
+    )
+    expected = {"model.cuda_graph_modules": fix} if fix else {"model.cuda_graph_impl": "none"}
+    assert all(v.assignments == expected for v in violations)
+    from mbridge_seqpack.rules import RuleContext
+    from mbridge_seqpack.rules.graph_paths import graph_path
+
+    cell = graph_path(RuleContext(packed_cfg, 8))
+    assert (cell.capture, cell.verdict) == ("with_attention" if "attn" in modules else "mamba", "fails")
+    overrides, remaining = converged_fix(packed_cfg, lambda c: check(c, world_size=8))
+    assert remaining == []
+    fixed = apply_overrides(packed_cfg, overrides)
+    assert _errors(fixed) == []
+    if fix:
+        fixed_cell = graph_path(RuleContext(fixed, 8))
+        assert (fixed_cell.capture, fixed_cell.verdict) == ("mlp", "works")
+
+
+def test_the_injection_must_be_on_the_class_in_the_process_that_trains(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed in this process: the wrapper must be what FullCudaGraphWrapper.data_read is when validate() runs,
+    whatever MBRIDGE_SEQPACK_MODE says; a pre-launch check accepts the variable only with the start-up hook present."""
+    from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+
+    import mbridge_seqpack
+    from mbridge_seqpack.thd import inject
+
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    assert inject.injection_state() == "launch" and _errors(cfg) == []
+    with mbridge_seqpack.install(mode="warn"):
+        assert inject.injection_state() == "installed" and _errors(cfg) == []
+        wrapped = FullCudaGraphWrapper.__dict__["data_read"]
+        FullCudaGraphWrapper.data_read = wrapped.__wrapped__  # something put Megatron-Core's own back
+        try:
+            [v] = _errors(cfg)
+            assert v.rule_id == "cuda_graphs.full_iteration_needs_injection"
+            assert v.fields["FullCudaGraphWrapper.data_read"] == "not mbridge_seqpack's wrapper"
+            assert "device-to-host copy (.cpu()) at megatron/bridge/training/gpt_step.py:268" in v.rule
+            assert v.fix.startswith("call mbridge_seqpack.install() after whatever replaces")
+        finally:
+            FullCudaGraphWrapper.data_read = wrapped
+    monkeypatch.setattr(inject, "AUTOLOAD_PTH", "no_such_startup_hook.pth")
+    [v] = _errors(cfg)
+    assert "MBRIDGE_SEQPACK_MODE is set but this environment has no no_such_startup_hook.pth" in v.rule
+    assert v.assignments == {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ["mlp"]}

@@ -158,11 +158,20 @@ def test_full_iteration_mixin_needs_the_injection(megatron_bridge: Any, monkeypa
     """PackedCudaGraphs(impl="full_iteration") works only where mbridge_seqpack hands the captured step a host
     max_seqlen: with MBRIDGE_SEQPACK_MODE set for the launch it is accepted, without it refused."""
     monkeypatch.delenv("MBRIDGE_SEQPACK_MODE", raising=False)
+
+    def capture_safe() -> Any:  # fused RoPE, no DDP NaN check: cuda_graphs.capture_host_reads holds
+        cfg = _fresh(megatron_bridge)
+        cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+        return cfg
+
     with pytest.raises(PackingConfigError) as info:
-        apply(_fresh(megatron_bridge), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
+        apply(capture_safe(), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
     assert [v.rule_id for v in info.value.violations] == ["cuda_graphs.full_iteration_needs_injection"]
+    with pytest.raises(PackingConfigError) as info:  # Megatron-Bridge's SFT defaults: the step reads the host
+        apply(_fresh(megatron_bridge), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
+    assert "cuda_graphs.capture_host_reads" in [v.rule_id for v in info.value.violations]
     monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
-    cfg = apply(_fresh(megatron_bridge), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
+    cfg = apply(capture_safe(), OfflinePacking(), PackedCudaGraphs(impl="full_iteration"))
     specs = cfg.dataset.offline_packing_specs
     assert (cfg.model.cuda_graph_impl, specs.pad_cu_seqlens, cfg.dataset.dataset_kwargs["pad_to_max_length"]) == (
         "full_iteration",

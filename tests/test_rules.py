@@ -67,6 +67,9 @@ def _full_iteration(*, injected: bool) -> Callable[[Any], None]:
 
         set_full_iteration_cuda_graph(cfg.model)
         cfg.rerun_state_machine.check_for_nan_in_loss = False  # training/config.py asserts it for full iteration
+        # a capture-safe step (cuda_graphs.capture_host_reads): fused RoPE, no DDP NaN check of the grad buckets
+        cfg.model.apply_rope_fusion = True
+        cfg.ddp.check_for_nan_in_grad = False
         if injected:
             os.environ["MBRIDGE_SEQPACK_MODE"] = "error"
         else:

@@ -6,9 +6,4 @@ catalog and this set shrinks to nothing.
 
 from __future__ import annotations
 
-PLANNED_RULE_IDS: frozenset[str] = frozenset(
-    {
-        "cuda_graphs.capture_host_reads",
-        "cuda_graphs.te_scope_inputs",
-    }
-)
+PLANNED_RULE_IDS: frozenset[str] = frozenset()

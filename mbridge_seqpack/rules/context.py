@@ -221,8 +221,9 @@ class RuleContext:
 
     @property
     def static_thd_injected(self) -> bool:
-        """Whether the full-iteration graph will get host-side ``max_seqlen`` from mbridge_seqpack: the injection
-        is installed in this process, or ``MBRIDGE_SEQPACK_MODE`` turns the plugin on for the launch."""
+        """Whether the full-iteration graph will get host-side ``max_seqlen`` from mbridge_seqpack: the wrapper is on
+        ``FullCudaGraphWrapper.data_read`` in this process, or (a pre-launch check) ``MBRIDGE_SEQPACK_MODE`` turns the
+        plugin on for the launch and the start-up hook is in the environment (``thd.inject.injection_state``)."""
         from mbridge_seqpack.thd.inject import injection_active
 
         return injection_active()

@@ -8,13 +8,28 @@ from typing import Any
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.graph_paths import (
+    COMPUTED_FULL,
+    COMPUTED_TE,
     FULL_ITER_READ,
     HOST_MAX_SEQLEN,
+    MAMBA_REPLAY,
     TE_REPLAY,
     TE_SAMPLES,
     graph_path,
 )
 from mbridge_seqpack.rules.registry import rule
+
+
+def _verdicts() -> Any:
+    from mbridge_seqpack.capture.verdicts import load
+
+    return load()
+
+
+def _layer_kinds(ctx: RuleContext) -> set[str]:
+    from mbridge_seqpack.capture.conditions import model_layer_kinds
+
+    return model_layer_kinds(ctx.cfg)
 
 
 @rule(
@@ -94,15 +109,23 @@ def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | 
 
 
 def _graphs_after_attention(ctx: RuleContext) -> dict[str, Any]:
-    """The working TE scope: the configured modules without attention, else the layer's MLP part
-    (``moe_router`` where every layer is MoE: Megatron-Core refuses ``mlp`` there)."""
-    kept = [m for m in ctx.graph_modules if m != "attn"]
-    fix: dict[str, Any] = {
-        "model.cuda_graph_modules": kept or (["mlp"] if ctx.has_dense_mlp_layers else ["moe_router"])
-    }
+    """A TE scope the capture-safety run certifies for this model's layer kinds: the configured modules it
+    certifies, else the first of ``mlp`` / ``moe_router`` it does (``moe_router`` where every layer is MoE:
+    Megatron-Core refuses ``mlp`` there; ``mlp`` for a hybrid model's MLP layers, never ``mamba``); with none,
+    graphs off. Never a scope the run saw fail."""
+    scope = _verdicts().safe_scope(_layer_kinds(ctx), keep=ctx.graph_modules)
+    fix: dict[str, Any] = {"model.cuda_graph_modules": scope} if scope else {"model.cuda_graph_impl": "none"}
     if getattr(ctx.model, "cuda_graph_scope", None) is not None:
         fix["model.cuda_graph_scope"] = None  # the deprecated spelling; Megatron-Core refuses both together
     return fix
+
+
+def _per_layer_graphs(ctx: RuleContext) -> dict[str, Any]:
+    """Leave full-iteration graphs for TE per-layer graphs of a certified scope (or none)."""
+    fix = _graphs_after_attention(ctx)
+    if fix.get("model.cuda_graph_impl") == "none":
+        return fix
+    return {"model.cuda_graph_impl": "transformer_engine", **fix}
 
 
 def _packing_field(ctx: RuleContext) -> dict[str, Any]:
@@ -116,7 +139,10 @@ def _packing_field(ctx: RuleContext) -> dict[str, Any]:
     "TE per-layer graphs over packed rows must leave attention out (cuda_graph_modules without attn, not empty).",
     severity=ERROR,
     evidence=TE_REPLAY
-    + ". Megatron-Bridge's validate() accepts (and recommends) attention capture with pad_cu_seqlens.",
+    + ". Megatron-Bridge's validate() accepts (and recommends) attention capture with pad_cu_seqlens. "
+    + COMPUTED_TE
+    + ": the replay asserts on every kind with attention (docs/graph-paths.md). The fix keeps only the configured "
+    "modules the run certifies (never mamba over packed rows).",
 )
 def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     cell = graph_path(ctx)
@@ -163,26 +189,152 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
-    "cuda_graphs.full_iteration_needs_injection",
-    "Full-iteration graphs over offline packs need mbridge_seqpack's host-side max_seqlen (MBRIDGE_SEQPACK_MODE).",
+    "cuda_graphs.te_scope_inputs",
+    "TE per-layer graphs over packed rows must not capture a module whose replay gets non-tensor inputs "
+    "(mamba: HybridStack passes packed_seq_params).",
     severity=ERROR,
-    evidence=FULL_ITER_READ + "; " + HOST_MAX_SEQLEN + ". mbridge_seqpack.thd.inject wraps data_read so the step gets "
-    "a host max_seqlen; installed by mbridge_seqpack.install() and MBRIDGE_SEQPACK_MODE.",
+    evidence=MAMBA_REPLAY
+    + ". "
+    + COMPUTED_TE
+    + ": [mamba] asserts on Mamba layers ('CUDA graph accepts only Tensor inputs.') at the first replay, after the "
+    "GPUs are allocated; Megatron-Bridge's validate() checks only attention capture. The fix keeps the configured "
+    "modules the run certifies, else mlp / moe_router, else graphs off.",
+)
+def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing or not ctx.graph_modules:
+        return None  # the whole layer holds attention: cuda_graphs.te_attention_over_packed
+    modules = [m for m in ctx.graph_modules if m != "attn"]
+    if not modules:
+        return []  # attention alone: cuda_graphs.te_attention_over_packed
+    failing = [v for v in _verdicts().failing_modules(modules, _layer_kinds(ctx)) if v.outcome == "asserts"]
+    if not failing:
+        return []
+    kinds = ", ".join(sorted({v.kind for v in failing}))
+    first = failing[0]
+    return [
+        Violation(
+            {
+                "model.cuda_graph_impl": "transformer_engine",
+                "model.cuda_graph_modules": ctx.graph_modules,
+                "layer kinds": kinds,
+            }
+            | _packing_field(ctx),
+            f"[{', '.join(sorted({v.module for v in failing}))}] graphs {kinds} layers, whose replay gets "
+            f"packed_seq_params (not a tensor) and asserts at the first step: '{first.message}' ({first.site})",
+            assignments=_graphs_after_attention(ctx),
+        )
+    ]
+
+
+@rule(
+    "cuda_graphs.capture_host_reads",
+    "A CUDA graph over packed rows must not read device values on the host: each feature whose captured code "
+    "does (found by running it) is refused, with the fix that removes it.",
+    severity=ERROR,
+    evidence=COMPUTED_FULL
+    + ", once per feature over a baseline with none, and "
+    + COMPUTED_TE
+    + ". A host read (.item(), .tolist(), bool(tensor), .cpu(), a tensor slice bound, nonzero / masked_select / "
+    "repeat_interleave without output_size, torch.cuda.synchronize, Event.synchronize, a barrier) inside "
+    "torch.cuda.graph fails the capture ('operation not permitted when stream is capturing') or bakes one step's "
+    "values into every replay. Found: non-fused THD RoPE (rope_utils._apply_rotary_pos_emb_thd), the DDP NaN / "
+    "large-grad checks (param_and_grad_buffer.check_grads -> rerun_state_machine.validate_result), the spiky-loss "
+    "check, timers at timing_log_level >= 1 (timers.Timer.start/stop: torch.cuda.synchronize), a hybrid model's "
+    "seq_idx (PackedSeqParams.__post_init__ repeat_interleave), MTP's packed roll, dropless MoE dispatch; "
+    "docs/graph-paths.md lists each with its site.",
+)
+def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
+    cell = graph_path(ctx)
+    if cell is None or cell.packing != "offline_fixed" or cell.impl not in ("full_iteration", "transformer_engine"):
+        return None
+    verdicts = _verdicts()
+    if cell.impl == "transformer_engine":
+        reading = [
+            v for v in verdicts.scope_for(ctx.graph_modules, _layer_kinds(ctx)) if v.reads and v.outcome != "asserts"
+        ]
+        return [
+            Violation(
+                {"model.cuda_graph_modules": ctx.graph_modules, "layer kinds": v.kind},
+                f"the [{v.module}] graph of {v.kind} layers reads the host: "
+                + "; ".join(r.describe() for r in v.reads),
+                assignments=_graphs_after_attention(ctx),
+            )
+            for v in reading
+        ]
+    found = verdicts.present_conditions(ctx.cfg)
+    if not found:
+        return []
+    leave = [p.name for p, _ in found if p.fix is None or p.fix(ctx.cfg) is None]
+    out = []
+    for probe, reads in found:
+        why = (
+            f"{probe.title}: the captured step reads device values on the host ("
+            + "; ".join(r.describe() for r in reads)
+            + "), which fails the capture or replays one step's values"
+        )
+        if probe.name in leave:
+            reason = probe.why_leave or "no setting removes it"
+            assignments = _per_layer_graphs(ctx)
+            why += f"; {reason}: capture per layer instead (that code then runs eagerly)"
+        elif leave:
+            assignments = _per_layer_graphs(ctx)
+            why += f"; {', '.join(leave)} already needs per-layer graphs, which run this eagerly"
+        else:
+            assignments = probe.fix(ctx.cfg)
+        out.append(Violation({"model.cuda_graph_impl": ctx.cuda_graph_impl} | probe.fields(ctx.cfg), why,
+                             assignments=assignments))  # fmt: skip
+    return out
+
+
+@rule(
+    "cuda_graphs.full_iteration_needs_injection",
+    "Full-iteration graphs over offline packs need mbridge_seqpack's host-side max_seqlen injected into "
+    "FullCudaGraphWrapper.data_read of the process that trains.",
+    severity=ERROR,
+    evidence=FULL_ITER_READ + "; " + HOST_MAX_SEQLEN + ". " + COMPUTED_FULL + ", with and without "
+    "mbridge_seqpack.thd.inject's data_read wrapper: without it the step's only host read is that .cpu(). In the "
+    "process that trains (the plugin installed there) the wrapper must be on the class when validate() runs; a "
+    "pre-launch check accepts MBRIDGE_SEQPACK_MODE only with the start-up hook (mbridge_seqpack_autoload.pth) present "
+    "in the environment.",
 )
 def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.thd.inject import AUTOLOAD_PTH, injection_state
+
     cell = graph_path(ctx)
     if cell is None or cell.verdict != "works_with_injection":
         return None
-    if ctx.static_thd_injected:
+    state = injection_state()
+    if state in ("installed", "launch"):
         return []
-    fix: dict[str, Any] = {"model.cuda_graph_impl": "transformer_engine"}
-    fix.update(_graphs_after_attention(ctx))
+    reads = "; ".join(r.describe() for r in _verdicts().injection_removes())
+    fields = {"model.cuda_graph_impl": ctx.cuda_graph_impl, "dataset.enable_offline_packing": True}
+    if state == "replaced":
+        return [
+            Violation(
+                fields | {"FullCudaGraphWrapper.data_read": "not mbridge_seqpack's wrapper"},
+                "mbridge_seqpack is installed in this process but FullCudaGraphWrapper.data_read is no longer its "
+                f"wrapper (reassigned, or megatron.core.full_cuda_graph reloaded, after install()); the captured step "
+                f"would read the host ({reads})",
+                fix="call mbridge_seqpack.install() after whatever replaces FullCudaGraphWrapper.data_read, or "
+                "capture per layer: " + "; ".join(f"cfg.{k} = {v!r}" for k, v in _per_layer_graphs(ctx).items()),
+                assignments=_per_layer_graphs(ctx),
+            )
+        ]
+    from mbridge_seqpack.modes import ACTIVE_MODES, MODE_ENV, env_mode
+
+    launch = (
+        f"{MODE_ENV} is set but this environment has no {AUTOLOAD_PTH}, so a launched process would not install the "
+        "plugin"
+        if env_mode() in ACTIVE_MODES
+        else f"launch with {MODE_ENV}=error (the plugin hands the step a host max_seqlen)"
+    )
     return [
         Violation(
-            {"model.cuda_graph_impl": ctx.cuda_graph_impl, "dataset.enable_offline_packing": True},
-            "the captured step reads max_seqlen back from the device (.cpu()), illegal inside capture; launch with "
-            "MBRIDGE_SEQPACK_MODE=error (the plugin hands the step a host max_seqlen), or capture per layer",
-            assignments=fix,
+            fields,
+            f"the captured step reads max_seqlen back from the device ({reads}), illegal inside capture; {launch}, "
+            "or capture per layer",
+            assignments=_per_layer_graphs(ctx),
         )
     ]
 

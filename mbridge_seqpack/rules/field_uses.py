@@ -602,6 +602,73 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "MoELayer.preprocess (latent projections)",
         "moe_shared_expert_overlap",
     ),
+    # read by cuda_graphs.capture_host_reads through mbridge_seqpack.capture.conditions (the probed features)
+    FieldUse(
+        "model.apply_rope_fusion",
+        "core/models/common/embeddings/rope_utils.py",
+        "apply_rotary_pos_emb: fused or unfused THD RoPE",
+        "apply_rope_fusion",
+    ),
+    FieldUse(
+        "ddp.check_for_nan_in_grad",
+        "core/distributed/param_and_grad_buffer.py",
+        "_ParamAndGradBucketGroup.start_grad_sync -> check_grads",
+        "check_for_nan_in_grad",
+    ),
+    FieldUse(
+        "ddp.check_for_large_grads",
+        "core/distributed/param_and_grad_buffer.py",
+        "_ParamAndGradBucketGroup.start_grad_sync -> check_grads",
+        "check_for_large_grads",
+    ),
+    FieldUse(
+        "ddp.overlap_grad_reduce",
+        "core/distributed/distributed_data_parallel.py",
+        "DistributedDataParallel: grad sync from backward hooks",
+        "overlap_grad_reduce",
+    ),
+    FieldUse(
+        "rerun_state_machine.check_for_spiky_loss",
+        "bridge/training/gpt_step.py",
+        "forward_step: masked_next_token_loss(check_for_spiky_loss=...)",
+        "check_for_spiky_loss",
+    ),
+    FieldUse(
+        "logger.timing_log_level",
+        "bridge/training/state.py",
+        "GlobalState.timers: Timers(timing_log_level, ...)",
+        "timing_log_level",
+    ),
+    FieldUse(
+        "model.moe_expert_capacity_factor",
+        "core/transformer/moe/token_dispatcher.py",
+        "MoEAlltoAllTokenDispatcher.preprocess: drop and pad",
+        "moe_expert_capacity_factor",
+    ),
+    FieldUse(
+        "model.moe_pad_expert_input_to_capacity",
+        "core/transformer/moe/token_dispatcher.py",
+        "MoEAlltoAllTokenDispatcher: drop_and_pad",
+        "moe_pad_expert_input_to_capacity",
+    ),
+    FieldUse(
+        "model.hybrid_layer_pattern",
+        "bridge/models/hybrid/hybrid_provider.py",
+        "HybridModelProvider.finalize / provide: layer kinds",
+        "hybrid_layer_pattern",
+    ),
+    FieldUse(
+        "model.hybrid_override_pattern",
+        "bridge/models/hybrid/hybrid_provider.py",
+        "HybridModelProvider.finalize: the deprecated layer pattern",
+        "hybrid_override_pattern",
+    ),
+    FieldUse(
+        "model.multi_latent_attention",
+        "core/models/gpt/gpt_layer_specs.py",
+        "get_gpt_layer_*_spec: MLA attention (its own RoPE kernels)",
+        "multi_latent_attention",
+    ),
 )
 
 

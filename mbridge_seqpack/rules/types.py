@@ -151,6 +151,12 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
     "dataset.drop_last": BOOL,
     "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
+    # the capture-safety conditions (cuda_graphs.capture_host_reads) read these
+    "ddp.check_for_nan_in_grad": BOOL,
+    "ddp.check_for_large_grads": BOOL,
+    "ddp.overlap_grad_reduce": BOOL,
+    "rerun_state_machine.check_for_spiky_loss": BOOL,
+    "logger.timing_log_level": ANY_INT,
 }
 
 

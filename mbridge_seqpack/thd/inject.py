@@ -19,8 +19,10 @@ recipe runner) installs it; batches without ``cu_seqlens`` pass through untouche
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal
 
 import torch
 
@@ -31,6 +33,10 @@ __all__ = [
     "install",
     "uninstall",
     "is_installed",
+    "installed",
+    "data_read_is_wrapped",
+    "autoload_present",
+    "injection_state",
     "injection_active",
     "StaticShapeMismatchError",
     "HostMaxSeqlen",
@@ -57,9 +63,68 @@ def is_installed() -> bool:
     return _original is not None
 
 
+def data_read_is_wrapped() -> bool:
+    """Whether ``FullCudaGraphWrapper.data_read`` on the class is mbridge_seqpack's wrapper right now (what a
+    full-iteration graph built in this process would call)."""
+    return bool(getattr(_wrapper_class().__dict__.get("data_read"), _FLAG, False))
+
+
+#: the start-up hook the wheel puts into site-packages (``integrations.autoload`` via one ``import`` line)
+AUTOLOAD_PTH = "mbridge_seqpack_autoload.pth"
+
+
+def autoload_present() -> bool:
+    """Whether this interpreter's site directories hold the start-up hook, so a process launched from this
+    environment with ``MBRIDGE_SEQPACK_MODE`` set installs the plugin (and the injection) when Megatron-Bridge's
+    config module is imported."""
+    import site
+    import sys
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+    return any((Path(d) / AUTOLOAD_PTH).is_file() for d in dirs if isinstance(d, str) and d)
+
+
+InjectionState = Literal["installed", "replaced", "launch", "missing"]
+
+
+def injection_state() -> InjectionState:
+    """Where the host ``max_seqlen`` injection stands for a full-iteration graph over packed batches:
+
+    - ``installed``: the wrapper is on ``FullCudaGraphWrapper.data_read`` in this process;
+    - ``replaced``: :func:`install` ran in this process (the plugin is live here, so this is a process that trains)
+      but the class attribute is no longer the wrapper (reassigned or the module reloaded after it);
+    - ``launch``: not installed here (a pre-launch check), and ``MBRIDGE_SEQPACK_MODE`` is on with the start-up hook
+      present in this environment, so the launched process installs it;
+    - ``missing``: none of these."""
+    if data_read_is_wrapped():
+        return "installed"
+    if is_installed():
+        return "replaced"
+    if env_mode() in ACTIVE_MODES and autoload_present():
+        return "launch"
+    return "missing"
+
+
 def injection_active() -> bool:
-    """Installed here, or turned on for the launch by ``MBRIDGE_SEQPACK_MODE`` (error or warn)."""
-    return is_installed() or env_mode() in ACTIVE_MODES
+    """The injection will be on ``data_read`` where the graph is built: installed here, or launched with it."""
+    return injection_state() in ("installed", "launch")
+
+
+@contextlib.contextmanager
+def installed(on: bool) -> Iterator[None]:
+    """The wrapper on ``data_read`` (``on``) or Megatron-Core's own, for the duration; the previous state after."""
+    was = is_installed()
+    if on and not was:
+        install()
+    elif not on and was:
+        uninstall()
+    try:
+        yield
+    finally:
+        if on and not was:
+            uninstall()
+        elif not on and was:
+            install()
 
 
 class HostMaxSeqlen:

@@ -1,0 +1,244 @@
+"""The features of a config that put host reads into a CUDA graph over packed rows, each a probe the capture-safety
+run turns on alone over a baseline with none: how the probe sets it, how a user's config shows it, and what removes it.
+
+A feature becomes a *condition* only where its run adds host reads to the baseline's (computed, :mod:`verdicts`); a
+feature whose run adds none is certified capture-safe (fused RoPE, fixed-width alignment padding, per-token loss,
+overlapped grad reduction, drop-and-pad MoE). The probe's own settings are the fields it turns on; the fix either
+turns the feature off (a field the user can change without changing the model) or, where the feature is the model
+itself (a hybrid model's ``seq_idx``, MTP, dropless MoE), leaves full-iteration graphs for TE per-layer graphs of a
+scope the TE run certifies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Probe", "FULL_ITERATION_PROBES", "BASELINE", "NO_INJECTION", "probe_named", "model_layer_kinds"]
+
+BASELINE = "baseline"
+NO_INJECTION = "no_injection"
+LEAVE = None  # a fix of None: the feature is the model; leave full-iteration graphs
+
+
+def _m(cfg: Any, name: str, default: Any = None) -> Any:
+    return getattr(cfg.model, name, default)
+
+
+def _rope(cfg: Any) -> bool:
+    return _m(cfg, "position_embedding_type") in ("rope", "yarn", "mrope")
+
+
+def _moe(cfg: Any, dispatcher: str) -> bool:
+    experts = _m(cfg, "num_moe_experts") or 0
+    return experts > 1 and _m(cfg, "moe_token_dispatcher_type", "allgather") == dispatcher
+
+
+def _drop_and_pad(cfg: Any) -> bool:
+    return _m(cfg, "moe_expert_capacity_factor") is not None and bool(_m(cfg, "moe_pad_expert_input_to_capacity"))
+
+
+def _timing(cfg: Any) -> int:
+    return int(getattr(getattr(cfg, "logger", None), "timing_log_level", 0) or 0)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One feature: the run that turns it on (``settings``, dotted paths on the probe config, as
+    :func:`iteration.probe_config` applies them), whether a user's ``cfg`` has it, its fields there, and the fix that
+    turns it off (``None``: leave full-iteration graphs)."""
+
+    name: str
+    title: str
+    settings: dict[str, Any]
+    present: Callable[[Any], bool]
+    fields: Callable[[Any], dict[str, Any]]
+    fix: Callable[[Any], dict[str, Any]] | None = LEAVE
+    why_leave: str = ""
+    fix_text: str = ""  # the fix in words, for the docs
+
+
+FULL_ITERATION_PROBES: tuple[Probe, ...] = (
+    Probe(
+        "rope_unfused",
+        "non-fused THD RoPE (model.apply_rope_fusion=False)",
+        {"model.position_embedding_type": "rope", "model.apply_rope_fusion": False},
+        lambda cfg: _rope(cfg) and not _m(cfg, "apply_rope_fusion", False),
+        lambda cfg: {
+            "model.position_embedding_type": _m(cfg, "position_embedding_type"),
+            "model.apply_rope_fusion": _m(cfg, "apply_rope_fusion", False),
+        },
+        # fused THD RoPE takes no mscale (yarn) and MLA has its own fused kernels: only plain RoPE is switched
+        lambda cfg: (
+            {"model.apply_rope_fusion": True}
+            if _m(cfg, "position_embedding_type") == "rope" and not _m(cfg, "multi_latent_attention", False)
+            else None
+        ),
+        fix_text="`model.apply_rope_fusion=true` (plain RoPE; yarn and MLA leave full-iteration graphs)",
+    ),
+    Probe(
+        "rope_fused",
+        "fused THD RoPE (model.apply_rope_fusion=True)",
+        {"model.position_embedding_type": "rope", "model.apply_rope_fusion": True},
+        lambda cfg: _rope(cfg) and bool(_m(cfg, "apply_rope_fusion", False)),
+        lambda cfg: {"model.apply_rope_fusion": True},
+    ),
+    Probe(
+        "aligned",
+        "sequences aligned to pad_seq_to_mult > 1 (cu_seqlens_padded)",
+        {"dataset.offline_packing_specs.pad_seq_to_mult": 8},
+        lambda cfg: int(getattr(getattr(cfg.dataset, "offline_packing_specs", None), "pad_seq_to_mult", 1) or 1) > 1,
+        lambda cfg: {
+            "dataset.offline_packing_specs.pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
+        },
+    ),
+    Probe(
+        "nan_grad_check",
+        "DDP NaN/Inf check of each grad bucket (ddp.check_for_nan_in_grad=True)",
+        {"ddp.check_for_nan_in_grad": True},
+        lambda cfg: bool(getattr(cfg.ddp, "check_for_nan_in_grad", False)),
+        lambda cfg: {"ddp.check_for_nan_in_grad": True},
+        lambda cfg: {"ddp.check_for_nan_in_grad": False},
+        fix_text="`ddp.check_for_nan_in_grad=false`",
+    ),
+    Probe(
+        "large_grad_check",
+        "DDP large-gradient check (ddp.check_for_large_grads=True)",
+        {"ddp.check_for_large_grads": True},
+        lambda cfg: bool(getattr(cfg.ddp, "check_for_large_grads", False)),
+        lambda cfg: {"ddp.check_for_large_grads": True},
+        lambda cfg: {"ddp.check_for_large_grads": False},
+        fix_text="`ddp.check_for_large_grads=false`",
+    ),
+    Probe(
+        "spiky_loss_check",
+        "spiky-loss check in the loss function (rerun_state_machine.check_for_spiky_loss=True)",
+        {"rerun_state_machine.check_for_spiky_loss": True},
+        lambda cfg: bool(getattr(getattr(cfg, "rerun_state_machine", None), "check_for_spiky_loss", False)),
+        lambda cfg: {"rerun_state_machine.check_for_spiky_loss": True},
+        lambda cfg: {"rerun_state_machine.check_for_spiky_loss": False},
+        fix_text="`rerun_state_machine.check_for_spiky_loss=false`",
+    ),
+    Probe(
+        "timers_level_1",
+        "Megatron timers at logger.timing_log_level=1",
+        {"logger.timing_log_level": 1},
+        lambda cfg: _timing(cfg) == 1,
+        lambda cfg: {"logger.timing_log_level": _timing(cfg)},
+        lambda cfg: {"logger.timing_log_level": 0},
+        fix_text="`logger.timing_log_level=0`",
+    ),
+    Probe(
+        "timers_level_2",
+        "Megatron timers at logger.timing_log_level=2",
+        {"logger.timing_log_level": 2},
+        lambda cfg: _timing(cfg) >= 2,
+        lambda cfg: {"logger.timing_log_level": _timing(cfg)},
+        lambda cfg: {"logger.timing_log_level": 0},
+        fix_text="`logger.timing_log_level=0`",
+    ),
+    Probe(
+        "hybrid_seq_idx",
+        "a hybrid (Mamba) model: Megatron-Bridge's step sets total_tokens, so PackedSeqParams computes seq_idx",
+        {"model.is_hybrid_model": True},
+        lambda cfg: bool(_m(cfg, "is_hybrid_model", False)),
+        lambda cfg: {"model.is_hybrid_model": True},
+        why_leave="the model is hybrid; nothing in the config removes the seq_idx computation from the step",
+    ),
+    Probe(
+        "mtp_packed_roll",
+        "multi-token prediction over packed rows (model.mtp_num_layers > 0)",
+        {"model.mtp_num_layers": 1},
+        lambda cfg: int(_m(cfg, "mtp_num_layers", 0) or 0) > 0,
+        lambda cfg: {"model.mtp_num_layers": _m(cfg, "mtp_num_layers")},
+        why_leave="MTP is part of the model; its packed roll reads sequence boundaries on the host",
+    ),
+    Probe(
+        "moe_alltoall_dropless",
+        "dropless MoE with the alltoall dispatcher",
+        {
+            "model.num_moe_experts": 4,
+            "model.moe_ffn_hidden_size": 32,
+            "model.moe_router_topk": 2,
+            "model.moe_router_dtype": "fp64",
+            "model.moe_token_dispatcher_type": "alltoall",
+        },
+        lambda cfg: _moe(cfg, "alltoall") and not _drop_and_pad(cfg),
+        lambda cfg: {
+            "model.moe_token_dispatcher_type": "alltoall",
+            "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
+        },
+        why_leave="dropless routing sizes the dispatch from token counts read on the host (drop-and-pad capacity "
+        "routing does not, but changes which tokens train)",
+    ),
+    Probe(
+        "moe_allgather_dropless",
+        "dropless MoE with the allgather dispatcher",
+        {
+            "model.num_moe_experts": 4,
+            "model.moe_ffn_hidden_size": 32,
+            "model.moe_router_topk": 2,
+            "model.moe_router_dtype": "fp64",
+            "model.moe_token_dispatcher_type": "allgather",
+        },
+        lambda cfg: _moe(cfg, "allgather") and not _drop_and_pad(cfg),
+        lambda cfg: {
+            "model.moe_token_dispatcher_type": "allgather",
+            "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
+        },
+        why_leave="dropless routing sizes the dispatch from token counts read on the host (drop-and-pad capacity "
+        "routing does not, but changes which tokens train)",
+    ),
+    Probe(
+        "moe_alltoall_drop_and_pad",
+        "drop-and-pad MoE (capacity factor, padded to capacity) with the alltoall dispatcher",
+        {
+            "model.num_moe_experts": 4,
+            "model.moe_ffn_hidden_size": 32,
+            "model.moe_router_topk": 2,
+            "model.moe_router_dtype": "fp64",
+            "model.moe_token_dispatcher_type": "alltoall",
+            "model.moe_expert_capacity_factor": 1.0,
+            "model.moe_pad_expert_input_to_capacity": True,
+        },
+        lambda cfg: _moe(cfg, "alltoall") and _drop_and_pad(cfg),
+        lambda cfg: {"model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor")},
+    ),
+    Probe(
+        "per_token_loss",
+        "per-token loss (model.calculate_per_token_loss=True: token counts all-reduced in finalize_model_grads)",
+        {"model.calculate_per_token_loss": True},
+        lambda cfg: bool(_m(cfg, "calculate_per_token_loss", False)),
+        lambda cfg: {"model.calculate_per_token_loss": True},
+    ),
+    Probe(
+        "overlap_grad_reduce",
+        "overlapped grad reduction (ddp.overlap_grad_reduce=True: bucket syncs from backward hooks)",
+        {"ddp.overlap_grad_reduce": True},
+        lambda cfg: bool(getattr(cfg.ddp, "overlap_grad_reduce", False)),
+        lambda cfg: {"ddp.overlap_grad_reduce": True},
+    ),
+)
+
+
+def probe_named(name: str) -> Probe:
+    return next(p for p in FULL_ITERATION_PROBES if p.name == name)
+
+
+#: hybrid layer symbols (Megatron-Core's LayerSymbols) -> the layer kinds the TE-scope run builds
+_HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp_layer", "E": "moe"}
+
+
+def model_layer_kinds(cfg: Any) -> set[str]:
+    """The layer kinds a config's model is made of, as the TE-scope run names them: ``dense`` / ``moe``
+    ``TransformerLayer`` for GPT models; ``mamba`` / ``attention`` / ``mlp_layer`` / ``moe`` for hybrid patterns
+    (other symbols as themselves: kinds the run does not build)."""
+    pattern = _m(cfg, "hybrid_layer_pattern") or _m(cfg, "hybrid_override_pattern")
+    if pattern:
+        return {_HYBRID_SYMBOLS.get(ch, ch) for ch in str(pattern) if ch not in "|/ "}
+    experts = _m(cfg, "num_moe_experts") or 0
+    if experts <= 1:
+        return {"dense"}
+    freq = _m(cfg, "moe_layer_freq", 1)
+    mixed = (isinstance(freq, list) and 0 in freq) or (isinstance(freq, int) and freq > 1)
+    return {"moe", "dense"} if mixed else {"moe"}

@@ -1,0 +1,429 @@
+"""A recorder of host reads: what a CUDA-graph capture forbids, found by running the captured code on CPU tensors.
+
+A CUDA graph records device work only. Inside ``torch.cuda.graph(...)`` every read of a device tensor's values on
+the host (``.item()``, ``.tolist()``, ``if tensor:``, ``.cpu()``, ``.numpy()``, ``int(t)``, a slice bounded by a
+tensor), every op whose output shape depends on device values (``nonzero``, ``masked_select``, ``unique``, boolean
+indexing, ``repeat_interleave`` without ``output_size``) and every synchronization (``torch.cuda.synchronize``,
+``Event.synchronize``, ``torch.distributed.barrier``) fails the capture or bakes one step's values into every
+replay.
+
+Here CPU tensors stand in for device tensors. :class:`HostReadRecorder` is a ``TorchFunctionMode`` that knows which
+CPU tensors would live on the device: those moved there (``.cuda()``, ``.to("cuda")``), those created there
+(``device="cuda"``, ``torch.cuda.current_device()``) and everything computed from them. A host read of such a tensor
+is recorded with the frames of Megatron / Transformer Engine code that made it; reads of real host tensors (the
+collate's, a host ``max_seqlen``) are not. While :meth:`HostReadRecorder.capturing` is off (the work
+``FullCudaGraphWrapper`` does before the capture, ``data_read``) tensors are still tracked but nothing is recorded.
+:func:`cuda_stand_ins` replaces the few ``torch.cuda`` entry points Megatron calls (streams, events, the current
+device, ``synchronize``) with host stand-ins for the run, recording the synchronizing ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["HostRead", "HostReadRecorder", "cuda_stand_ins", "library_path", "site_of", "LIBRARY_ROOTS"]
+
+#: the code whose reads count: frames under these package roots name the site of a read
+LIBRARY_ROOTS = ("megatron/", "transformer_engine/")
+
+_T = torch.Tensor
+#: the C getters of ``Tensor.device`` / ``Tensor.is_cuda`` (a mode sees ``<getter>.__get__``)
+_DEVICE_GETTER = torch._C.TensorBase.__dict__["device"]
+_IS_CUDA_GETTER = torch._C.TensorBase.__dict__["is_cuda"]
+_STAND_IN_DEVICE = torch.device("cuda", 0)
+#: reads of a device tensor's values on the host
+_VALUE_READS: dict[Any, str] = {
+    _T.item: "item()",
+    _T.tolist: "tolist()",
+    _T.__bool__: "bool(tensor)",
+    _T.__int__: "int(tensor)",
+    _T.__float__: "float(tensor)",
+    _T.__index__: "index(tensor)",
+    _T.__complex__: "complex(tensor)",
+    _T.numpy: "numpy()",
+    _T.__format__: "format(tensor)",
+    _T.__repr__: "repr(tensor)",
+    _T.__array__: "numpy(tensor)",
+    _T.__contains__: "in tensor",
+    torch.equal: "torch.equal",
+    torch.allclose: "torch.allclose",
+    torch.is_nonzero: "torch.is_nonzero",
+}
+#: ops whose output shape depends on the values of a device tensor
+_DATA_DEPENDENT: dict[Any, str] = {
+    torch.nonzero: "nonzero",
+    _T.nonzero: "nonzero",
+    torch.argwhere: "argwhere",
+    _T.argwhere: "argwhere",
+    torch.masked_select: "masked_select",
+    _T.masked_select: "masked_select",
+    torch.unique: "unique",
+    _T.unique: "unique",
+    torch.unique_consecutive: "unique_consecutive",
+    _T.unique_consecutive: "unique_consecutive",
+    torch.bincount: "bincount",
+    _T.bincount: "bincount",
+}
+
+
+@dataclass(frozen=True)
+class HostRead:
+    """One host read: what it was (``op``), where (``site``: the innermost library frame) and the library frames
+    that led there (outermost first)."""
+
+    op: str
+    site: str
+    stack: tuple[str, ...] = field(default=(), compare=False)
+
+    def describe(self) -> str:
+        return f"{self.op} at {self.site}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "site": self.site, "stack": list(self.stack)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HostRead":
+        return cls(data["op"], data["site"], tuple(data.get("stack", ())))
+
+
+def library_path(filename: str) -> str | None:
+    """``megatron/core/x.py`` for a frame in an installed library (None for other code)."""
+    path = filename.replace("\\", "/")
+    for root in LIBRARY_ROOTS:
+        at = path.rfind("/site-packages/" + root)
+        if at >= 0:
+            return path[at + len("/site-packages/") :]
+    return None
+
+
+def site_of(frames: list[tuple[str, int, str]]) -> tuple[str, tuple[str, ...]]:
+    """(innermost library frame, all library frames outermost first) as ``path:line function``."""
+    named = [f"{path}:{line} {fn}" for path, line, fn in frames]
+    return (named[-1] if named else "<outside Megatron>"), tuple(named)
+
+
+def _library_frames(skip: int) -> list[tuple[str, int, str]]:
+    frames = []
+    frame = sys._getframe(skip)
+    while frame is not None:
+        path = library_path(frame.f_code.co_filename)
+        if path is not None:
+            frames.append((path, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return frames[::-1]
+
+
+def _is_cuda(device: Any) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True  # an ordinal: torch.cuda.current_device()
+    try:
+        return torch.device(device).type == "cuda"
+    except (RuntimeError, TypeError):
+        return False
+
+
+def _to_target(args: tuple, kwargs: dict) -> tuple[str | None, tuple, dict]:
+    """Where ``Tensor.to(...)`` moves a tensor ("cuda", "cpu" or None for a dtype change) and the call's arguments
+    with a CUDA device replaced by the CPU."""
+    rest, kw = list(args[1:]), dict(kwargs)
+    target: str | None = None
+    if "device" in kw:
+        target = "cuda" if _is_cuda(kw["device"]) else "cpu"
+        if target == "cuda":
+            kw["device"] = "cpu"
+    elif rest and isinstance(rest[0], torch.Tensor):
+        target = None  # .to(other): other's device is this run's device already
+    elif rest and isinstance(rest[0], (str, torch.device, int)) and not isinstance(rest[0], bool):
+        target = "cuda" if _is_cuda(rest[0]) else "cpu"
+        if target == "cuda":
+            rest[0] = "cpu"
+    return target, (args[0], *rest), kw
+
+
+class HostReadRecorder(TorchFunctionMode):
+    """Tracks which CPU tensors stand for device tensors and records every host read of one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[HostRead] = []
+        self._device: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._recording = True
+        self._thread = threading.get_ident()
+
+    # ---- device tensors ------------------------------------------------------------------------------------
+    def on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Mark ``tensor`` as a device tensor (it stands for one on the GPU)."""
+        self._device[tensor] = True
+        return tensor
+
+    def is_device(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value in self._device
+
+    def _any_device(self, args: tuple, kwargs: dict) -> bool:
+        leaves, _ = tree_flatten((args, kwargs))
+        return any(self.is_device(leaf) for leaf in leaves)
+
+    def _mark_all(self, out: Any) -> Any:
+        leaves, _ = tree_flatten(out)
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                self._device[leaf] = True
+        return out
+
+    # ---- recording -----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def capturing(self, on: bool) -> Iterator[None]:
+        """Record host reads (on) or only track device tensors (off: work done before the capture)."""
+        previous, self._recording = self._recording, on
+        try:
+            yield
+        finally:
+            self._recording = previous
+
+    def record(self, op: str, skip: int = 2) -> None:
+        """Record ``op`` at the innermost library frame above the caller (``skip`` frames up)."""
+        if not self._recording or threading.get_ident() != self._thread:
+            return
+        site, stack = site_of(_library_frames(skip + 1))
+        self.reads.append(HostRead(op, site, stack))
+
+    # ---- the mode ------------------------------------------------------------------------------------------
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = dict(kwargs or {})
+        # a device tensor says it is one (code branches on .device / .is_cuda)
+        owner = getattr(func, "__self__", None)
+        if owner is _DEVICE_GETTER or owner is _IS_CUDA_GETTER:
+            if self.is_device(args[0]):
+                return _STAND_IN_DEVICE if owner is _DEVICE_GETTER else True
+            return func(*args, **kwargs)
+        if func is _T.get_device and self.is_device(args[0]):
+            return 0
+        # moves between host and device
+        if func is _T.cuda:
+            out = args[0].detach().clone() if not self.is_device(args[0]) else args[0]
+            return self.on_device(out.requires_grad_(args[0].requires_grad) if out is not args[0] else out)
+        if func is _T.cpu:
+            if self.is_device(args[0]):
+                self.record("device-to-host copy (.cpu())")
+                return args[0].detach().clone().requires_grad_(args[0].requires_grad)
+            return func(*args, **kwargs)
+        if func is _T.to:
+            target, call_args, call_kwargs = _to_target(args, kwargs)
+            if target == "cpu" and self.is_device(args[0]):
+                self.record("device-to-host copy (.to('cpu'))")
+                out = func(*call_args, **call_kwargs)
+                return out.detach().clone() if out is args[0] else out
+            out = func(*call_args, **call_kwargs)
+            if target == "cuda" or self.is_device(args[0]):
+                if out is args[0] and not self.is_device(out):
+                    out = out.clone()
+                self.on_device(out)
+            return out
+        if func in (_T.record_stream, _T.pin_memory):
+            return args[0] if func is _T.pin_memory else None
+        if func is _T.copy_ and len(args) >= 2:
+            if self.is_device(args[1]) and not self.is_device(args[0]):
+                self.record("device-to-host copy (copy_ into a host tensor)")
+                return func(*args, **kwargs)
+        # value reads and value-dependent shapes
+        device_args = self._any_device(args, kwargs)
+        if device_args:
+            self._check_read(func, args, kwargs)
+        # creation on the device
+        created_on_device = False
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs["device"] = "cpu"
+            created_on_device = True
+        out = func(*args, **kwargs)
+        if created_on_device or device_args:
+            if isinstance(out, (bool, int, float, str)) or out is None:
+                return out
+            self._mark_all(out)
+        return out
+
+    def _check_read(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        if func in _VALUE_READS:
+            self.record(f"host read ({_VALUE_READS[func]})", skip=3)
+            return
+        name = _DATA_DEPENDENT.get(func)
+        if name:
+            self.record(f"value-dependent shape ({name})", skip=3)
+            return
+        if func in (torch.repeat_interleave, _T.repeat_interleave):
+            repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+            single = len(args) == 1 and "repeats" not in kwargs  # repeat_interleave(repeats): counts are self
+            counts = args[0] if single else repeats
+            if self.is_device(counts) and kwargs.get("output_size") is None:
+                self.record("value-dependent shape (repeat_interleave without output_size)", skip=3)
+            return
+        if func in (torch.where, torch.split, torch.narrow, _T.split, _T.narrow, _T.__getitem__, _T.__setitem__):
+            self._check_indexing(func, args, kwargs)
+
+    def _check_indexing(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        if func is torch.where and len(args) == 1 and not kwargs:
+            self.record("value-dependent shape (where(condition))", skip=4)
+        elif func in (torch.split, _T.split):
+            sizes = args[1] if len(args) > 1 else kwargs.get("split_size_or_sections", kwargs.get("split_size"))
+            if self.is_device(sizes):
+                self.record("host read (split sizes from a tensor)", skip=4)
+        elif func in (torch.narrow, _T.narrow):
+            if any(self.is_device(a) for a in args[2:]):
+                self.record("host read (narrow bounds from a tensor)", skip=4)
+        elif func in (_T.__getitem__, _T.__setitem__):
+            index = args[1] if len(args) > 1 else None
+            parts = index if isinstance(index, tuple) else (index,)
+            if func is _T.__setitem__ and self._masked_fill(parts, args[2] if len(args) > 2 else None):
+                return
+            for part in parts:
+                if isinstance(part, slice) and any(self.is_device(b) for b in (part.start, part.stop, part.step)):
+                    self.record("host read (slice bounds from a tensor)", skip=4)
+                    return
+                if self.is_device(part) and part.dtype in (torch.bool, torch.uint8):
+                    self.record("value-dependent shape (boolean mask index)", skip=4)
+                    return
+                if self.is_device(part) and part.dim() == 0 and not part.dtype.is_floating_point:
+                    self.record("host read (index from a 0-d tensor)", skip=4)
+                    return
+
+    def _masked_fill(self, parts: tuple, value: Any) -> bool:
+        """``t[mask] = v`` with one boolean mask and a single host value runs as ``masked_fill_`` (ATen's
+        ``canDispatchToMaskedFill``: ``value.numel() == 1 and value.device().is_cpu()``), reading nothing."""
+        masks = [p for p in parts if isinstance(p, torch.Tensor) and p.dtype in (torch.bool, torch.uint8)]
+        others = [p for p in parts if isinstance(p, torch.Tensor) and p.dtype not in (torch.bool, torch.uint8)]
+        host_value = isinstance(value, (bool, int, float)) or (
+            isinstance(value, torch.Tensor) and value.numel() == 1 and not self.is_device(value)
+        )
+        return len(masks) == 1 and not others and host_value
+
+
+# ---- torch.cuda stand-ins --------------------------------------------------------------------------------------
+
+
+class _Event:
+    def __init__(self, recorder: HostReadRecorder | None = None, **_: Any) -> None:
+        self._recorder = recorder
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        if self._recorder is not None:
+            self._recorder.record("synchronization (Event.synchronize)")
+
+    def query(self) -> bool:
+        if self._recorder is not None:
+            self._recorder.record("synchronization (Event.query)")
+        return True
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def elapsed_time(self, other: Any) -> float:
+        if self._recorder is not None:
+            self._recorder.record("synchronization (Event.elapsed_time)")
+        return 0.0
+
+
+class _Stream(torch.Stream):
+    """A host stream object (``torch.Stream`` on the CPU, so ``Tensor.record_stream`` accepts it)."""
+
+    def __new__(cls, recorder: HostReadRecorder | None = None, **_: Any) -> "_Stream":
+        return super().__new__(cls, device="cpu")
+
+    def __init__(self, recorder: HostReadRecorder | None = None, **_: Any) -> None:
+        self._recorder = recorder
+
+    def wait_stream(self, other: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> _Event:
+        return event if event is not None else _Event(self._recorder)
+
+    def synchronize(self) -> None:
+        if self._recorder is not None:
+            self._recorder.record("synchronization (Stream.synchronize)")
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self) -> "_Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def cuda_stand_ins(recorder: HostReadRecorder) -> Iterator[None]:
+    """Host stand-ins for the ``torch.cuda`` calls Megatron makes around the captured work (streams, events,
+    the current device), and recording ``torch.cuda.synchronize`` / ``torch.distributed.barrier``."""
+    import torch.distributed as dist
+
+    default = _Stream(recorder)
+
+    def synchronize(device: Any = None) -> None:
+        recorder.record("synchronization (torch.cuda.synchronize)")
+
+    def barrier(*args: Any, **kwargs: Any) -> None:
+        recorder.record("synchronization (torch.distributed.barrier)")
+
+    def stream_factory(*args: Any, **kwargs: Any) -> _Stream:
+        return _Stream(recorder)
+
+    def event_factory(*args: Any, **kwargs: Any) -> _Event:
+        return _Event(recorder)
+
+    patches: dict[tuple[Any, str], Any] = {
+        (torch.cuda, "Stream"): stream_factory,
+        (torch.cuda, "Event"): event_factory,
+        (torch.cuda, "current_stream"): lambda device=None: default,
+        (torch.cuda, "default_stream"): lambda device=None: default,
+        (torch.cuda, "stream"): lambda stream=None: contextlib.nullcontext(stream),
+        (torch.cuda, "current_device"): lambda: 0,
+        (torch.cuda, "synchronize"): synchronize,
+        (dist, "barrier"): barrier,
+    }
+    saved = {key: getattr(*key) for key in patches}
+    try:
+        for (owner, name), value in patches.items():
+            setattr(owner, name, value)
+        yield
+    finally:
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
+
+
+def keeps_environment(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``os.environ`` put back as it was when it returns: building a Megatron-Core model sets
+    ``NVTE_FLASH_ATTN`` / ``NVTE_FUSED_ATTN`` / ``NVTE_UNFUSED_ATTN`` in the process environment
+    (``LanguageModule._set_attention_backend``), which the attention rules then read as the launch's own."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        saved = dict(os.environ)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
+            for key, value in saved.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
+
+    return wrapper

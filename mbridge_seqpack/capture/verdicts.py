@@ -1,0 +1,225 @@
+"""Capture-safety verdicts: computed by running the captured code (``iteration.py``, ``layers.py``), cached in
+``verdicts.json`` next to this module, read by the CUDA-graph rules.
+
+``compute()`` runs every full-iteration probe (:data:`conditions.FULL_ITERATION_PROBES`, the baseline with and
+without mbridge_seqpack's ``data_read`` injection) and every TE per-layer scope over every layer kind; ``python -m
+mbridge_seqpack.capture.verdicts --write`` refreshes the cache (about a minute on a CPU once Megatron is imported),
+and a test recomputes it and compares, so the rules never read a verdict the code below does not give. Reading the
+cache (:func:`load`) costs a JSON parse: ``validate()`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mbridge_seqpack.capture.conditions import (
+    BASELINE,
+    FULL_ITERATION_PROBES,
+    NO_INJECTION,
+    Probe,
+    model_layer_kinds,
+)
+from mbridge_seqpack.capture.recorder import HostRead
+
+__all__ = [
+    "CACHE",
+    "Verdicts",
+    "ScopeVerdict",
+    "compute",
+    "load",
+    "TE_MODULES",
+    "TE_KINDS",
+    "SAFE_SCOPE_ORDER",
+]
+
+CACHE = Path(__file__).with_name("verdicts.json")
+#: the TE scopes run: whole layer ("") and each CudaGraphModule (moe_preprocess only beside moe_router)
+TE_MODULES = ("", "attn", "mlp", "moe", "moe_router", "moe_router+moe_preprocess", "mamba")
+TE_KINDS = ("dense", "moe", "attention", "mlp_layer", "mamba")
+#: the scopes a fix may propose, in order of preference (after attention, tensor inputs, no host read)
+SAFE_SCOPE_ORDER = ("mlp", "moe_router")
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("megatron-bridge", "megatron-core", "transformer-engine", "torch")}
+
+
+def compute() -> dict[str, Any]:
+    """Run everything; the JSON-able result (what :data:`CACHE` holds)."""
+    from mbridge_seqpack.capture.iteration import run_iteration
+    from mbridge_seqpack.capture.layers import HYBRID_KINDS, run_gpt_scope, run_hybrid_scope
+
+    full: dict[str, Any] = {}
+    for name, settings, injected in [
+        (BASELINE, {}, True),
+        (NO_INJECTION, {}, False),
+        *((p.name, p.settings, True) for p in FULL_ITERATION_PROBES),
+    ]:
+        run = run_iteration(settings, injected=injected)
+        full[name] = {
+            "settings": settings,
+            "injected": injected,
+            "reads": [r.to_dict() for r in run.reads],
+            "stopped_at": run.stopped_at,
+        }
+    te: dict[str, Any] = {}
+    for module in TE_MODULES:
+        modules = [m for m in module.split("+") if m]
+        te[module] = {}
+        for kind in TE_KINDS:
+            run = run_hybrid_scope(modules, kind) if kind in HYBRID_KINDS else run_gpt_scope(modules, kind)
+            te[module][kind] = {
+                "graphed": run.graphed,
+                "outcome": run.outcome,
+                "message": run.message,
+                "site": run.site,
+                "reads": [r.to_dict() for r in run.reads],
+                "non_tensor_inputs": run.non_tensor_inputs,
+            }
+    return {"versions": _versions(), "full_iteration": full, "te_layers": te}
+
+
+@dataclass(frozen=True)
+class ScopeVerdict:
+    """A TE scope module on one layer kind."""
+
+    module: str
+    kind: str
+    graphed: bool
+    outcome: str
+    message: str
+    site: str
+    reads: tuple[HostRead, ...]
+    non_tensor_inputs: tuple[str, ...]
+
+    @property
+    def fails(self) -> bool:
+        return self.outcome == "asserts" or bool(self.reads)
+
+
+class Verdicts:
+    """The computed verdicts, with the questions the rules ask of them."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.full = data["full_iteration"]
+        self.te = data["te_layers"]
+
+    # ---- full iteration --------------------------------------------------------------------------------------
+    def reads(self, probe: str) -> list[HostRead]:
+        return [HostRead.from_dict(r) for r in self.full[probe]["reads"]]
+
+    def stopped_at(self, probe: str) -> str | None:
+        return self.full[probe]["stopped_at"]
+
+    def added_reads(self, probe: str) -> list[HostRead]:
+        """What the probe's run reads that the baseline's (injected) does not."""
+        base = {(r.op, r.site) for r in self.reads(BASELINE)}
+        return [r for r in self.reads(probe) if (r.op, r.site) not in base]
+
+    def baseline_clean(self) -> bool:
+        return not self.reads(BASELINE)
+
+    def injection_removes(self) -> list[HostRead]:
+        """The host reads of Megatron-Bridge's step that mbridge_seqpack's ``data_read`` injection removes."""
+        return self.added_reads(NO_INJECTION)
+
+    def conditions(self) -> list[Probe]:
+        """The probes whose runs add host reads: the named conditions."""
+        return [p for p in FULL_ITERATION_PROBES if self.added_reads(p.name)]
+
+    def certified(self) -> list[Probe]:
+        """The probes whose runs add none: capture-safe features."""
+        return [p for p in FULL_ITERATION_PROBES if not self.added_reads(p.name)]
+
+    def present_conditions(self, cfg: Any) -> list[tuple[Probe, list[HostRead]]]:
+        return [(p, self.added_reads(p.name)) for p in self.conditions() if p.present(cfg)]
+
+    # ---- TE per-layer scopes ---------------------------------------------------------------------------------
+    def scope(self, module: str, kind: str) -> ScopeVerdict | None:
+        entry = self.te.get(module, {}).get(kind)
+        if entry is None:
+            return None
+        return ScopeVerdict(
+            module,
+            kind,
+            entry["graphed"],
+            entry["outcome"],
+            entry["message"],
+            entry["site"],
+            tuple(HostRead.from_dict(r) for r in entry["reads"]),
+            tuple(entry["non_tensor_inputs"]),
+        )
+
+    def scope_for(self, modules: list[str], kinds: set[str]) -> list[ScopeVerdict]:
+        """The verdicts of a configured scope (``cuda_graph_modules``) on a model's layer kinds: each module's own
+        (``moe_preprocess`` with ``moe_router``; the whole layer for an empty scope), graphed kinds only."""
+        names = [""] if not modules else [m for m in modules if m != "moe_preprocess"]
+        if "moe_preprocess" in modules and "moe_router" in names:
+            names = [("moe_router+moe_preprocess" if m == "moe_router" else m) for m in names]
+        out = []
+        for name in names:
+            for kind in sorted(kinds):
+                verdict = self.scope(name, kind)
+                if verdict is not None and verdict.graphed:
+                    out.append(verdict)
+        return out
+
+    def failing_modules(self, modules: list[str], kinds: set[str]) -> list[ScopeVerdict]:
+        return [v for v in self.scope_for(modules, kinds) if v.fails]
+
+    def module_safe(self, module: str, kinds: set[str]) -> bool:
+        """``module`` graphs some kind of this model, and replays every kind it graphs with tensor inputs and no host
+        read; kinds the run did not build make it unsafe (not certified)."""
+        entries = {kind: self.scope(module, kind) for kind in kinds}
+        if any(entry is None for entry in entries.values()):
+            return False
+        graphed = [e for e in entries.values() if e is not None and e.graphed]
+        return bool(graphed) and not any(e.fails or e.outcome == "refused" for e in graphed)
+
+    def safe_scope(self, kinds: set[str], keep: list[str] = ()) -> list[str]:
+        """The scope a fix proposes: the configured modules that are safe on this model, else the first safe one of
+        :data:`SAFE_SCOPE_ORDER`; empty when none is (then graphs go off)."""
+        kept = [m for m in keep if m not in ("attn", "moe_preprocess") and self.module_safe(m, kinds)]
+        if kept:
+            preprocess = self.module_safe("moe_router+moe_preprocess", kinds)
+            if "moe_preprocess" in keep and "moe_router" in kept and preprocess:
+                kept.append("moe_preprocess")
+            return kept
+        return [m for m in SAFE_SCOPE_ORDER if self.module_safe(m, kinds)][:1]
+
+
+@functools.lru_cache(maxsize=1)
+def _cached() -> Verdicts:
+    return Verdicts(json.loads(CACHE.read_text()))
+
+
+def load() -> Verdicts:
+    """The cached verdicts (recomputed and compared by tests/test_capture.py)."""
+    return _cached()
+
+
+__all__ += ["model_layer_kinds"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    data = compute()
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if "--write" in args:
+        CACHE.write_text(text)
+        _cached.cache_clear()
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""A one-rank CPU world for running the captured code: the process group and Megatron-Core's model-parallel state
+it expects, compiled fusions run eagerly, the recorder and its ``torch.cuda`` stand-ins active, and every piece of
+process state the run touches put back afterwards (so a check or a test process is left as it was)."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Iterator
+
+import torch
+
+from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+
+__all__ = ["cpu_world"]
+
+
+@contextlib.contextmanager
+def _process_group() -> Iterator[None]:
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _model_parallel() -> Iterator[None]:
+    from megatron.core import parallel_state
+
+    created = not parallel_state.model_parallel_is_initialized()
+    if created:
+        parallel_state.initialize_model_parallel()
+    try:
+        yield
+    finally:
+        if created:
+            parallel_state.destroy_model_parallel()
+
+
+@contextlib.contextmanager
+def _restored_megatron_state() -> Iterator[None]:
+    """Megatron-Core's process-wide state a step touches, fresh for the run and put back after: the rerun state
+    machine (created on first use), the full-iteration wrapper's static buffers, and the loss scale the MoE
+    auxiliary-loss autoscaler keeps as a class attribute and ``copy_``s into (a run must create its own, on the
+    device)."""
+    from megatron.core import rerun_state_machine
+    from megatron.core.full_cuda_graph import StaticBufferLoader
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+
+    scalers = [MoEAuxLossAutoScaler]  # MTPLossAutoScaler assigns its scale (no copy_ into an old tensor)
+    machine = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE
+    buffers = {stage: list(items) for stage, items in StaticBufferLoader.static_buffers.items()}
+    scales = [scaler.main_loss_backward_scale for scaler in scalers]
+    rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE = None
+    for stage in StaticBufferLoader.static_buffers:
+        StaticBufferLoader.static_buffers[stage] = []
+    for scaler in scalers:
+        scaler.main_loss_backward_scale = None
+    try:
+        yield
+    finally:
+        rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE = machine
+        StaticBufferLoader.static_buffers.clear()
+        StaticBufferLoader.static_buffers.update(buffers)
+        for scaler, scale in zip(scalers, scales):
+            scaler.main_loss_backward_scale = scale
+
+
+@contextlib.contextmanager
+def _eager_fusions() -> Iterator[None]:
+    """Megatron's ``jit_fuser`` (``torch.compile``) functions run eagerly: the recorder sees every op in them."""
+    import torch._dynamo
+
+    previous = torch._dynamo.config.disable
+    torch._dynamo.config.disable = True
+    try:
+        yield
+    finally:
+        torch._dynamo.config.disable = previous
+
+
+@contextlib.contextmanager
+def cpu_world() -> Iterator[HostReadRecorder]:
+    """The recorder, active (not yet capturing: the caller opens the captured region), in a one-rank world."""
+    recorder = HostReadRecorder()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        stack.enter_context(_process_group())
+        stack.enter_context(_eager_fusions())
+        stack.enter_context(_restored_megatron_state())
+        stack.enter_context(cuda_stand_ins(recorder))
+        stack.enter_context(recorder)
+        stack.enter_context(recorder.capturing(False))
+        stack.enter_context(_model_parallel())
+        stack.enter_context(torch.random.fork_rng(devices=[]))
+        torch.manual_seed(1234)
+        yield recorder

@@ -1,0 +1,232 @@
+"""Capture safety, computed (``mbridge_seqpack/capture``): the host-read recorder on its own, then the run over
+Megatron's code. The cached verdicts the rules read must equal a fresh run, and the run must find each host read
+issue #33 names, at its site in the installed Megatron code; the capture-safe features must stay clean."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+
+# ---- the recorder --------------------------------------------------------------------------------------------
+
+
+def _record(fn: Any) -> tuple[HostReadRecorder, Any]:
+    """Run ``fn(recorder, x)`` where ``x`` stands for a device tensor ``[0, 3, 7, 16]``; return what it recorded."""
+    recorder = HostReadRecorder()
+    with cuda_stand_ins(recorder), recorder:
+        with recorder.capturing(False):
+            x = torch.tensor([0, 3, 7, 16], dtype=torch.int32).cuda()
+        out = fn(recorder, x)
+    return recorder, out
+
+
+def _ops(recorder: HostReadRecorder) -> list[str]:
+    return [r.op for r in recorder.reads]
+
+
+@pytest.mark.parametrize(
+    ("read", "op"),
+    [
+        (lambda r, x: x[1].item(), "host read (item())"),
+        (lambda r, x: x.tolist(), "host read (tolist())"),
+        (lambda r, x: bool(x[1] > 2), "host read (bool(tensor))"),
+        (lambda r, x: int(x[-1]), "host read (int(tensor))"),
+        (lambda r, x: x.cpu(), "device-to-host copy (.cpu())"),
+        (lambda r, x: x.to("cpu"), "device-to-host copy (.to('cpu'))"),
+        (lambda r, x: x.numpy(), "host read (numpy())"),
+        (lambda r, x: torch.zeros(4, dtype=torch.int32).copy_(x), "device-to-host copy (copy_ into a host tensor)"),
+        (lambda r, x: torch.nonzero(x), "value-dependent shape (nonzero)"),
+        (lambda r, x: x[x > 2], "value-dependent shape (boolean mask index)"),
+        (lambda r, x: x.masked_select(x > 2), "value-dependent shape (masked_select)"),
+        (lambda r, x: torch.unique(x), "value-dependent shape (unique)"),
+        (
+            lambda r, x: torch.repeat_interleave(torch.arange(3), x[1:] - x[:-1]),
+            "value-dependent shape (repeat_interleave without output_size)",
+        ),  # fmt: skip
+        (lambda r, x: x[x[0] : x[1]], "host read (slice bounds from a tensor)"),
+        (lambda r, x: torch.split(torch.zeros(16), (x[1:] - x[:-1]).tolist()), "host read (tolist())"),
+        (lambda r, x: torch.cuda.synchronize(), "synchronization (torch.cuda.synchronize)"),
+        (lambda r, x: torch.cuda.Event().synchronize(), "synchronization (Event.synchronize)"),
+        (lambda r, x: f"{x[0]}", "host read (format(tensor))"),
+    ],
+)
+def test_each_kind_of_host_read_of_a_device_tensor_is_recorded(read: Any, op: str) -> None:
+    recorder, _ = _record(read)
+    assert _ops(recorder) == [op]
+    assert recorder.reads[0].site == "<outside Megatron>"  # the test's own frame is no library code
+
+
+def test_device_tensors_say_so_and_what_they_make_is_on_the_device() -> None:
+    def run(recorder: HostReadRecorder, x: torch.Tensor) -> Any:
+        made = torch.empty(2, device=torch.cuda.current_device())
+        like = torch.tensor([5], device=x.device)
+        derived = (x * 2)[1:]
+        return made, like, derived, x.device, x.is_cuda, x.get_device()
+
+    recorder, (made, like, derived, device, is_cuda, index) = _record(run)
+    assert (device, is_cuda, index) == (torch.device("cuda", 0), True, 0)
+    assert all(recorder.is_device(t) for t in (made, like, derived))
+    assert made.device.type == like.device.type == "cpu"  # outside the recorder: the data is on the host
+    assert recorder.reads == []
+
+
+def test_host_tensors_and_shape_only_work_read_nothing() -> None:
+    def run(recorder: HostReadRecorder, x: torch.Tensor) -> Any:
+        host = torch.tensor([0, 3, 7, 16])
+        host.tolist(), host.item() if host.numel() == 1 else int(host[0]), host.cpu()  # host reads of host data
+        torch.repeat_interleave(torch.arange(3), x[1:] - x[:-1], output_size=16)  # static size
+        y = x.clone()
+        y[y > 5] = 0  # one boolean mask, a host scalar: ATen's masked_fill_ fast path
+        return x.shape[0], x.size(0), x.numel(), x.reshape(2, 2), x.index_select(0, torch.tensor([0, 2]))
+
+    recorder, _ = _record(run)
+    assert recorder.reads == []
+
+
+def test_nothing_is_recorded_outside_the_captured_region() -> None:
+    recorder = HostReadRecorder()
+    with cuda_stand_ins(recorder), recorder:
+        with recorder.capturing(False):
+            x = torch.arange(4).cuda()
+            x.tolist()
+            torch.cuda.synchronize()
+        assert recorder.is_device(x) and recorder.reads == []
+        x.tolist()
+    assert _ops(recorder) == ["host read (tolist())"]
+
+
+def test_the_stand_ins_are_put_back() -> None:
+    before = (torch.cuda.synchronize, torch.cuda.Stream, torch.cuda.current_device)
+    recorder = HostReadRecorder()
+    with cuda_stand_ins(recorder):
+        assert torch.cuda.current_device() == 0
+    assert (torch.cuda.synchronize, torch.cuda.Stream, torch.cuda.current_device) == before
+
+
+# ---- the run over Megatron's code ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fresh(megatron_bridge: Any) -> dict[str, Any]:
+    """Every probe and scope, run now (about a minute once Megatron is imported)."""
+    import os
+
+    from mbridge_seqpack.capture.verdicts import compute
+
+    before = dict(os.environ)
+    result = compute()
+    # Megatron-Core's model builds set NVTE_*_ATTN, which the attention rules read as the launch's own
+    assert dict(os.environ) == before, "the runs must leave the environment as they found it"
+    return result
+
+
+def _sites(fresh: dict[str, Any], probe: str) -> list[tuple[str, str]]:
+    base = {(r["op"], r["site"]) for r in fresh["full_iteration"]["baseline"]["reads"]}
+    return [(r["op"], r["site"]) for r in fresh["full_iteration"][probe]["reads"] if (r["op"], r["site"]) not in base]
+
+
+slow = pytest.mark.slow
+
+
+@slow
+def test_the_cached_verdicts_are_what_the_code_computes(fresh: dict[str, Any]) -> None:
+    """The rules read capture/verdicts.json; it must be a fresh run's output (refresh: python -m
+    mbridge_seqpack.capture.verdicts --write)."""
+    from mbridge_seqpack.capture.verdicts import CACHE
+
+    assert json.loads(json.dumps(fresh, sort_keys=True)) == json.loads(CACHE.read_text())
+
+
+ROPE = "megatron/core/models/common/embeddings/rope_utils.py"
+
+
+@slow
+def test_each_host_read_of_the_issue_is_found_at_its_site(fresh: dict[str, Any]) -> None:
+    """Issue #33's list, each found by running the code: non-fused THD RoPE (.tolist(), .item()), the DDP grad
+    checks (validate_result's Tensor.__bool__ / is_unexpectedly_large's .item()), the spiky-loss check, hybrid
+    seq_idx (repeat_interleave), MTP's packed roll, timers, dropless MoE dispatch; max_seqlen's .cpu() without the
+    injection."""
+    full = fresh["full_iteration"]
+    assert full["baseline"]["reads"] == [] and full["baseline"]["injected"] is True
+    assert _sites(fresh, "no_injection") == [
+        ("device-to-host copy (.cpu())", "megatron/bridge/training/gpt_step.py:268 get_batch_from_iterator")
+    ]
+    assert _sites(fresh, "rope_unfused") == [
+        ("host read (tolist())", f"{ROPE}:222 _apply_rotary_pos_emb_thd"),
+        ("host read (item())", f"{ROPE}:224 _apply_rotary_pos_emb_thd"),
+        ("host read (item())", f"{ROPE}:239 _apply_rotary_pos_emb_thd"),
+    ]
+    rope_stack = full["rope_unfused"]["reads"][0]["stack"]
+    assert "megatron/core/transformer/attention.py:1499 forward" in rope_stack
+    assert _sites(fresh, "nan_grad_check") == [
+        ("host read (bool(tensor))", "megatron/core/rerun_state_machine.py:521 validate_result")
+    ]
+    nan_stack = full["nan_grad_check"]["reads"][0]["stack"]
+    assert any("param_and_grad_buffer.py" in f and "check_grads" in f for f in nan_stack)
+    assert _sites(fresh, "large_grad_check") == [
+        ("host read (item())", "megatron/core/rerun_state_machine.py:752 is_unexpectedly_large")
+    ]
+    assert _sites(fresh, "spiky_loss_check") == _sites(fresh, "large_grad_check")
+    assert any("losses.py" in f for f in full["spiky_loss_check"]["reads"][0]["stack"])
+    assert _sites(fresh, "hybrid_seq_idx") == [
+        (
+            "value-dependent shape (repeat_interleave without output_size)",
+            "megatron/core/packed_seq_params.py:63 __post_init__",
+        )
+    ]
+    mtp = "megatron/core/transformer/multi_token_prediction.py"
+    assert _sites(fresh, "mtp_packed_roll") == [
+        ("host read (slice bounds from a tensor)", f"{mtp}:260 _roll_tensor_packed_seq"),
+        ("host read (slice bounds from a tensor)", f"{mtp}:264 _roll_tensor_packed_seq"),
+    ]
+    timers = [
+        ("synchronization (torch.distributed.barrier)", "megatron/core/timers.py:151 start"),
+        ("synchronization (torch.cuda.synchronize)", "megatron/core/timers.py:152 start"),
+        ("synchronization (torch.cuda.synchronize)", "megatron/core/timers.py:165 stop"),
+    ]
+    assert _sites(fresh, "timers_level_1") == _sites(fresh, "timers_level_2") == timers
+    moe = "megatron/core/transformer/moe"
+    assert _sites(fresh, "moe_alltoall_dropless") == [
+        ("device-to-host copy (.to('cpu'))", f"{moe}/moe_utils.py:1185 maybe_move_tensor_to_cpu"),
+        ("synchronization (Event.synchronize)", f"{moe}/token_dispatcher.py:950 _maybe_dtoh_and_synchronize"),
+    ]
+    assert _sites(fresh, "moe_allgather_dropless") == [
+        ("device-to-host copy (.cpu())", f"{moe}/token_dispatcher.py:317 dispatch_postprocess"),
+        ("value-dependent shape (masked_select)", f"{moe}/token_dispatcher.py:328 dispatch_postprocess"),
+    ]
+
+
+@slow
+def test_the_capture_safe_features_read_nothing(fresh: dict[str, Any]) -> None:
+    """Fused RoPE (the run stops at TE's kernel, nothing read before it), alignment padding, drop-and-pad MoE,
+    per-token loss and overlapped grad reduction add no host read: no condition, no rejection."""
+    for probe in ("aligned", "moe_alltoall_drop_and_pad", "per_token_loss", "overlap_grad_reduce", "rope_fused"):
+        assert _sites(fresh, probe) == [], probe
+    stopped = fresh["full_iteration"]["rope_fused"]["stopped_at"]
+    assert stopped == "transformer_engine/pytorch/attention/rope.py:142 forward"
+    assert all(fresh["full_iteration"][p]["stopped_at"] is None for p in fresh["full_iteration"] if p != "rope_fused")
+
+
+@slow
+def test_te_scopes_over_packed_rows(fresh: dict[str, Any]) -> None:
+    """[mamba] asserts on Mamba layers (GraphableMegatronModule._te_cuda_graph_replay: tensor-only inputs) and the
+    whole layer / attn scopes on attention layers; mlp, moe (drop-and-pad) and moe_router replay clean."""
+    te = fresh["te_layers"]
+    outcome = {(m, k): e["outcome"] for m, kinds in te.items() for k, e in kinds.items()}
+    assert outcome[("mamba", "mamba")] == "asserts"
+    assert te["mamba"]["mamba"]["site"] == "megatron/core/transformer/module.py:308 _te_cuda_graph_replay"
+    assert te["mamba"]["mamba"]["message"] == "CUDA graph accepts only Tensor inputs."
+    for kind in ("dense", "moe", "attention"):
+        assert outcome[("attn", kind)] == outcome[("", kind)] == "asserts"
+        assert te["attn"][kind]["site"] == "megatron/core/transformer/transformer_layer.py:1225 _te_cuda_graph_replay"
+    assert outcome[("", "mamba")] == outcome[("", "mlp_layer")] == "asserts"
+    assert [k for k in ("dense", "mlp_layer") if outcome[("mlp", k)] == "replays"] == ["dense", "mlp_layer"]
+    for module in ("moe", "moe_router", "moe_router+moe_preprocess"):
+        assert outcome[(module, "moe")] == "replays"
+    assert all(e["reads"] == [] for kinds in te.values() for e in kinds.values())
+    assert outcome[("mlp", "mamba")] == outcome[("mamba", "mlp_layer")] == "not graphed"
