@@ -577,20 +577,22 @@ def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, t
 def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: Path) -> None:
     """A real kill -9 while the pack is being written: no output directory appears, inspect and the rule see
     nothing, and the next pack into the same place succeeds and removes the dead run's staging directory."""
+    import os
     import signal
-    import subprocess
-    import sys
     import time
+
+    from tests.test_pack_kills import _child, _context  # the fork server the kill tests share (one import)
 
     src = _small_jsonl(tmp_path / "train.jsonl", 400)
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "mbridge_seqpack", "pack", str(src), "--pack-size", "1024", "--output", str(out)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = ["pack", str(src), "--pack-size", "1024", "--output", str(out)]
+    proc = _context().Process(target=_child, args=(argv, None))
+    proc.start()
     deadline = time.time() + 300
     while time.time() < deadline and not list(tmp_path.glob(".out.staging-*")):
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
     assert list(tmp_path.glob(".out.staging-*")), "the pack was killed before it started writing"
     assert not out.exists()
     with pytest.raises(ArtifactError, match="no such file or directory"):
