@@ -58,6 +58,21 @@ class Probe:
     fix_text: str = ""  # the fix in words, for the docs
 
 
+def _check_switch(name: str, title: str, path: str) -> Probe:
+    """A check the captured step runs while the boolean field ``path`` is on (on in the probe run); the fix turns it
+    off."""
+    section, field = path.split(".")
+    return Probe(
+        name,
+        f"{title} ({path}=True)",
+        {path: True},
+        lambda cfg: bool(getattr(getattr(cfg, section, None), field, False)),
+        lambda cfg: {path: True},
+        lambda cfg: {path: False},
+        fix_text=f"`{path}=false`",
+    )
+
+
 FULL_ITERATION_PROBES: tuple[Probe, ...] = (
     Probe(
         "rope_unfused",
@@ -92,32 +107,10 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
             "dataset.offline_packing_specs.pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
         },
     ),
-    Probe(
-        "nan_grad_check",
-        "DDP NaN/Inf check of each grad bucket (ddp.check_for_nan_in_grad=True)",
-        {"ddp.check_for_nan_in_grad": True},
-        lambda cfg: bool(getattr(cfg.ddp, "check_for_nan_in_grad", False)),
-        lambda cfg: {"ddp.check_for_nan_in_grad": True},
-        lambda cfg: {"ddp.check_for_nan_in_grad": False},
-        fix_text="`ddp.check_for_nan_in_grad=false`",
-    ),
-    Probe(
-        "large_grad_check",
-        "DDP large-gradient check (ddp.check_for_large_grads=True)",
-        {"ddp.check_for_large_grads": True},
-        lambda cfg: bool(getattr(cfg.ddp, "check_for_large_grads", False)),
-        lambda cfg: {"ddp.check_for_large_grads": True},
-        lambda cfg: {"ddp.check_for_large_grads": False},
-        fix_text="`ddp.check_for_large_grads=false`",
-    ),
-    Probe(
-        "spiky_loss_check",
-        "spiky-loss check in the loss function (rerun_state_machine.check_for_spiky_loss=True)",
-        {"rerun_state_machine.check_for_spiky_loss": True},
-        lambda cfg: bool(getattr(getattr(cfg, "rerun_state_machine", None), "check_for_spiky_loss", False)),
-        lambda cfg: {"rerun_state_machine.check_for_spiky_loss": True},
-        lambda cfg: {"rerun_state_machine.check_for_spiky_loss": False},
-        fix_text="`rerun_state_machine.check_for_spiky_loss=false`",
+    _check_switch("nan_grad_check", "DDP NaN/Inf check of each grad bucket", "ddp.check_for_nan_in_grad"),
+    _check_switch("large_grad_check", "DDP large-gradient check", "ddp.check_for_large_grads"),
+    _check_switch(
+        "spiky_loss_check", "spiky-loss check in the loss function", "rerun_state_machine.check_for_spiky_loss"
     ),
     Probe(
         "timers_level_1",
