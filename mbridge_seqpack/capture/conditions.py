@@ -58,6 +58,18 @@ class Probe:
     fix_text: str = ""  # the fix in words, for the docs
 
 
+def _moe_settings(dispatcher: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The probe model's small MoE (4 experts, top-2, fp64 router) on ``dispatcher``, plus ``extra``."""
+    return {
+        "model.num_moe_experts": 4,
+        "model.moe_ffn_hidden_size": 32,
+        "model.moe_router_topk": 2,
+        "model.moe_router_dtype": "fp64",
+        "model.moe_token_dispatcher_type": dispatcher,
+        **(extra or {}),
+    }
+
+
 def _check_switch(name: str, title: str, path: str) -> Probe:
     """A check the captured step runs while the boolean field ``path`` is on (on in the probe run); the fix turns it
     off."""
@@ -149,13 +161,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
     Probe(
         "moe_alltoall_dropless",
         "dropless MoE with the alltoall dispatcher",
-        {
-            "model.num_moe_experts": 4,
-            "model.moe_ffn_hidden_size": 32,
-            "model.moe_router_topk": 2,
-            "model.moe_router_dtype": "fp64",
-            "model.moe_token_dispatcher_type": "alltoall",
-        },
+        _moe_settings("alltoall"),
         lambda cfg: _moe(cfg, "alltoall") and not _drop_and_pad(cfg),
         lambda cfg: {
             "model.moe_token_dispatcher_type": "alltoall",
@@ -167,13 +173,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
     Probe(
         "moe_allgather_dropless",
         "dropless MoE with the allgather dispatcher",
-        {
-            "model.num_moe_experts": 4,
-            "model.moe_ffn_hidden_size": 32,
-            "model.moe_router_topk": 2,
-            "model.moe_router_dtype": "fp64",
-            "model.moe_token_dispatcher_type": "allgather",
-        },
+        _moe_settings("allgather"),
         lambda cfg: _moe(cfg, "allgather") and not _drop_and_pad(cfg),
         lambda cfg: {
             "model.moe_token_dispatcher_type": "allgather",
@@ -185,15 +185,9 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
     Probe(
         "moe_alltoall_drop_and_pad",
         "drop-and-pad MoE (capacity factor, padded to capacity) with the alltoall dispatcher",
-        {
-            "model.num_moe_experts": 4,
-            "model.moe_ffn_hidden_size": 32,
-            "model.moe_router_topk": 2,
-            "model.moe_router_dtype": "fp64",
-            "model.moe_token_dispatcher_type": "alltoall",
-            "model.moe_expert_capacity_factor": 1.0,
-            "model.moe_pad_expert_input_to_capacity": True,
-        },
+        _moe_settings(
+            "alltoall", {"model.moe_expert_capacity_factor": 1.0, "model.moe_pad_expert_input_to_capacity": True}
+        ),
         lambda cfg: _moe(cfg, "alltoall") and _drop_and_pad(cfg),
         lambda cfg: {"model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor")},
     ),

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, keeps_environment, library_path, site_of
+from mbridge_seqpack.capture.recorder import HostRead, keeps_environment, traceback_site
 
 __all__ = [
     "IterationRun",
@@ -186,14 +186,7 @@ def kernel_boundary(exc: BaseException) -> str | None:
     """The TE/Megatron kernel a run stopped at (a CUDA-only call made with host tensors), else None."""
     if not isinstance(exc, (RuntimeError, torch.AcceleratorError)) or "CUDA" not in str(exc):
         return None
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        path = library_path(tb.tb_frame.f_code.co_filename)
-        if path is not None:
-            frames.append((path, tb.tb_lineno, tb.tb_frame.f_code.co_name))
-        tb = tb.tb_next
-    return site_of(frames)[0] if frames else None
+    return traceback_site(exc)
 
 
 @dataclass

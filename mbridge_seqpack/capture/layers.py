@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, HostReadRecorder, keeps_environment, site_of
+from mbridge_seqpack.capture.recorder import HostRead, HostReadRecorder, keeps_environment, site_of, traceback_site
 
 __all__ = ["GraphStandIn", "ScopeRun", "run_gpt_scope", "run_hybrid_scope", "MODULES", "GPT_KINDS", "HYBRID_KINDS"]
 
@@ -92,19 +92,11 @@ def _install_stand_ins(layers: Any, config: Any, recorder: HostReadRecorder) -> 
 
 def _outcome(stand_ins: list[GraphStandIn], error: BaseException | None, recorder: HostReadRecorder) -> ScopeRun:
     from mbridge_seqpack.capture.iteration import unique_reads
-    from mbridge_seqpack.capture.recorder import library_path
 
     if not stand_ins:
         return ScopeRun(False, "not graphed")
     if error is not None:
-        frames = []
-        tb = error.__traceback__
-        while tb is not None:
-            path = library_path(tb.tb_frame.f_code.co_filename)
-            if path is not None:
-                frames.append((path, tb.tb_lineno, tb.tb_frame.f_code.co_name))
-            tb = tb.tb_next
-        return ScopeRun(True, "asserts", str(error).split("\n")[0], site_of(frames)[0])
+        return ScopeRun(True, "asserts", str(error).split("\n")[0], traceback_site(error) or site_of([])[0])
     non_tensor = sorted({item for s in stand_ins for item in s.non_tensor})
     outcome = "asserts" if non_tensor else "replays"
     return ScopeRun(True, outcome, reads=unique_reads(recorder.reads), non_tensor_inputs=non_tensor)

@@ -113,6 +113,18 @@ def site_of(frames: list[tuple[str, int, str]]) -> tuple[str, tuple[str, ...]]:
     return (named[-1] if named else "<outside Megatron>"), tuple(named)
 
 
+def traceback_site(exc: BaseException) -> str | None:
+    """The innermost installed-library frame of ``exc``'s traceback as ``path:line function`` (None: none)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        path = library_path(tb.tb_frame.f_code.co_filename)
+        if path is not None:
+            frames.append((path, tb.tb_lineno, tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    return site_of(frames)[0] if frames else None
+
+
 def _library_frames(skip: int) -> list[tuple[str, int, str]]:
     frames = []
     frame = sys._getframe(skip)
