@@ -40,7 +40,6 @@ __all__ = [
     "verified_sha256",
     "launch_sha256",
     "recalled_sha256",
-    "date_back",
     "remember",
     "forget",
 ]
@@ -180,11 +179,3 @@ def launch_sha256(path: str | Path, expected: str | None = None) -> str:
     if recalled is not None and (expected is None or recalled == expected):
         return recalled
     return verified_sha256(path, expected)
-
-
-def date_back(path: str | Path) -> FileStamp:
-    """Set a just-written file's mtime :data:`RACY_SECONDS` (whole seconds) into the past, so the stamp taken now
-    is trusted at once and any later write, even on a 1-second-granularity file system, changes it."""
-    past = int(time.time() - RACY_SECONDS - 1) * 1_000_000_000
-    os.utime(path, ns=(past, past))
-    return FileStamp.of(path)

@@ -22,6 +22,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # scripts/test.sh runs these in a process of their own (-m ray_cluster)
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray_cluster)
     try:
         import torch
 
@@ -52,6 +55,19 @@ def megatron_bridge():
         warnings.simplefilter("ignore")
         import megatron.bridge.training.config as config_module
     return config_module
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for every test that packs on one (two CPUs, as a 2-core CI machine has), started
+    once: its tokenizing workers import Megatron-Bridge once for all of them. Idle workers are kept (Ray's default
+    kills all but num_cpus of them after 1 s), so each pack's driver and tasks find them warm."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    system = {"num_workers_soft_limit": 8, "idle_worker_killing_time_threshold_ms": 600_000}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _system_config=system)
+    yield ray
+    ray.shutdown()
 
 
 @pytest.fixture

@@ -114,6 +114,24 @@ def test_placement_is_one_way() -> None:
     assert {i for i in graph["mbridge_seqpack.placement.cost"] if i.startswith("mbridge_seqpack")} == set()
 
 
+def test_the_walk_of_packs_input_goes_down_the_house() -> None:
+    """#34: ``pack_jsonl``'s data enters each package at most twice, in this order: the inputs and the tokenizer's
+    seal, the output checked and staged (all before the Megatron import), tokenization, placement once, the files.
+    The writer reads the placed rows' tokens itself (artifact/row_tokens.py), not through tokenization."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("pack_walk", PACKAGE.parent / "scripts" / "pack_walk.py")
+    pack_walk = importlib.util.module_from_spec(spec)
+    sys.modules["pack_walk"] = pack_walk  # its dataclasses look their module up
+    spec.loader.exec_module(pack_walk)
+    walk = pack_walk.pack_walk(pack_size=2048).by_package()  # leveling and exchanges run at this size
+    assert list(walk.stays) == [
+        "pipeline", "tokenization", "digests", "artifact", "tokenization", "placement", "artifact"
+    ]  # fmt: skip
+    assert max(walk.entries().values()) == 2 and walk.returns == 2
+
+
 def test_former_packing_names_are_the_moved_modules() -> None:
     """``mbridge_seqpack.packing.<old>`` imports keep working (users, docs, other branches): the same module object
     as its new place, with a DeprecationWarning naming it; the package's own exports too."""

@@ -14,6 +14,7 @@ import pytest
 
 from mbridge_seqpack import digests
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.store import date_back
 from mbridge_seqpack.digests import FileStamp, launch_sha256, remember, verified_sha256
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
@@ -136,7 +137,7 @@ def test_a_file_written_within_the_racy_window_is_not_remembered(tmp_path: Path)
 def test_a_remembered_digest_is_recalled_only_for_the_same_stamp_and_tail(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(256)) * 1024)  # 256 KiB: the tail is the last 64 KiB
-    stamp = digests.date_back(path)
+    stamp = date_back(path)
     assert not stamp.racy()
     digest = verified_sha256(path)
     assert digests._recalled(FileStamp.of(path)) == digest
@@ -155,7 +156,7 @@ def test_only_bytes_that_match_their_seal_are_remembered(tmp_path: Path) -> None
     leaves a record that would refuse the good bytes put back under the same stamp."""
     path = tmp_path / "f.bin"
     path.write_bytes(b"good" * 1000)
-    stamp = digests.date_back(path)
+    stamp = date_back(path)
     good = verified_sha256(path)
     assert digests._recalled(stamp) == good
     path.write_bytes(b"evil" * 1000)
@@ -176,7 +177,7 @@ def test_an_unwritable_or_corrupted_cache_only_costs_the_full_hash(
 ) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"abc")
-    digests.date_back(path)
+    date_back(path)
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")
     monkeypatch.setenv(digests.CACHE_ENV, str(blocked))
@@ -209,6 +210,6 @@ def test_inspect_reads_in_full_whatever_is_remembered(
 def test_pack_dates_its_new_files_back_past_the_racy_window_in_whole_seconds(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"abc")
-    stamp = digests.date_back(path)
+    stamp = date_back(path)
     assert time.time() - stamp.mtime_ns / 1e9 >= digests.RACY_SECONDS
     assert stamp.mtime_ns % 1_000_000_000 == 0  # whole seconds: also trusted on 1-second file systems

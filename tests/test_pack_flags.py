@@ -626,15 +626,6 @@ def _directory(stdout: str) -> Path:
     return Path(rest or lines[at + 1].strip())
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("mode", [m for m in MODES if m != "ray"])
 def test_every_flag_acts_or_is_refused(
     mode: str, corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -646,7 +637,7 @@ def test_every_flag_acts_or_is_refused(
         (dest, case)
         for dest, mode_cases in cases(mode).items()
         for case in mode_cases
-        if not ("--ray" in case.args or dest == "ray")  # the Ray cells run on the module's cluster (below)
+        if not ("--ray" in case.args or dest == "ray")  # the Ray cells run on the session's cluster (below)
     ]
     for number, group in enumerate(_merged(cells)):  # acting flags share packs, each checked on its own outcome
         try:

@@ -15,6 +15,7 @@ import fcntl
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -211,21 +212,6 @@ def test_a_pack_replacing_another_killed_leaves_the_old_one_or_the_new_one(
 # --- on a Ray cluster ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    # idle workers are kept (Ray's default kills all but num_cpus of them after 1 s): the tokenizing workers, which
-    # import Megatron-Bridge, serve every driver of the module instead of being started again for each
-    system = {"num_workers_soft_limit": 8, "idle_worker_killing_time_threshold_ms": 600_000}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _system_config=system)
-    import sys
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the driver actor's class, by value
-    yield ray
-    ray.shutdown()
-
-
 class _PackDriver:
     """The pack's driver, in an actor of this module's job (its workers are this job's: they import
     Megatron-Bridge once for every pack of the module)."""
@@ -258,7 +244,8 @@ def test_a_ray_pack_killed_at_each_phase(ray_cluster: Any, tmp_path: Path, megat
     (after tasks the dead driver owned may have outlived it) and gets to its own phase; the last run, not killed,
     succeeds. The driver packs INPUT into the recipe's builder location (a recipe would make the actor import
     Megatron-Bridge; a --ray driver does not)."""
-    ray = ray_cluster
+    ray = ray_cluster  # the session's (tests/conftest.py)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the driver actor's class, by value
     driver_class = ray.remote(num_cpus=0)(_PackDriver)
     root = _root(tmp_path, 600)
     builder, _ = _location(root)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mbridge_seqpack.artifact.row_tokens import gather_tokens
 from mbridge_seqpack.artifact.store import RowLayout, build_rows, column_checksums, write_split
 from mbridge_seqpack.placement.packer import pack_lengths
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
@@ -36,11 +37,11 @@ def test_gather_from_a_spill_file_equals_indexing_in_memory(tmp_path: Path) -> N
     spilled, in_memory = _sequences(tmp_path), _sequences(tmp_path, spilled=False)
     picks = np.asarray([17, 3, 399, 3, 0])
     starts, sizes = spilled.offsets[picks], np.diff(spilled.offsets)[picks]
-    ids, mask = spilled.gather(starts, sizes)
+    ids, mask = gather_tokens(spilled, starts, sizes)
     expected = np.concatenate([in_memory.tokens[s : s + k] for s, k in zip(starts, sizes)])
     assert np.array_equal(ids, expected) and ids.dtype == np.int64
     assert np.array_equal(mask, np.concatenate([in_memory.loss_mask[s : s + k] for s, k in zip(starts, sizes)]))
-    assert np.array_equal(in_memory.gather(starts, sizes)[0], expected)
+    assert np.array_equal(gather_tokens(in_memory, starts, sizes)[0], expected)
 
 
 def test_streamed_write_equals_the_whole_table(tmp_path: Path) -> None:
@@ -128,5 +129,5 @@ def test_spill_failures_name_the_file_and_the_fix(tmp_path: Path) -> None:
     with open(tmp_path / "tokens.int64", "r+b") as handle:
         handle.truncate(100 * 8)  # the spill lost its tail after it was mapped
     with pytest.raises(InputError) as raised:
-        seqs.gather(seqs.offsets[[399]], np.diff(seqs.offsets)[[399]])
+        gather_tokens(seqs, seqs.offsets[[399]], np.diff(seqs.offsets)[[399]])
     assert str(raised.value) == f"{tmp_path / 'tokens.int64'}: spilled tokens end early (truncated); re-run pack"

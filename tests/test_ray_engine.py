@@ -1,5 +1,5 @@
-"""``pack --ray`` on a local Ray cluster (``ray.init(num_cpus=2)``): workers check, tokenize (Megatron-Bridge's code)
-and write the rows; the pack is the local pack's, byte for byte, metadata included."""
+"""``pack --ray`` on the session's local Ray cluster (tests/conftest.py, two CPUs): workers check, tokenize
+(Megatron-Bridge's code) and write the rows; the pack is the local pack's, byte for byte, metadata included."""
 
 from __future__ import annotations
 
@@ -18,14 +18,6 @@ pytest.importorskip("ray.data")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Two CPUs, as the issue's CI asks: two worker processes, each importing Megatron-Bridge once."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def _same_files(one: Path, other: Path) -> None:
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in other.iterdir())
@@ -33,7 +25,7 @@ def _same_files(one: Path, other: Path) -> None:
         assert filecmp.cmp(one / name, other / name, shallow=False), name
 
 
-def test_embedded_corpus_through_the_cli_is_the_local_pack(cluster, tmp_path: Path, capsys) -> None:
+def test_embedded_corpus_through_the_cli_is_the_local_pack(ray_cluster, tmp_path: Path, capsys) -> None:
     """Both splits, balanced rows, 20 kB shards (dozens of tasks over two workers): the same files."""
     from mbridge_seqpack.cli import main
 
@@ -65,7 +57,7 @@ def _synthetic_corpus(path: Path, records: int) -> None:
             out.write(json.dumps({"input": prompt, "output": answer}, ensure_ascii=False) + "\n")
 
 
-def test_a_synthetic_100k_corpus_is_the_local_pack(cluster, tmp_path: Path) -> None:
+def test_a_synthetic_100k_corpus_is_the_local_pack(ray_cluster, tmp_path: Path) -> None:
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.pipeline.ray_engine import RayEngine
     from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
@@ -82,7 +74,7 @@ def test_a_synthetic_100k_corpus_is_the_local_pack(cluster, tmp_path: Path) -> N
     assert local.splits["training"]["stats"]["num_sequences"] == 100_000
 
 
-def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(cluster, tmp_path: Path) -> None:
+def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(ray_cluster, tmp_path: Path) -> None:
     """A worker's refusal reaches the driver as the local check words it: the input file, its line number."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.pipeline.ray_engine import RayEngine

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -29,7 +30,8 @@ import numpy as np
 
 from mbridge_seqpack.artifact.phases import reached
 from mbridge_seqpack.artifact.row_group_seal import seal_tiles
-from mbridge_seqpack.digests import date_back
+from mbridge_seqpack.artifact.row_tokens import gather_tokens
+from mbridge_seqpack.digests import RACY_SECONDS, FileStamp
 from mbridge_seqpack.errors import ArtifactError
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
@@ -43,6 +45,7 @@ __all__ = [
     "write_row_groups",
     "row_group_bounds",
     "sealed_checksums",
+    "date_back",
     "ColumnDigests",
     "write_metadata",
     "read_parquet_fingerprint",
@@ -297,7 +300,7 @@ class RowLayout:
         lo, hi = int(self.seq_offsets[first]), int(self.seq_offsets[end])
         token_offsets = self.token_offsets[first : end + 1] - self.token_offsets[first]
         seq_offsets = self.seq_offsets[first : end + 1] - lo
-        ids, mask = seqs.gather(self.starts[lo:hi], self.sizes[lo:hi])
+        ids, mask = gather_tokens(seqs, self.starts[lo:hi], self.sizes[lo:hi])
         return {
             "input_ids": (token_offsets, ids),
             "loss_mask": (token_offsets, mask),
@@ -392,6 +395,15 @@ def write_row_groups(
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
+
+
+def date_back(path: str | Path) -> FileStamp:
+    """Set a just-written file's mtime :data:`~mbridge_seqpack.digests.RACY_SECONDS` (whole seconds) into the
+    past, so the stamp taken now is trusted at once (digests.py) and any later write, even on a 1-second-granularity
+    file system, changes it."""
+    past = int(time.time() - RACY_SECONDS - 1) * 1_000_000_000
+    os.utime(path, ns=(past, past))
+    return FileStamp.of(path)
 
 
 def sealed_checksums(path: Path, digests: "ColumnDigests") -> dict[str, Any]:

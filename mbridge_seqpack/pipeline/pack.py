@@ -150,6 +150,8 @@ def pack_jsonl(
     """
     from mbridge_seqpack import __version__
 
+    # the walk of the data (scripts/pack_walk.py) goes down once: what this function decides, the inputs
+    # (tokenization, the tokenizer's seal), the output (artifact), tokenization, placement, the artifact's files
     options.validate()
     if "training" not in inputs:
         raise InputError("pack needs a training split (the INPUT argument)")
@@ -157,22 +159,25 @@ def pack_jsonl(
     if unknown:
         raise InputError(f"unknown split(s) {sorted(unknown)}; use 'training' and 'validation'")
     kwargs = dict(options.dataset_kwargs or {})
-    # a cluster's workers check their own shards (the driver would read every record once more)
-    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
-    tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
-    check_output(Path(output_dir), overwrite=overwrite)  # before the ~40 s Megatron import
-    if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
-        engine.start()
-        eos_id, vocab_size = engine.tokenizer_facts(tokenizer)
-    else:
-        mb_tokenizer = load_megatron_tokenizer(tokenizer)
-        eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
     max_seq_length = options.max_seq_length or options.pack_size
     rows = options.row_request(max_seq_length)
+    versions = {"plugin_version": __version__, "megatron_bridge_version": _megatron_bridge_version()}
+    workers = _all_cores() if workers is None else workers
+    # before the ~40 s Megatron import: the inputs, the tokenizer's files, the output
+    # (a cluster's workers check their own shards: the driver would read every record once more)
+    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
+    tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
+    check_output(Path(output_dir), overwrite=overwrite)
     out = Path(output_dir)
     entries = []
-    with staged_directory(out, overwrite=overwrite) as staging:
+    with staged_directory(out, overwrite=overwrite) as staging:  # removed again if the tokenizer cannot load
         reached("staging")
+        if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
+            engine.start()
+            eos_id, vocab_size = engine.tokenizer_facts(tokenizer)
+        else:
+            mb_tokenizer = load_megatron_tokenizer(tokenizer)
+            eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
         for split, source in inputs.items():
             input_stamp = FileStamp.of(source)
             fingerprint = Fingerprint(
@@ -188,8 +193,7 @@ def pack_jsonl(
                 pad_seq_to_mult=options.pad_seq_to_mult,
                 algorithm=ALGORITHM + ("+balanced" if options.balance else ""),
                 seed=options.seed,
-                plugin_version=__version__,
-                megatron_bridge_version=_megatron_bridge_version(),
+                **versions,
             )
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
             seqs = None
@@ -207,7 +211,7 @@ def pack_jsonl(
                     seqs = tokenize_split(
                         source,
                         mb_tokenizer,
-                        workers=_all_cores() if workers is None else workers,
+                        workers=workers,
                         lines_per_chunk=lines_per_chunk,
                         records=records[split],
                         spill_dir=spill,

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.row_tokens import read_segments
 from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets, read_segments
+from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
 
@@ -207,7 +208,8 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
 @dataclass
 class ShardedSequences(SequenceOffsets):
     """The tokenized sequences of every shard, in file order: global offsets, tokens read from each shard's spill
-    files. Quacks as ``TokenizedSequences`` for the packer and the row writer."""
+    files. Quacks as ``TokenizedSequences`` for the packer; the row writer calls its ``gather``
+    (artifact/row_tokens.py)."""
 
     offsets: np.ndarray  # int64, len n+1: global token offsets
     shard_dirs: list[str]  # each shard's spill directory

@@ -242,7 +242,8 @@ class TokenizedSequences(SequenceOffsets):
     """Concatenated tokens of all sequences with offsets, and the label-aligned loss mask as stored.
 
     ``loss_mask[j]`` says whether position j's prediction (of token j+1) trains, exactly as
-    Megatron-Bridge's ``fill_packing_strategy`` writes it; ``lengths`` are runtime lengths (tokens - 1).
+    Megatron-Bridge's ``fill_packing_strategy`` writes it; ``lengths`` are runtime lengths (tokens - 1). Data only:
+    the artifact's writer reads the placed rows back from these arrays (artifact/row_tokens.py).
     """
 
     tokens: np.ndarray  # int64 (in memory or memory-mapped)
@@ -252,43 +253,6 @@ class TokenizedSequences(SequenceOffsets):
     truncated_tokens: int = 0  # tokens it removed from them
     # "batched" (tokenization/batched_tokens.py) or why Megatron-Bridge's per-example path ran
     tokenization: str = "per example"
-
-    def gather(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens (int64) and loss mask (int8) of the sequences at ``starts`` (token offsets) with ``sizes``
-        tokens, concatenated in that order. Spilled (memory-mapped) arrays are read with ``preadv`` straight
-        into the result: mapping their pages would put far more of the file in this process's resident set
-        than the few sequences read (the kernel maps around every fault)."""
-        starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-        total = int(sizes.sum())
-        positions = np.cumsum(sizes) - sizes
-        out = []
-        for array in (self.tokens, self.loss_mask):
-            if not isinstance(array, np.memmap):
-                out.append(np.asarray(array[np.repeat(starts - positions, sizes) + np.arange(total)]))
-                continue
-            buffer = np.empty(total, dtype=array.dtype)
-            if not read_segments(array.filename, buffer, positions, starts, sizes, array.offset):
-                raise InputError(f"{array.filename}: spilled tokens end early (truncated); re-run pack")
-            out.append(buffer)
-        return out[0].astype(np.int64, copy=False), out[1].astype(np.int8, copy=False)
-
-
-def read_segments(
-    path: str | Path, out: np.ndarray, positions: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offset: int = 0
-) -> bool:
-    """Read ``sizes[i]`` items of ``out``'s dtype at item ``starts[i]`` of the file ``path`` (its items begin at
-    byte ``offset``) into ``out[positions[i]:]``, one ``preadv`` straight into the result each; False when the file
-    ends early (truncated)."""
-    view, item = memoryview(out).cast("B"), out.itemsize
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for position, start, size in zip(positions.tolist(), starts.tolist(), sizes.tolist()):
-            wanted = size * item
-            if os.preadv(fd, [view[position * item : position * item + wanted]], offset + start * item) != wanted:
-                return False
-    finally:
-        os.close(fd)
-    return True
 
 
 def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
