@@ -61,11 +61,19 @@ def megatron_bridge():
 def ray_cluster():
     """One local Ray cluster for every test that packs on one (two CPUs, as a 2-core CI machine has), started
     once: its tokenizing workers import Megatron-Bridge once for all of them. Idle workers are kept (Ray's default
-    kills all but num_cpus of them after 1 s), so each pack's driver and tasks find them warm."""
+    kills all but num_cpus of them after 1 s), so each pack's driver and tasks find them warm. The object store is
+    held to 1 GiB (Ray's default maps 30% of the machine's memory; these tests put a few MB in it)."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     system = {"num_workers_soft_limit": 8, "idle_worker_killing_time_threshold_ms": 600_000}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _system_config=system)
+    ray.init(
+        num_cpus=2,
+        object_store_memory=1 << 30,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _system_config=system,
+    )
     yield ray
     ray.shutdown()
 
