@@ -12,7 +12,6 @@ from mbridge_seqpack.artifact.phases import reached
 from mbridge_seqpack.artifact.store import (
     ArtifactError,
     Fingerprint,
-    check_output,
     metadata_path,
     split_paths,
     staged_directory,
@@ -167,10 +166,11 @@ def pack_jsonl(
     # (a cluster's workers check their own shards: the driver would read every record once more)
     records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
-    check_output(Path(output_dir), overwrite=overwrite)
     out = Path(output_dir)
     entries = []
-    with staged_directory(out, overwrite=overwrite) as staging:  # removed again if the tokenizer cannot load
+    # the output is checked first (store.check_output), then staged under its lock; removed again if the
+    # tokenizer cannot load
+    with staged_directory(out, overwrite=overwrite) as staging:
         reached("staging")
         if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
             engine.start()
