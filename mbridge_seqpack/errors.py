@@ -23,15 +23,20 @@ __all__ = [
     "format_assignment",
     "ERROR",
     "ADVISORY",
+    "UNDETERMINED",
     "SEVERITIES",
     "Severity",
 ]
 
-Severity = Literal["error", "advisory"]
+Severity = Literal["error", "advisory", "undetermined"]
 
 ERROR: Severity = "error"  # Megatron code fails (crash, assert, silently wrong training): the hook raises
 ADVISORY: Severity = "advisory"  # documented or wasteful, no failing code: shown and warned, raised only when strict
-SEVERITIES = (ERROR, ADVISORY)
+#: a computed verdict whose deciding code could not run here (a TE kernel, cuDNN's device query, a parallel size the
+#: CPU world lacks, a feature with no probe): never shown as OK; warned like an advisory, raised when strict. A rule
+#: of either severity may return one (``Violation(..., severity=UNDETERMINED, not_run="...")``); run_rule keeps it.
+UNDETERMINED: Severity = "undetermined"
+SEVERITIES = (ERROR, ADVISORY)  # what a rule's catalog entry may declare
 
 
 def format_assignment(path: str, value: Any) -> str:
@@ -55,8 +60,11 @@ class Violation:
     assignments: dict[str, Any] = field(default_factory=dict)
     severity: Severity = ERROR
     rule_id: str = ""
+    not_run: str = ""  # for an UNDETERMINED verdict: what could not be run here, so nothing was computed
 
     def __post_init__(self) -> None:
+        if self.severity == UNDETERMINED and not self.not_run:
+            raise TypeError("an undetermined verdict says what was not run (not_run=...)")
         if not self.fix:
             object.__setattr__(self, "fix", "; ".join(format_assignment(k, v) for k, v in self.assignments.items()))
 
@@ -73,9 +81,11 @@ class Violation:
         from mbridge_seqpack.textout import wrap
 
         fields_text = ", ".join(f"{name}={value!r}" for name, value in self.fields.items())
-        tag = self.rule_id if self.severity == ERROR else f"{self.rule_id} (advisory)"
+        tag = self.rule_id if self.severity == ERROR else f"{self.rule_id} ({self.severity})"
         lines = wrap(f"[{tag}] {fields_text}", hang="      ", width=width)
         lines += wrap(self.rule, "    rule: ", hang=" " * 10, width=width)
+        if self.not_run:
+            lines += wrap(self.not_run, "    not run: ", hang=" " * 13, width=width)
         lines += wrap(self.fix, "    fix:  ", hang=" " * 10, width=width)
         if self.overrides:
             lines += _pack_words(self.overrides, "    override: ", " " * 14, width)
@@ -99,6 +109,7 @@ class Violation:
             "fields": plain(self.fields),
             "rule": self.rule,
             "fix": self.fix,
+            "not_run": self.not_run,
             "assignments": plain(self.assignments),
             "overrides": self.overrides,
         }

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
-from mbridge_seqpack.modes import MODE_ENV, MODES, Mode, env_mode
+from mbridge_seqpack.modes import ENV_MODES, MODE_ENV, MODES, STRICT_ENV, Mode, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
 
 if TYPE_CHECKING:
@@ -62,20 +62,27 @@ class PackingConfigWarning(UserWarning):
     """Emitted per violation in ``"warn"`` mode."""
 
 
-def _check_mode(mode: str, source: str) -> str:
-    if mode not in MODES:
-        raise UsageError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Fix: {source}='error'")
+def _check_mode(mode: str, source: str, allowed: tuple[str, ...] = MODES) -> str:
+    if mode not in allowed:
+        raise UsageError(f"{source} must be one of {', '.join(allowed)}; got {mode!r}. Fix: {source}='error'")
     return mode
 
 
 def current_mode() -> str | None:
-    """Effective mode: ``MBRIDGE_SEQPACK_MODE`` overrides the installed one; None when not installed."""
+    """Effective mode: ``MBRIDGE_SEQPACK_MODE`` overrides the installed one (its ``strict`` form is ``error``,
+    strictly); None when not installed."""
     if _state.original is None:
         return None
     env = env_mode()
     if env:
-        return _check_mode(env, MODE_ENV)
+        return "error" if _check_mode(env, MODE_ENV, ENV_MODES) == STRICT_ENV else env
     return _state.mode
+
+
+def is_strict() -> bool:
+    """Whether advisories and undetermined verdicts raise too: ``install(strict=True)`` or the variable's
+    ``strict`` form."""
+    return _state.strict or env_mode() == STRICT_ENV
 
 
 def _config_container() -> type:
@@ -152,7 +159,7 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
     if not violations:
         return
     if mode == "error":
-        raised = [v for v in violations if _state.strict or v.severity == ERROR]
+        raised = [v for v in violations if v.severity == ERROR or is_strict()]
         if raised:
             raise PackingConfigError(raised)
     if announce and is_rank_zero():
@@ -237,7 +244,8 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
 
     ``mode``: ``"error"`` raises :class:`PackingConfigError` listing every error-level violation and warns the
     advisories, ``"warn"`` emits one :class:`PackingConfigWarning` each (rank 0 only) and continues, ``"off"``
-    does nothing. ``MBRIDGE_SEQPACK_MODE`` overrides it. ``strict=True`` raises advisories too.
+    does nothing. ``MBRIDGE_SEQPACK_MODE`` overrides it (``strict`` there: error mode, strictly). ``strict=True``
+    raises advisories and undetermined verdicts (what could not be computed here) too.
     ``world_size`` fixes the DP arithmetic (default: torch.distributed / ``WORLD_SIZE``).
     Installing again only updates mode, world size and strictness.
     """

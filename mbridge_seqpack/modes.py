@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-__all__ = ["Mode", "MODES", "MODE_ENV", "ACTIVE_MODES", "env_mode"]
+__all__ = ["Mode", "MODES", "MODE_ENV", "ACTIVE_MODES", "ENV_MODES", "STRICT_ENV", "env_mode"]
 
 Mode = Literal["error", "warn", "off"]
 
 MODES = ("error", "warn", "off")
-ACTIVE_MODES = ("error", "warn")
+#: the variable's strict form: error mode, and advisories and undetermined verdicts raise too (install(strict=True))
+STRICT_ENV = "strict"
+ENV_MODES = (*MODES, STRICT_ENV)
+ACTIVE_MODES = ("error", "warn", STRICT_ENV)
 MODE_ENV = "MBRIDGE_SEQPACK_MODE"
 
 

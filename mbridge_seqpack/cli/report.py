@@ -64,8 +64,14 @@ class CheckReport:
         return [v for v in self.violations if v.severity == "error"]
 
     @property
+    def undetermined(self) -> list[Any]:
+        """Verdicts whose deciding code could not run here: never counted as OK, never as a failure."""
+        return [v for v in self.violations if v.severity == "undetermined"]
+
+    @property
     def ok(self) -> bool:
-        """No error-level violation and Megatron-Bridge's own validation passed (advisories are shown only)."""
+        """No error-level violation and Megatron-Bridge's own validation passed (advisories and undetermined
+        verdicts are shown, not failed: the result line says which verdicts were not determined)."""
         return not self.errors and self.megatron_error is None
 
     def to_json(self) -> str:
@@ -73,6 +79,7 @@ class CheckReport:
             {
                 "target": self.target,
                 "ok": self.ok,
+                "determined": not self.undetermined,
                 "derived": self.derived,
                 "rules": [
                     {"rule_id": r.rule.rule_id, "status": r.status, "violations": [v.to_dict() for v in r.violations]}
@@ -123,18 +130,14 @@ class CheckReport:
             lines += self._layout_lines(d)
         lines.append("rules:")
         for r in self.results:
-            mark = {
-                "ok": "ok  ",
-                "fail": "FAIL" if r.rule.severity == "error" else "ADV ",
-                "n/a": "n/a ",
-                "skipped": "skip",
-            }[r.status]
+            mark = {"ok": "ok  ", "fail": _fail_mark(r), "n/a": "n/a ", "skipped": "skip"}[r.status]
             lines.append(f"  {mark} {r.rule.rule_id}")
             if r.violations:
                 lines += wrap(r.rule.summary, " " * 7)
             for v in r.violations:
                 fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
-                for label, text in (("fields:", fields), ("why:", v.rule), ("fix:", v.fix)):
+                shown = [("fields:", fields), ("why:", v.rule)] + ([("not run:", v.not_run)] if v.not_run else [])
+                for label, text in (*shown, ("fix:", v.fix)):
                     lines += wrap(text, f"       {label:<10}", hang=" " * 17)
                 if v.overrides:
                     lines += wrap(" ".join(v.overrides), f"       {'override:':<10}", hang=" " * 17)
@@ -145,12 +148,25 @@ class CheckReport:
             lines += wrap(status, "megatron-bridge validate(): ", hang="  ")
         for note in self.notes:
             lines += wrap(note, "note: ", hang="  ")
-        n, advisories = len(self.errors), len(self.violations) - len(self.errors)
-        note = f" ({advisories} advisory)" if advisories else ""
-        lines.append(
-            f"result: OK{note}"
-            if self.ok
-            else f"result: {n} violation(s){note}"
-            + ("" if self.megatron_error is None else ", Megatron-Bridge validation failed")
-        )
+        lines.append(self.result_line())
         return "\n".join(lines)
+
+    def result_line(self) -> str:
+        """``result: ...``: OK only when every verdict was computed and none failed."""
+        n, unknown = len(self.errors), len(self.undetermined)
+        advisories = len(self.violations) - n - unknown
+        notes = [f"{advisories} advisory"] if advisories else []
+        notes += [f"{unknown} not determined here"] if unknown else []
+        note = f" ({', '.join(notes)})" if notes else ""
+        if not self.ok:
+            failed = "" if self.megatron_error is None else ", Megatron-Bridge validation failed"
+            return f"result: {n} violation(s){note}{failed}"
+        return f"result: OK{note}" if not unknown else f"result: NOT DETERMINED, no violation found{note}"
+
+
+def _fail_mark(result: Any) -> str:
+    """FAIL for an error, UND? for a verdict not computed here, ADV for an advisory."""
+    severities = {v.severity for v in result.violations}
+    if "error" in severities:
+        return "FAIL"
+    return "UND?" if "undetermined" in severities else "ADV "

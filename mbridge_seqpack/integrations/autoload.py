@@ -15,7 +15,7 @@ import importlib.machinery
 import sys
 from typing import Any, Sequence
 
-from mbridge_seqpack.modes import ACTIVE_MODES, MODE_ENV, env_mode
+from mbridge_seqpack.modes import ACTIVE_MODES, MODE_ENV, STRICT_ENV, env_mode
 
 __all__ = ["activate", "TARGET"]
 
@@ -26,7 +26,8 @@ def _install(mode: str) -> None:
     try:
         import mbridge_seqpack
 
-        mbridge_seqpack.install(mode=mode)
+        strict = mode == STRICT_ENV
+        mbridge_seqpack.install(mode="error" if strict else mode, strict=strict)
     except Exception as exc:  # noqa: BLE001  (never break the user's import)
         print(f"mbridge_seqpack: {MODE_ENV}={mode!r} could not install the hook: {exc}", file=sys.stderr)
 
@@ -69,7 +70,7 @@ def activate() -> None:
     if not mode or mode == "off":
         return
     if mode not in ACTIVE_MODES:
-        print(f"mbridge_seqpack: {MODE_ENV} must be error, warn or off; got {mode!r} - not activated", file=sys.stderr)
+        print(f"mbridge_seqpack: {MODE_ENV} must be error, strict, warn or off; got {mode!r} - not activated", file=sys.stderr)
         return
     if TARGET in sys.modules:
         _install(mode)

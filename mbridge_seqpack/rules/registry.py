@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from mbridge_seqpack.errors import SEVERITIES, Severity, Violation
+from mbridge_seqpack.errors import SEVERITIES, UNDETERMINED, Severity, Violation
 from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule"]
@@ -71,6 +71,13 @@ def registered() -> list[Rule]:
     return list(_CATALOG)
 
 
+def _stamped(entry: Rule, found: Violation) -> Violation:
+    """The rule's id and severity on one of its violations; a verdict the rule could not compute stays
+    undetermined whatever the rule's severity (it is never an error, nor silently an OK)."""
+    severity = UNDETERMINED if found.severity == UNDETERMINED else entry.severity
+    return dataclasses.replace(found, rule_id=entry.rule_id, severity=severity)
+
+
 def run_rule(entry: Rule, ctx: RuleContext) -> RuleResult:
     """One rule on one config: "n/a" (None), "fail" (violations, stamped with the rule's id and severity) or
     "ok"."""
@@ -78,6 +85,5 @@ def run_rule(entry: Rule, ctx: RuleContext) -> RuleResult:
     if found is None:
         return RuleResult(entry, "n/a")
     if found:
-        stamp = {"rule_id": entry.rule_id, "severity": entry.severity}
-        return RuleResult(entry, "fail", tuple(dataclasses.replace(v, **stamp) for v in found))
+        return RuleResult(entry, "fail", tuple(_stamped(entry, v) for v in found))
     return RuleResult(entry, "ok")
