@@ -70,7 +70,8 @@ def activate() -> None:
     if not mode or mode == "off":
         return
     if mode not in ACTIVE_MODES:
-        print(f"mbridge_seqpack: {MODE_ENV} must be error, strict, warn or off; got {mode!r} - not activated", file=sys.stderr)
+        choices = "error, strict, warn or off"
+        print(f"mbridge_seqpack: {MODE_ENV} must be {choices}; got {mode!r} - not activated", file=sys.stderr)
         return
     if TARGET in sys.modules:
         _install(mode)
