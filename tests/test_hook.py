@@ -182,7 +182,8 @@ def test_bad_modes_are_rejected(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
     assert not mbridge_seqpack.is_installed()
     mbridge_seqpack.install()
     monkeypatch.setenv(MODE_ENV, "silent")
-    with pytest.raises(ValueError, match=r"^MBRIDGE_SEQPACK_MODE must be one of error, warn, off; got 'silent'"):
+    expected = r"^MBRIDGE_SEQPACK_MODE must be one of error, warn, off, strict; got 'silent'"
+    with pytest.raises(ValueError, match=expected):
         packed_cfg.validate()
 
 
