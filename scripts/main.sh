@@ -18,7 +18,15 @@ out="${MBRIDGE_SEQPACK_OUT:-out/embedded_pack_8192}"
 "$cli" verify "$out" --rows 4
 "$cli" inspect "$out" --png "out/sequences_per_row_8192.png"
 specs=dataset.offline_packing_specs
-exec "$cli" check llama3_8b_sft_packed_8k \
+"$cli" check llama3_8b_sft_packed_8k \
   "$specs.packed_train_data_path=$out/training_8192.idx.parquet" \
-  "$specs.packed_val_data_path=$out/validation_8192.idx.parquet" \
-  "$specs.packed_metadata_path=$out/8192_metadata.jsonl"
+  "$specs.packed_val_data_path=$out/validation_8192.idx.parquet"
+cat <<EOF
+
+next:
+  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2      # what breaks, and the fix
+  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2 --fix  # the overrides that clear it
+  $cli pack --recipe llama3_8b_sft_packed_8k dataset.dataset_root=DIR     # your data, as the recipe packs it
+  $cli recipes                                                            # the packaged recipes
+  MBRIDGE_SEQPACK_MODE=error python your_training_script.py               # the rules inside validate()
+EOF

@@ -288,17 +288,17 @@ def test_inspect_and_verify_pass_on_a_good_pack(artifact: Path, tmp_path: Path) 
     assert report.ok, report.to_text()
     assert [(s.name, s.sequences, s.sealed) for s in report.splits] == [
         ("training", 1799, True),
-        ("validation", 94, True),
+        ("validation", 435, True),
     ]
     assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.to_text().endswith("inspect: OK")
     checked = verify_artifact(artifact, max_rows=3)
     assert checked.ok, checked.to_text()
     assert checked.passed == {
-        "static cu_seqlens": 5,
-        "attention parity": 5,
-        "loss parity": 5,
-        "CP2 partition round trip": 5,
+        "static cu_seqlens": 6,
+        "attention parity": 6,
+        "loss parity": 6,
+        "CP2 partition round trip": 6,
     }
 
 
@@ -492,6 +492,7 @@ def test_cli_errors_have_no_traceback(tmp_path: Path) -> None:
 
 
 def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
+    packed_cfg.dataset.do_validation = False  # no validation split is prepared at launch into the sealed folder
     specs = packed_cfg.dataset.offline_packing_specs
     train = str(artifact / "training_4096.idx.parquet")
     specs.packed_train_data_path = train
@@ -555,6 +556,7 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
 
 
 def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
+    packed_cfg.dataset.do_validation = False  # `other` is a training-only pack: no split is prepared into it
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
@@ -929,20 +931,21 @@ def test_chat_records_longer_than_the_pack_are_refused_or_dropped_as_megatron_br
     assert f"{entry['dropped_sequences']} dropped (longer than the pack)" in said
 
 
-def test_a_pack_of_other_data_than_the_configured_dataset_is_refused(
-    artifact: Path, packed_cfg: Any, tmp_path: Path
-) -> None:
-    """dataset_root/<split>.jsonl changed since packing (or names another dataset): the pack is stale."""
+def test_an_explicit_pack_is_compared_with_the_file_it_was_made_from(packed_cfg: Any, tmp_path: Path) -> None:
+    """An explicit packed path: the launch trains on the pack and never reads dataset_root (Megatron-Bridge's builder
+    skips its prep when the pack exists), so the pack is compared with the JSONL it was made from, recorded in its
+    seal: that file changed since packing is refused; dataset_root naming other data is not what the launch reads."""
+    source = _small_jsonl(tmp_path / "made_from.jsonl")
+    pack = tmp_path / "pack"
+    _pack({"training": source}, pack, pad_seq_to_mult=4)
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
-    specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
-    assert _pack_rule(packed_cfg) == []  # packed from the embedded data, which dataset_root names
-    (tmp_path / "root").mkdir()
-    _small_jsonl(tmp_path / "root" / "training.jsonl")
-    packed_cfg.dataset.dataset_root = str(tmp_path / "root")
+    specs.packed_train_data_path = str(pack / "training_4096.idx.parquet")
+    assert _pack_rule(packed_cfg) == []  # dataset_root (the embedded corpus) is other data: not read
+    source.write_text(source.read_text() + source.read_text().splitlines(keepends=True)[0])
     (v,) = _pack_rule(packed_cfg)
-    assert "the pack was made from another training file than" in v.rule
-    assert v.fields["dataset.dataset_root"] == str(tmp_path / "root")
+    assert v.rule.startswith(f"the pack was made from another training file than {source.resolve()} (")
+    assert v.fields["pack input"] == str(source.resolve())
 
 
 def test_a_pack_made_without_the_configured_preprocessing_is_refused(artifact: Path, packed_cfg: Any) -> None:

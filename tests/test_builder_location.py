@@ -152,7 +152,10 @@ def test_pack_recipe_does_not_write_into_the_package_or_for_another_input(
     root, tok = dataset_root
     argv = ["pack", str(root / "training.jsonl"), "--recipe", RECIPE, f"dataset.dataset_root={root}"]
     assert main([*argv, f"tokenizer.tokenizer_model={tok}", "--output", str(tmp_path / "explicit")]) == 0
-    assert "use:\n    dataset.offline_packing_specs.packed_train_data_path=" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (
+        "use (paste after the recipe's overrides):\n    dataset.offline_packing_specs.packed_train_data_path=" in out
+    )
     assert not (root / "packed").exists()
     os_cwd = Path.cwd()
     try:

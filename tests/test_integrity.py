@@ -245,7 +245,8 @@ def _recipe_pack(root: Path) -> tuple[Path, Any]:
     from mbridge_seqpack.recipes.targets import build_launch
 
     assert main(["pack", "--recipe", "small_gpt_smoke_4k", f"dataset.dataset_root={root}", "--json"]) == 0
-    cfg = build_launch("small_gpt_smoke_4k", [f"dataset.dataset_root={root}"]).cfg
+    # a training-only pack: the launch must not prepare a validation split into its sealed folder
+    cfg = build_launch("small_gpt_smoke_4k", [f"dataset.dataset_root={root}", "dataset.do_validation=false"]).cfg
     return builder_location(cfg).directory, cfg
 
 
@@ -254,7 +255,7 @@ def _check_cli(root: Path, capsys: pytest.CaptureFixture) -> tuple[int, str]:
 
     capsys.readouterr()
     # the 80-record subset packs into 2 rows: the run repeats them (else offline.train_split_rows, one global batch)
-    overrides = [f"dataset.dataset_root={root}", "dataset.max_train_samples=800"]
+    overrides = [f"dataset.dataset_root={root}", "dataset.max_train_samples=800", "dataset.do_validation=false"]
     code = main(["check", "small_gpt_smoke_4k", *overrides, "--rules-only"])
     return code, capsys.readouterr().out
 
@@ -323,17 +324,23 @@ def test_a_same_size_input_edit_with_its_mtime_put_back_is_refused(
     assert f"{len(text) + 1} bytes, the pack was made from {len(text)}" in violation.rule
 
 
-def _gate_rank(rank: int, init: str, corrupted: str, results: Any) -> None:
-    """One rank of a two-process gloo job: rank 0 arms a content check of a corrupted file."""
+def _gate_rank(rank: int, init: str, corrupted: str, results: Any, source: str | None = None) -> None:
+    """One rank of a two-process gloo job: rank 0 arms a content check of a corrupted file (a pack file, or with
+    ``source`` a JSONL the pack was made from, whose recorded digest no longer matches)."""
     import torch.distributed as dist
 
-    from mbridge_seqpack.artifact.content_check import ContentPlan, PackFile
+    from mbridge_seqpack.artifact.content_check import ContentPlan, PackFile, SourceFile
 
     os.environ["RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     launch_guard.set_mode(lambda: "error")
-    seal = __import__("mbridge_seqpack.artifact.verified_parquet", fromlist=["find_seal"]).find_seal(Path(corrupted))
-    plan = ContentPlan(packs=[PackFile(Path(corrupted), seal.file_bytes, seal.file_sha256, seal.tiles)])
+    if source is not None:
+        plan = ContentPlan(sources=[SourceFile(Path(source), "0" * 64, "training")])
+    else:
+        seal = __import__("mbridge_seqpack.artifact.verified_parquet", fromlist=["find_seal"]).find_seal(
+            Path(corrupted)
+        )
+        plan = ContentPlan(packs=[PackFile(Path(corrupted), seal.file_bytes, seal.file_sha256, seal.tiles)])
     launch_guard.arm(plan)
     try:
         launch_guard.gate()
@@ -344,31 +351,52 @@ def _gate_rank(rank: int, init: str, corrupted: str, results: Any) -> None:
         dist.destroy_process_group()
 
 
+def _two_ranks(tmp_path: Path, corrupted: Path, source: Path | None = None) -> dict[int, str]:
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    init = f"file://{tmp_path / 'rendezvous'}"
+    args = (init, str(corrupted), results, None if source is None else str(source))
+    procs = [context.Process(target=_gate_rank, args=(r, *args)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    return dict(results.get(timeout=5) for _ in procs)
+
+
 def test_every_rank_stops_when_rank_0_finds_a_bad_byte(pack: Path, tmp_path: Path) -> None:
     """Two ranks over gloo: rank 0's verdict reaches rank 1 through the gate's all_reduce, so no rank goes on
     into a collective that rank 0 will never join."""
-    import torch.multiprocessing as mp
-
     work = tmp_path / "copy"
     shutil.copytree(pack, work)
     train = work / FILES[0]
     data = bytearray(train.read_bytes())
     data[500] ^= 0x01
     train.write_bytes(bytes(data))
-    context = mp.get_context("spawn")
-    results = context.Queue()
-    init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [context.Process(target=_gate_rank, args=(r, init, str(train), results)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    got = dict(results.get(timeout=5) for _ in procs)
+    got = _two_ranks(tmp_path, train)
     assert got[0].startswith(f"mbridge_seqpack: stopped before the first optimizer step: {train}: row group 0")
     assert got[1] == (
         "mbridge_seqpack: stopped before the first optimizer step: rank 0's content check found pack bytes that "
-        "differ from their seal (its error names the file). Nothing was trained on these bytes"
+        "differ from their seal (rank 0's error names the file). Nothing was trained on these bytes"
     )
+
+
+def test_the_other_ranks_name_what_rank_0_found(tmp_path: Path) -> None:
+    """Rank 0's content check says what kind of file failed (the code the gate's all_reduce carries): a JSONL that
+    changed since packing is not blamed on the pack on the ranks that did not read it."""
+    from mbridge_seqpack.artifact.content_check import BackgroundCheck, ContentPlan, SourceFile
+
+    source = tmp_path / "training.jsonl"
+    source.write_text('{"input": "a", "output": "b"}\n')
+    check = BackgroundCheck(ContentPlan(sources=[SourceFile(source, "0" * 64, "training")]))
+    assert check.wait(60) and str(source) in check.verdict()[0]
+    assert launch_guard.other_rank_text(check.found_in()) == (
+        "rank 0's content check found a JSONL file that changed since the pack was made from it (rank 0's error "
+        "names the file)"
+    )
+    assert BackgroundCheck(ContentPlan()).found_in() == 0
 
 
 def test_install_wraps_the_packed_reader_and_uninstall_restores_it_exactly(megatron_bridge: Any) -> None:

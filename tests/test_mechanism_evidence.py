@@ -334,8 +334,10 @@ def val_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> 
 
     out = tmp_path_factory.mktemp("val_pack") / "pack"
     data = embedded_data_dir()
+    small = out.parent / "validation.jsonl"  # its first 94 records: 2 rows, under one row per rank of 8
+    small.write_text("".join((data / "validation.jsonl").read_text().splitlines(keepends=True)[:94]))
     pack_jsonl(
-        {"training": data / "training.jsonl", "validation": data / "validation.jsonl"},
+        {"training": data / "training.jsonl", "validation": small},
         tokenizer=embedded_tokenizer_dir(),
         output_dir=out,
         options=PackOptions(pack_size=4096),

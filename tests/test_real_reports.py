@@ -40,9 +40,10 @@ def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> C
             )
             made[mult] = out
         specs = "dataset.offline_packing_specs"
-        return [
+        return [  # a training-only pack: no validation split is prepared at launch into its metadata file
             f"{specs}.packed_train_data_path={made[mult] / 'training_4096.idx.parquet'}",
             f"{specs}.packed_metadata_path={made[mult] / '4096_metadata.jsonl'}",
+            "dataset.do_validation=false",
         ]
 
     return overrides
@@ -56,8 +57,10 @@ def val_pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) 
 
     out = tmp_path_factory.mktemp("val_pack") / "p"
     data = embedded_data_dir()
+    small = out.parent / "validation.jsonl"  # its first 94 records: 2 rows at 4096
+    small.write_text("".join((data / "validation.jsonl").read_text().splitlines(keepends=True)[:94]))
     pack_jsonl(
-        {"training": data / "training.jsonl", "validation": data / "validation.jsonl"},
+        {"training": data / "training.jsonl", "validation": small},
         tokenizer=embedded_tokenizer_dir(),
         output_dir=out,
         options=PackOptions(pack_size=4096),

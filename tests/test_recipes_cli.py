@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -77,11 +78,23 @@ def test_long_context_recipes_carry_the_derived_fields(megatron_bridge: Any) -> 
 def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("mbridge-seqpack check: llama3_8b_sft_packed_8k (world size 8)\n")
+    assert out.startswith("result: OK\nmbridge-seqpack check: llama3_8b_sft_packed_8k (world size 8)\n")
     assert "  layout   world=8 TP=2 PP=1 CP=1 EP=1 DP=4 SP=on\n" in out
-    assert "  batch    micro 1, global 32, token slots per step 262,144 (8192 x 32)\n" in out
+    assert "  batch    micro 1, global 16, token slots per step 131,072 (8192 x 16)\n" in out
     assert "megatron-bridge validate(): ok\n" in out
-    assert out.rstrip().endswith("result: OK")
+    assert "  ok   " not in out and "rules that found something" not in out  # only what found something is listed
+    counts = [line for line in out.splitlines() if " rules: " in line]
+    assert len(counts) == 1 and re.fullmatch(r"\d+ rules: \d+ ok, \d+ n/a", counts[0]), counts
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_cli_check_all_lists_every_rule(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbridge_seqpack.rules import all_rules
+
+    assert main(["check", "--all", "--rules-only"]) == 0
+    out = capsys.readouterr().out
+    marked = [line.split()[1] for line in out.splitlines() if re.match(r"  (ok  |n/a |skip|FAIL|ADV |UND\?) ", line)]
+    assert marked == [r.rule_id for r in all_rules()]
 
 
 def test_cli_check_broken_override_fails_with_the_fix(
@@ -93,7 +106,8 @@ def test_cli_check_broken_override_fails_with_the_fix(
     assert "       fix:      cfg.model.calculate_per_token_loss = True\n" in out
     assert "  FAIL offline.alignment_multiple" in out
     assert "       fix:      cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n" in out
-    assert out.rstrip().endswith("result: 2 violation(s)")
+    assert out.startswith("result: 2 violation(s)\n")
+    assert "rules that found something:\n" in out
 
 
 def test_cli_check_names_a_misspelt_field_and_a_mistyped_value(

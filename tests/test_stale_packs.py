@@ -73,12 +73,6 @@ CASES: dict[str, tuple[dict[str, Any], str, str, dict[str, Any]]] = {
         "the pack was tokenized with another tokenizer",
         {"tokenizer.tokenizer_model": str(TOKENIZER)},
     ),
-    "input file": (
-        {"input": "other"},
-        "training",
-        "the pack was made from another training file than",
-        {},
-    ),
     "split": (
         {},
         "validation",
@@ -141,6 +135,34 @@ def test_the_pack_made_with_the_configs_own_values_is_accepted(
 ) -> None:
     pack = _pack_for({}, "training", corpus, tmp_path / "same")
     assert _pack_rule(_configured(packed_cfg, corpus, pack)) == []
+
+
+def test_an_explicit_pack_of_another_file_is_what_the_launch_trains_on(
+    packed_cfg: Any, corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """Packed from another file than dataset_root/training.jsonl, at an explicit path: the launch trains on the pack
+    and never reads dataset_root (the builder's prep is skipped), so it is not refused for that file."""
+    pack = _pack_for({"input": "other"}, "training", corpus, tmp_path / "other")
+    assert _pack_rule(_configured(packed_cfg, corpus, pack)) == []
+
+
+def test_pack_recipe_input_then_its_printed_overrides_pass_check(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], megatron_bridge: Any
+) -> None:
+    """`pack --recipe R INPUT` and then `check R` with exactly the overrides it printed: exit 0 (no loop)."""
+    from mbridge_seqpack.cli.main import main
+
+    recipe = ["small_gpt_smoke_4k", "train.global_batch_size=1", "validation.eval_iters=0"]
+    assert (
+        main(["pack", "--recipe", recipe[0], str(corpus["other"]), *recipe[1:], "--output", str(tmp_path / "p")]) == 0
+    )
+    out = capsys.readouterr().out
+    printed = [line.strip() for line in out.split("use (paste after the recipe's overrides):\n")[1].splitlines()]
+    printed = [line for line in printed if line.startswith("dataset.offline_packing_specs.")]
+    assert printed == [
+        f"dataset.offline_packing_specs.packed_train_data_path={tmp_path / 'p' / 'training_4096.idx.parquet'}"
+    ]
+    assert main(["check", *recipe, *printed, "--rules-only"]) == 0, capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -118,6 +118,16 @@ class TokenizerFiles:
         return sum((self.directory / n).stat().st_size for n in TOKENIZER_FILES if (self.directory / n).is_file())
 
 
+#: what rank 0's content check found, by code (the ranks agree on the largest): the other ranks' message
+FOUND_IN = {
+    1: "pack bytes that differ from their seal",
+    2: "a JSONL file that changed since the pack was made from it",
+    3: "tokenizer files that differ from those the pack was tokenized with",
+    4: "that the content check itself failed",
+}
+_KIND: dict[type, int] = {PackFile: 1, SourceFile: 2, TokenizerFiles: 3}
+
+
 @dataclass
 class ContentPlan:
     """What a launch reads in full before its first optimizer step (rank 0)."""
@@ -144,11 +154,19 @@ class ContentPlan:
             (str(self.tokenizer.directory), self.tokenizer.sha256) if self.tokenizer else None,
         )
 
-    def run(self, progress: Callable[[int], None] | None = None) -> list[str]:
-        """Read everything once; the problems found (empty: every byte matched its seal)."""
+    def run(self, progress: Callable[[int], None] | None = None, kinds: list[int] | None = None) -> list[str]:
+        """Read everything once; the problems found (empty: every byte matched its seal), and into ``kinds`` the
+        :data:`FOUND_IN` code of each (what the other ranks are told)."""
         tick = progress or (lambda n: None)
         items: list[Any] = [*self.packs, *self.sources, *([self.tokenizer] if self.tokenizer else [])]
-        return [problem for item in items if (problem := item.check(tick)) is not None]
+        problems = []
+        for item in items:
+            problem = item.check(tick)
+            if problem is not None:
+                problems.append(problem)
+                if kinds is not None:
+                    kinds.append(_KIND[type(item)])
+        return problems
 
     def summary(self) -> str:
         """One line for ``check``: what ``validate()`` verified and what the launch verifies later."""
@@ -182,6 +200,7 @@ class BackgroundCheck:
         self.total = plan.nbytes
         self.done_bytes = 0
         self.problems: list[str] = []
+        self.kinds: list[int] = []  # FOUND_IN codes of the problems
         self.error: BaseException | None = None
         self.started = time.perf_counter()
         self.seconds: float | None = None
@@ -193,7 +212,7 @@ class BackgroundCheck:
 
     def _run(self) -> None:
         try:
-            self.problems = self.plan.run(self._tick)
+            self.problems = self.plan.run(self._tick, self.kinds)
         except BaseException as exc:  # noqa: BLE001  (reported where the check is joined, never lost in a thread)
             self.error = exc
         finally:
@@ -209,6 +228,12 @@ class BackgroundCheck:
         if self.error is not None:
             return [f"the content check itself failed ({type(self.error).__name__}: {self.error})"]
         return list(self.problems)
+
+    def found_in(self) -> int:
+        """The largest :data:`FOUND_IN` code of what was found (0: nothing); call after :meth:`wait`."""
+        if self.error is not None:
+            return 4
+        return max(self.kinds, default=1 if self.problems else 0)
 
     def progress(self) -> str:
         return f"{_size(self.done_bytes)} of {_size(self.total)}"

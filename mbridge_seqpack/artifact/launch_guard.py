@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from mbridge_seqpack.artifact.content_check import BackgroundCheck, ContentCheckError, ContentPlan
+from mbridge_seqpack.artifact.content_check import FOUND_IN, BackgroundCheck, ContentCheckError, ContentPlan
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError
 from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile, find_seal
 from mbridge_seqpack.errors import ArtifactError
@@ -267,6 +267,11 @@ def _reduce(pending: int, failed: int) -> tuple[int, int]:
     return int(status[0]), int(status[1])
 
 
+def other_rank_text(found: int) -> str:
+    """What a rank that did not read the files says when rank 0's check found ``found`` (a FOUND_IN code)."""
+    return f"rank 0's content check found {FOUND_IN.get(found, FOUND_IN[1])} (rank 0's error names the file)"
+
+
 def gate() -> None:
     """The first ``train_step``: rank 0 joins its content check; every rank learns the verdict; a byte that
     differs stops every rank here (``error`` mode), before the forward pass and the first optimizer step."""
@@ -279,9 +284,11 @@ def gate() -> None:
         if check is not None and not done and not announced and is_rank_zero():
             print(f"mbridge_seqpack: waiting for the pack content check ({check.progress()} read)", flush=True)
             announced = True
+        found = 0
         if done and check is not None:
             problems = check.verdict()
-        pending, failed = _reduce(0 if done else 1, 1 if problems else 0)
+            found = check.found_in() if problems else 0
+        pending, failed = _reduce(0 if done else 1, found)
         if not pending:
             break
     _state.gate_pending = False
@@ -295,11 +302,7 @@ def gate() -> None:
                 flush=True,
             )
         return
-    text = (
-        "; ".join(problems)
-        if problems
-        else "rank 0's content check found pack bytes that differ from their seal (its error names the file)"
-    )
+    text = "; ".join(problems) if problems else other_rank_text(failed)
     if _mode() == "warn":
         _warn_once("gate", text)
         return

@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         runner=args.runner,
         gpu_arch=args.gpu_arch,
     )
-    print(report.to_json() if args.json else report.to_text())
+    print(report.to_json() if args.json else report.to_text(show_all=args.all))
     return 0 if report.ok else 1
 
 
@@ -155,6 +155,7 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     add_runner_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--all", action="store_true", help="list every rule, not only those that found something")
     p.add_argument("--rules-only", action="store_true", help="skip Megatron-Bridge's own validate()")
     p.add_argument("--config-file", default=None, help="YAML merged before the overrides (as the recipe runner does)")
     p.add_argument(

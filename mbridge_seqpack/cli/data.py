@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from mbridge_seqpack.cli.args import add_runner_flag, positive_float, positive_int
 from mbridge_seqpack.errors import UsageError
 
+SPECS_TEXT = "dataset.offline_packing_specs"
+
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
@@ -43,17 +45,20 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
 
 def _from_recipe(
     args: argparse.Namespace,
-) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None]:
-    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
-    where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
+) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None, tuple[ConfigContainer, int | None]]:
+    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep),
+    where its dataset builder will look for the pack (None when the input is not the config's own JSONL), and the
+    config with its world size (the summary runs its row-count rules on the pack)."""
     from mbridge_seqpack.pipeline.pack import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
     from mbridge_seqpack.tokenization.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
 
     launch = build_launch(args.recipe, args.overrides, runner=args.runner)
     cfg = launch.cfg
+    from mbridge_seqpack.textout import wrap
+
     for note in launch.notes():  # the alignment the pack is sealed with is the one the launch will use
-        print(f"note: {note}", file=sys.stderr)
+        print("\n".join(wrap(note, "note: ", hang="  ")), file=sys.stderr)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
         raise UsageError(
@@ -103,7 +108,7 @@ def _from_recipe(
         max_sequences_per_row=args.max_sequences_per_row,
         overflow=args.overflow,
     )
-    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root)
+    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root), (cfg, ctx.world_size)
 
 
 def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:
@@ -138,11 +143,13 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
     if getattr(cfg.dataset, "hf_dataset", None) is not None:
         return builder_location(cfg, root=root)
     if root.resolve() == embedded_data_dir().resolve():
-        print(
-            "note: the dataset root is the package's embedded sample; packing into --output (or ./packed_<N>_mult<M>)"
-            ", not beside it. Set dataset.dataset_root=DIR to pack where Megatron-Bridge's builder reads",
-            file=sys.stderr,
+        from mbridge_seqpack.textout import wrap
+
+        note = (
+            "the dataset root is the package's embedded sample; packing into --output (or ./packed_<N>_mult<M>), "
+            "not beside it. Set dataset.dataset_root=DIR to pack where Megatron-Bridge's builder reads"
         )
+        print("\n".join(wrap(note, "note: ", hang="  ")), file=sys.stderr)
         return None
     return builder_location(cfg)
 
@@ -162,9 +169,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
     check_flag_combinations(args)
-    location = None
+    location, launched = None, None
     if args.recipe:
-        inputs, tokenizer, options, location = _from_recipe(args)
+        inputs, tokenizer, options, location, launched = _from_recipe(args)
     else:
         fill_input_defaults(args)
         if args.pack_size is None:
@@ -254,7 +261,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
                 f"({entry['truncated_tokens']} tokens cut; longer than --max-seq-length)"
                 if entry.get("truncated_sequences")
                 else ""
-            ),
+            )
+            + _loss_text(entry)
+            + _steps_text(name, stats["num_bins"], launched),
             "  ",
             hang="    ",
         )
@@ -270,13 +279,45 @@ def cmd_pack(args: argparse.Namespace) -> int:
             hang="    ",
         )
     else:
-        lines.append("  use:")
-        lines.append(
-            "    dataset.offline_packing_specs.packed_train_data_path="
-            f"{result.directory / ('training_%d.idx.parquet' % options.pack_size)}"
-        )
+        from mbridge_seqpack.cli.pack_summary import launch_overrides
+
+        # the recipe says whether its launch reads the metadata (pad_cu_seqlens); without one, say when it does
+        read = bool(launched[0].dataset.offline_packing_specs.pad_cu_seqlens) if launched is not None else None
+        lines.append("  use (paste after the recipe's overrides):")
+        splits = list(result.splits)
+        for override in launch_overrides(result.directory, options.pack_size, splits, metadata_read=bool(read)):
+            lines.append(f"    {override}")  # whole, never wrapped: people copy it
+        if read is None:  # the path whole on its own line: people copy it
+            lines.append("  and where the recipe sets pad_cu_seqlens=true (static cu_seqlens are sized from it):")
+            lines.append(f"    {SPECS_TEXT}.packed_metadata_path={result.metadata}")
+    if launched is not None:
+        from mbridge_seqpack.cli.pack_summary import row_warnings
+
+        for warning in row_warnings(*launched, result.directory, options.pack_size, list(result.splits)):
+            lines += wrap(warning, "", hang="  ")
     print("\n".join(lines))
     return 0
+
+
+def _loss_text(entry: dict) -> str:
+    """The share of the rows' token slots that carry loss, and the sequences that carry none."""
+    if "loss_tokens" not in entry:
+        return ""
+    slots = entry["stats"]["num_bins"] * entry["pack_size"]
+    text = f"; loss on {entry['loss_tokens']:,} tokens ({entry['loss_tokens'] / max(slots, 1):.1%} of the slots)"
+    if entry.get("zero_loss_sequences"):
+        text += f", {entry['zero_loss_sequences']} sequence(s) train on no token (empty answer or no assistant turn)"
+    return text
+
+
+def _steps_text(split: str, rows: int, launched: tuple | None) -> str:
+    """Optimizer steps one epoch of the training split gives at the recipe's global batch."""
+    if launched is None or split != "training":
+        return ""
+    gbs = getattr(launched[0].train, "global_batch_size", None)
+    if not isinstance(gbs, int) or gbs < 1:
+        return ""
+    return f"; {rows // gbs} step(s) per epoch at the recipe's global batch {gbs}"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

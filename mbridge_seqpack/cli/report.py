@@ -118,29 +118,23 @@ class CheckReport:
         )
         return lines
 
-    def to_text(self) -> str:
-        """The report for people, at most 100 columns (long values wrap under their label)."""
+    def to_text(self, show_all: bool = False) -> str:
+        """The report for people, at most 100 columns (long values wrap under their label): the verdict first,
+        then the rules that found something (every rule with ``show_all``), then one line counting the rest."""
         from mbridge_seqpack.textout import wrap
 
         d = self.derived
-        lines = [f"mbridge-seqpack check: {self.target}"]
+        lines = [self.result_line(), f"mbridge-seqpack check: {self.target}"]
         if not d:  # a field of the wrong type: config.types reports it, nothing can be derived
             lines.append("  layout   not derived: a field has the wrong type (see config.types below)")
         else:
             lines += self._layout_lines(d)
-        lines.append("rules:")
-        for r in self.results:
-            mark = {"ok": "ok  ", "fail": _fail_mark(r), "n/a": "n/a ", "skipped": "skip"}[r.status]
-            lines.append(f"  {mark} {r.rule.rule_id}")
-            if r.violations:
-                lines += wrap(r.rule.summary, " " * 7)
-            for v in r.violations:
-                fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
-                shown = [("fields:", fields), ("why:", v.rule)] + ([("not run:", v.not_run)] if v.not_run else [])
-                for label, text in (*shown, ("fix:", v.fix)):
-                    lines += wrap(text, f"       {label:<10}", hang=" " * 17)
-                if v.overrides:
-                    lines += wrap(" ".join(v.overrides), f"       {'override:':<10}", hang=" " * 17)
+        shown = [r for r in self.results if show_all or r.violations]
+        if shown:
+            lines.append("rules:" if show_all else "rules that found something:")
+        for r in shown:
+            lines += _rule_lines(r)
+        lines.append(self.count_line())
         if self.contents is not None:
             lines += wrap(self.contents, "pack contents: ", hang="  ")
         if self.megatron_ran:
@@ -148,8 +142,17 @@ class CheckReport:
             lines += wrap(status, "megatron-bridge validate(): ", hang="  ")
         for note in self.notes:
             lines += wrap(note, "note: ", hang="  ")
-        lines.append(self.result_line())
         return "\n".join(lines)
+
+    def count_line(self) -> str:
+        """``98 rules: 95 ok, 3 n/a``: every rule, by status (a rule listed above counts once, under its mark)."""
+        counts: dict[str, int] = {}
+        for r in self.results:
+            label = _STATUS_WORDS[r.status] if r.status != "fail" else _FAIL_WORDS[_fail_mark(r)]
+            counts[label] = counts.get(label, 0) + 1
+        order = [*_FAIL_WORDS.values(), *_STATUS_WORDS.values()]
+        parts = [f"{counts[label]} {label}" for label in order if label in counts]
+        return f"{len(self.results)} rules: {', '.join(parts)}"
 
     def result_line(self) -> str:
         """``result: ...``: OK only when every verdict was computed and none failed."""
@@ -162,6 +165,28 @@ class CheckReport:
             failed = "" if self.megatron_error is None else ", Megatron-Bridge validation failed"
             return f"result: {n} violation(s){note}{failed}"
         return f"result: OK{note}" if not unknown else f"result: NOT DETERMINED, no violation found{note}"
+
+
+_STATUS_WORDS = {"ok": "ok", "n/a": "n/a", "skipped": "skipped"}
+_FAIL_WORDS = {"FAIL": "failed", "UND?": "not determined", "ADV ": "advisory"}
+
+
+def _rule_lines(r: Any) -> list[str]:
+    """One rule's mark and id, then each violation's fields, reason, what did not run and fix."""
+    from mbridge_seqpack.textout import wrap
+
+    mark = {"ok": "ok  ", "fail": _fail_mark(r), "n/a": "n/a ", "skipped": "skip"}[r.status]
+    lines = [f"  {mark} {r.rule.rule_id}"]
+    if r.violations:
+        lines += wrap(r.rule.summary, " " * 7)
+    for v in r.violations:
+        fields = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
+        shown = [("fields:", fields), ("why:", v.rule)] + ([("not run:", v.not_run)] if v.not_run else [])
+        for label, text in (*shown, ("fix:", v.fix)):
+            lines += wrap(text, f"       {label:<10}", hang=" " * 17)
+        if v.overrides:
+            lines += wrap(" ".join(v.overrides), f"       {'override:':<10}", hang=" " * 17)
+    return lines
 
 
 def _fail_mark(result: Any) -> str:

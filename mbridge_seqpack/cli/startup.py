@@ -108,11 +108,17 @@ def bytecode_state(package: str = "megatron", module: str = "bridge/__init__.py"
 
 
 def status_line(package: str) -> str:
-    """What the user reads while ``package`` (a key of :data:`SLOW_IMPORTS`) loads."""
+    """What the user reads while ``package`` (a key of :data:`SLOW_IMPORTS`) loads, in lines of 100 columns."""
     what = SLOW_IMPORTS[package]
     if package == "megatron":
         what = _UNCACHED.get(bytecode_state(), what)
-    return f"mbridge-seqpack: loading {what} ..."
+    from mbridge_seqpack.textout import wrap
+
+    whole = f"mbridge-seqpack: loading {what} ..."
+    if len(whole) <= 100:
+        return whole
+    name, _, why = what.partition("; ")  # the package on the first line, why it is slow under it
+    return "\n".join([f"mbridge-seqpack: loading {name} ...", *(wrap(why, "  ") if why else [])])
 
 
 class _Announcer(importlib.abc.MetaPathFinder):

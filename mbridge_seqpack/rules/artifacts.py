@@ -94,7 +94,7 @@ def _check_files(
             return [_violation(field, spec, str(exc), fix)]
         meta, entries, problem = find_metadata(path.parent)
         if info is None:  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare, unless it lost its seal
-            lost = lost_fingerprint_problem(path, meta, entries)
+            lost = lost_fingerprint_problem(path, meta, entries) or _unsealed_beside_sealed(meta, entries)
             if lost:
                 found.append(_violation(field, spec, f"{path}: {lost}", fix))
             continue
@@ -168,7 +168,7 @@ def _check_files(
             )
         )
     found += _content_differences(ctx, field, spec, fp, fix)
-    found += _input_differs(ctx, field, spec, split, fp, fix)
+    found += _input_differs(ctx, field, spec, split, fp, fix, made_from=infos[0][1].get("input_path"))
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
@@ -185,6 +185,72 @@ def _check_files(
                     **{f"{SPECS}.packed_metadata_path": str(meta)},
                 )
             )
+    return found
+
+
+def _sealed_entries(entries: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The metadata entries this plugin sealed (they carry their file's checksums); Megatron-Bridge's prep writes
+    entries without them."""
+    return [e for e in entries or [] if isinstance(e, dict) and e.get("checksums")]
+
+
+def _unsealed_beside_sealed(meta: Path | None, entries: list[dict[str, Any]] | None) -> str | None:
+    """An unsealed Parquet file in a folder whose metadata seals a pack: not part of that pack (Megatron-Bridge's
+    prep writes such a file there when a launch finds a split missing), so nothing vouches for its rows."""
+    sealed = _sealed_entries(entries)
+    if meta is None or not sealed:
+        return None
+    splits = sorted({str(e.get("split")) for e in sealed})
+    return (
+        f"not sealed, though {meta.name} beside it seals a pack of split(s) {splits}: a file added to a sealed "
+        "folder (Megatron-Bridge's prep writes one there when a launch finds a split missing), nothing vouches "
+        "for its rows"
+    )
+
+
+def _prepared_into_sealed(ctx: RuleContext) -> list[Violation]:
+    """A split the launch will prepare (its packed file is missing) while the metadata file it appends to is a
+    sealed pack's: Megatron-Bridge's builder (data/builders/gpt_sft.py GPTSFTDatasetBuilder.prepare_packed_data)
+    prepares the missing split and writes its entry into that file, so the sealed folder is changed by the launch
+    and its own reads then refuse it with another cause. Refused before anything is written."""
+    from mbridge_seqpack.artifact.builder_location import builder_location
+    from mbridge_seqpack.artifact.seal import find_metadata
+
+    specs = ctx.specs
+    location = builder_location(ctx.cfg)
+    meta = Path(str(specs.packed_metadata_path)) if specs.packed_metadata_path is not None else None
+    if meta is None and location is not None:
+        meta = location.metadata
+    if meta is None or not meta.is_file():
+        return []
+    _, entries, problem = find_metadata(meta.parent)
+    sealed = _sealed_entries(entries) if problem is None else []
+    if not sealed:
+        return []
+    # an explicit packed path that resolves to nothing is refused by fingerprint_mismatch itself; a split without
+    # one is prepared into the builder's default location unless a pack is there
+    wanted = {"training": specs.packed_train_data_path}
+    if getattr(ctx.dataset, "do_validation", True):
+        wanted["validation"] = specs.packed_val_data_path
+    found = []
+    for split, explicit in wanted.items():
+        target = location.split_path(split) if explicit is None and location is not None else None
+        if target is None or target.exists():
+            continue
+        field = f"{SPECS}.packed_{'train' if split == 'training' else 'val'}_data_path"
+        packed = sorted({str(e.get("split")) for e in sealed})
+        fix = f"pack the {split} split into that folder (re-run `mbridge-seqpack pack` with it), or set {field}"
+        fix += " to a sealed pack of it" if split == "training" else " to a sealed pack of it, or do_validation=False"
+        found.append(
+            Violation(
+                {field: str(target), f"{SPECS}.packed_metadata_path": str(meta), "sealed splits": packed},
+                f"the {split} split is missing from the sealed pack whose metadata is {meta}: Megatron-Bridge's "
+                f"builder would prepare it at launch, into {target}, and append its entry to the sealed metadata "
+                "file, which the launch's own reads then refuse",
+                fix=fix,
+                assignments={"dataset.do_validation": False} if split == "validation" else {},
+            )
+        )
     return found
 
 
@@ -230,18 +296,33 @@ def _content_differences(ctx: RuleContext, field: str, spec: str, fp: Fingerprin
     return found
 
 
-def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fingerprint, fix: str) -> list[Violation]:
-    """The pack against the JSONL the config names for this split (``dataset_root/<split>.jsonl``, where
-    Megatron-Bridge's builder prepares from): another size, or a remembered digest that a full read confirms, means
-    the data changed since packing. Same size and no disagreeing record: the launch's content check reads it
-    (rank 0, before the first optimizer step). Rank 0 only, as for the pack's own contents."""
+def compared_source(ctx: RuleContext, field: str, split: str, made_from: Any) -> tuple[Path | None, bool]:
+    """The JSONL a pack is compared with, and whether it is the one the config names. A pack at the builder's
+    default location (or one sealed before packs recorded their input) against ``dataset_root/<split>.jsonl``,
+    where Megatron-Bridge's builder prepares it from; an explicit packed path against the file it was made from
+    (the launch trains on that pack and never reads ``dataset_root``: ``pack --recipe R INPUT`` then ``check`` with
+    the overrides it prints must pass)."""
+    from mbridge_seqpack.artifact.builder_location import jsonl_root
+
+    if field != "dataset.dataset_root" and isinstance(made_from, str) and made_from:
+        return Path(made_from), False
+    root = jsonl_root(ctx.cfg)
+    return (root / f"{split}.jsonl" if root is not None else None), True
+
+
+def _input_differs(
+    ctx: RuleContext, field: str, spec: str, split: str, fp: Fingerprint, fix: str, made_from: Any = None
+) -> list[Violation]:
+    """The pack against the JSONL it is compared with (:func:`compared_source`): another size, or a remembered digest
+    that a full read confirms, means the data changed since packing. Same size and no disagreeing record: the
+    launch's content check reads it (rank 0, before the first optimizer step). Rank 0 only, as for the pack's own
+    contents."""
     if not fp.input_sha256 or not is_rank_zero():
         return []
     from mbridge_seqpack.artifact.builder_location import jsonl_root
     from mbridge_seqpack.digests import recalled_sha256, verified_sha256
 
-    root = jsonl_root(ctx.cfg)
-    source = root / f"{split}.jsonl" if root is not None else None
+    source, configured = compared_source(ctx, field, split, made_from)
     if source is None or not source.is_file():
         return []
 
@@ -262,11 +343,15 @@ def _input_differs(ctx: RuleContext, field: str, spec: str, split: str, fp: Fing
             f"the pack was made from another {split} file than {source} ({why}): the data changed since "
             "packing, or the pack belongs to another dataset",
             fix,
-            **{
-                "dataset.dataset_root"
-                if getattr(ctx.dataset, "dataset_root", None) is not None
-                else "materialized Hugging Face dataset": str(root)
-            },
+            **(
+                {
+                    "dataset.dataset_root"
+                    if getattr(ctx.dataset, "dataset_root", None) is not None
+                    else "materialized Hugging Face dataset": str(jsonl_root(ctx.cfg))
+                }
+                if configured
+                else {"pack input": str(source)}
+            ),
         )
     ]
 
@@ -296,6 +381,7 @@ def content_plan(cfg: ConfigContainer) -> Any:
         value = getattr(specs, name, None)
         if value is not None:
             files += _resolve(str(value))[0]
+    defaults = {path.resolve() for path in _builder_default_files(ctx).values()}
     files += list(_builder_default_files(ctx).values())
     from mbridge_seqpack.artifact.builder_location import jsonl_root
 
@@ -313,7 +399,13 @@ def content_plan(cfg: ConfigContainer) -> Any:
             continue
         plan.packs.append(PackFile(path, seal.file_bytes, seal.file_sha256, seal.tiles))
         fp = seal.entry.get("fingerprint") or {}
-        source = root / f"{seal.entry.get('split')}.jsonl" if root is not None else None
+        explicit = path.resolve() not in defaults
+        made_from = seal.entry.get("input_path") if explicit else None
+        source = (
+            Path(made_from)
+            if isinstance(made_from, str) and made_from
+            else (root / f"{seal.entry.get('split')}.jsonl" if root is not None else None)
+        )
         if source is not None and source.is_file() and fp.get("input_sha256"):
             if all(s.path != source for s in plan.sources):
                 plan.sources.append(SourceFile(source, str(fp["input_sha256"]), str(seal.entry.get("split"))))
@@ -334,7 +426,9 @@ def content_plan(cfg: ConfigContainer) -> Any:
         "of another size, alignment or tokenizer, or a corrupted file trains silently wrong. With no packed path, "
         "data/builders/gpt_sft.py GPTSFTDatasetBuilder._prepare_packed_split skips its prep when its "
         "default_pack_path holds the file already (keyed by tokenizer name and config, not by the input data or "
-        "tokenizer files), so a pack left there from other data trains silently too."
+        "tokenizer files), so a pack left there from other data trains silently too. A split whose packed file is "
+        "missing is prepared at launch (GPTSFTDatasetBuilder.prepare_packed_data) and its entry appended to the "
+        "configured metadata file: into a sealed pack's folder, which its verified reads then refuse."
     ),
 )
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
@@ -358,6 +452,8 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
             continue
         checked = checked or bool(files)
         found += _check_files(ctx, field, spec, split, files)
+    prepared = _prepared_into_sealed(ctx)
+    checked, found = checked or bool(prepared), found + prepared
     for split, path in _builder_default_files(ctx).items():
         checked = True
         fix = (

@@ -10,6 +10,8 @@ its tokenizer worker pool can pickle them. Imported only where Megatron-Bridge r
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
 from typing import Any
 
 from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
@@ -87,7 +89,10 @@ def counting_gpt_sft_split(
     encoded in one call (batched_tokens.py); why not, when that does not apply, goes to ``refusals``. With
     ``assembly`` (an ``AssemblyRequest``; batched only), the examples are assembled in arrays (assembly.py)
     and what is returned holds only those left to Megatron-Bridge's code."""
-    dataset = build_gpt_sft_split(*args, **kwargs)
+    try:
+        dataset = build_gpt_sft_split(*args, **kwargs)
+    except (EOFError, pickle.UnpicklingError) as exc:
+        raise _damaged_index(args[0] if args else kwargs.get("path"), exc) from None
     if dataset is None:
         return None
     counting = _COUNTING.get(type(dataset))
@@ -102,6 +107,21 @@ def counting_gpt_sft_split(
         if assembly is not None:
             return assembly.build(dataset, batch)
     return dataset
+
+
+def _damaged_index(path: Any, exc: BaseException) -> Exception:
+    """Megatron-Bridge's JSONL index of ``path`` (``<file>.idx.npy`` / ``.idx.info`` under ``index_mapping_dir``,
+    data/datasets/utils.py _JSONLMemMapDataset) could not be read back: its pickled info is cut short, as a disk
+    that fills up while it is written leaves it, and ``safe_pickle_load`` raises EOFError. The machine's resource,
+    not the plugin: exit 2, naming where."""
+    from mbridge_seqpack.errors import InputError
+
+    where = Path(str(path)).parent if path is not None else "the index directory"
+    return InputError(
+        f"Megatron-Bridge could not read back the index it wrote for {path} ({type(exc).__name__}: "
+        f"{exc or 'the file ends early'}): the disk holding {where} is most likely full; free space there and run "
+        "again"
+    )
 
 
 def truncated_tokens(item: dict[str, Any]) -> int:
