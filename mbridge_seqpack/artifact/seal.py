@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, read_tile
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest, split_paths
-from mbridge_seqpack.digests import verified_sha256
+from mbridge_seqpack.digests import note_read, verified_sha256
 
 __all__ = [
     "REPACK",
@@ -41,7 +41,10 @@ def resolve_files(target: str | Path) -> list[Path]:
 
 def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | None, str | None]:
     """(path, entries, problem) of the ``<N>_metadata.jsonl`` in ``directory``."""
+    note_read(directory)  # a verdict on the folder depends on what it holds (hook.py keys its cache on it)
     metas = sorted(directory.glob("*_metadata.jsonl"))
+    for meta in metas:
+        note_read(meta)
     if not metas:
         return None, None, None
     if len(metas) > 1:

@@ -7,8 +7,8 @@ Layout of one artifact directory (Megatron-Bridge's names, so ``packed_*_path`` 
     <N>_metadata.jsonl           JSON list, one entry per split: max_samples_per_bin, dataset_max_seqlen, ...,
                                  the fingerprint and the checksums (file sha256 and size, one sha256 per column)
 
-The fingerprint names every input that changes the tokens (input file, tokenizer files, EOS id, vocabulary,
-``dataset_kwargs`` i.e. keys, template and chat settings, lengths, alignment, packer, seed, plugin and
+The fingerprint names every input that changes the tokens (input file, tokenizer files and settings, EOS id,
+vocabulary, ``dataset_kwargs`` i.e. keys, template and chat settings, lengths, alignment, packer, seed, plugin and
 Megatron-Bridge versions); it is also stored in each Parquet file's schema metadata. A pack is built in a
 temporary sibling directory, fsync'ed and renamed into place, under a lock file, so an interrupted or
 concurrent run never leaves anything that looks like a pack.
@@ -31,7 +31,7 @@ import numpy as np
 from mbridge_seqpack.artifact.phases import reached
 from mbridge_seqpack.artifact.row_group_seal import seal_tiles
 from mbridge_seqpack.artifact.row_tokens import gather_tokens
-from mbridge_seqpack.digests import RACY_SECONDS, FileStamp
+from mbridge_seqpack.digests import RACY_SECONDS, FileStamp, note_read
 from mbridge_seqpack.errors import ArtifactError
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
@@ -57,6 +57,7 @@ __all__ = [
     "staged_directory",
     "check_output",
     "SPLITS",
+    "PREP_ARGUMENTS",
 ]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
@@ -83,6 +84,9 @@ class Fingerprint:
     megatron_bridge_version: str
     format: str = FORMAT
     input_bytes: int | None = None  # the input's size: a launch compares it in O(1), the digest in the background
+    # canonical JSON of the tokenizer config fields the launch's tokenizer build reads
+    # (tokenization/tokenizer_settings.py: type, chat template, HF kwargs, special tokens, ...)
+    tokenizer_settings: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +100,25 @@ class Fingerprint:
     def settings(self) -> dict[str, Any]:
         """Everything but the input file's digest and size: two splits of one pack run share these."""
         return {key: value for key, value in self.to_dict().items() if key not in ("input_sha256", "input_bytes")}
+
+
+#: every argument Megatron-Bridge's builder passes to its packing prep (``GPTSFTDatasetBuilder._prepare_packed_split``
+#: calls ``prepare_gpt_sft_packed_data``), and the fingerprint fields that seal what it changes in the rows; an empty
+#: tuple: the rows do not depend on it (where the files go, the tokenizer process count). tests/test_pack_tokenizer.py
+#: reads the call from Megatron-Bridge's source and fails on an argument missing here.
+PREP_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "input_path": ("input_sha256", "input_bytes"),
+    "output_path": (),
+    "output_metadata_path": (),
+    "packed_sequence_size": ("pack_size",),
+    "tokenizer": ("tokenizer", "tokenizer_sha256", "tokenizer_settings", "eos_id", "vocab_size"),
+    "max_seq_length": ("max_seq_length",),
+    "seed": ("seed",),
+    "dataset_kwargs": ("dataset_kwargs",),
+    "pad_seq_to_mult": ("pad_seq_to_mult",),
+    "num_tokenizer_workers": (),
+    "dataset_builder": ("megatron_bridge_version",),  # its code: build_gpt_sft_split of that version
+}
 
 
 def split_paths(directory: str | Path, pack_size: int) -> dict[str, Path]:
@@ -458,6 +481,7 @@ def read_parquet_fingerprint(path: str | Path) -> dict[str, Any] | None:
     """The ``info`` this plugin stored in a packed Parquet file, or None for a foreign (unsealed) file."""
     import pyarrow.parquet as pq
 
+    note_read(path)
     try:
         schema = pq.read_schema(str(path))
     except (OSError, ValueError, MemoryError) as exc:

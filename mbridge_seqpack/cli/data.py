@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.cli.args import add_runner_flag, positive_float, positive_int
 from mbridge_seqpack.errors import UsageError
@@ -43,9 +43,11 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
 
 def _from_recipe(
     args: argparse.Namespace,
-) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None]:
-    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep), and
-    where its dataset builder will look for the pack (None when the input is not the config's own JSONL)."""
+) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None, Any]:
+    """Pack size, alignment, lengths, tokenizer (its folder and the recipe's whole ``TokenizerConfig``: chat
+    template, HF kwargs, special tokens, ... as the launch builds it) and dataset_kwargs from a recipe (as
+    Megatron-Bridge's prep), and where its dataset builder will look for the pack (None when the input is not the
+    config's own JSONL)."""
     from mbridge_seqpack.pipeline.pack import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
     from mbridge_seqpack.tokenization.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
@@ -103,7 +105,7 @@ def _from_recipe(
         max_sequences_per_row=args.max_sequences_per_row,
         overflow=args.overflow,
     )
-    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root)
+    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root), cfg.tokenizer
 
 
 def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:
@@ -162,9 +164,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
     check_flag_combinations(args)
-    location = None
+    location = tokenizer_config = None
     if args.recipe:
-        inputs, tokenizer, options, location = _from_recipe(args)
+        inputs, tokenizer, options, location, tokenizer_config = _from_recipe(args)
     else:
         fill_input_defaults(args)
         if args.pack_size is None:
@@ -219,6 +221,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         workers=args.workers,
         engine=engine,
+        tokenizer_config=tokenizer_config,
     )
     if args.json:
         print(
