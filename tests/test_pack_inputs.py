@@ -197,6 +197,7 @@ VALUE_CASES: list[tuple[str | None, str, str, str]] = [
             "--prompt-key",
             "--answer-key",
             "--dataset-kwargs",
+            "--seal-key-file",
         )
         for value in ("", "  ")
     ],

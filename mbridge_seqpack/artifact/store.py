@@ -58,6 +58,7 @@ __all__ = [
     "check_output",
     "SPLITS",
     "PREP_ARGUMENTS",
+    "entry_seal_problem",
 ]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
@@ -455,20 +456,48 @@ def write_split(
 
 
 #: each metadata entry carries the sha256 of the rest of it: the fields Megatron-Bridge's packed dataset reads
-#: (max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen size the static cu_seqlens) cannot be edited or
-#: dropped unnoticed
+#: (max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen size the static cu_seqlens) and the checksums of every
+#: file, tile and column cannot be edited or dropped by accident unnoticed. A deliberate edit that recomputes the
+#: hashes passes it; the keyed seal (artifact/seal_key.py, an HMAC with a key the user holds) does not
 ENTRY_SEAL = "entry_sha256"
 
 
+def _entry_body(entry: dict[str, Any]) -> dict[str, Any]:
+    from mbridge_seqpack.artifact.seal_key import ENTRY_HMAC
+
+    return {key: value for key, value in entry.items() if key not in (ENTRY_SEAL, ENTRY_HMAC)}
+
+
 def entry_digest(entry: dict[str, Any]) -> str:
-    """sha256 of a metadata entry without its own seal, in canonical JSON."""
-    body = {key: value for key, value in entry.items() if key != ENTRY_SEAL}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    """sha256 of a metadata entry without its own seals, in canonical JSON."""
+    return hashlib.sha256(json.dumps(_entry_body(entry), sort_keys=True).encode()).hexdigest()
 
 
-def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Write the metadata JSON list, each entry sealed (inside the staging directory: the rename commits it)."""
-    sealed = [{**entry, ENTRY_SEAL: entry_digest(entry)} for entry in entries]
+def entry_seal_problem(entry: dict[str, Any]) -> str | None:
+    """Why a metadata entry fails its seal (``entry_sha256``, and the keyed seal where a key is set or the entry is
+    keyed: artifact/seal_key.py), or None."""
+    from mbridge_seqpack.artifact.seal_key import keyed_problem, seal_key
+
+    if entry.get(ENTRY_SEAL) != entry_digest(entry):
+        return "edited or is unsealed"
+    try:
+        return keyed_problem(entry, _entry_body(entry), seal_key())
+    except ArtifactError as exc:
+        return f"cannot be checked with the seal key ({exc})"
+
+
+def write_metadata(path: Path, entries: list[dict[str, Any]], key: bytes | None = None) -> None:
+    """Write the metadata JSON list, each entry sealed, with ``key`` also keyed (HMAC-SHA256; the entry records
+    ``seal_keyed``, never the key), inside the staging directory: the rename commits it."""
+    from mbridge_seqpack.artifact.seal_key import ALGORITHM, ENTRY_HMAC, KEYED, entry_hmac
+
+    sealed = []
+    for entry in entries:
+        body = {**entry, KEYED: ALGORITHM} if key is not None else dict(entry)
+        seals = {ENTRY_SEAL: entry_digest(body)}
+        if key is not None:
+            seals[ENTRY_HMAC] = entry_hmac(_entry_body(body), key)
+        sealed.append({**body, **seals})
     try:
         path.write_text(json.dumps(sealed, indent=1, sort_keys=True))
     except OSError as exc:

@@ -250,6 +250,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         workers=args.workers,
         engine=engine,
         tokenizer_config=tokenizer_config,
+        seal_key_file=args.seal_key_file,
     )
     if args.json:
         print(
@@ -371,6 +372,14 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "<dataset_root>/packed/<tokenizer>_pad_seq_to_mult<M>_sft_<fingerprint>; else ./packed_<N>_mult<M>)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
+    p.add_argument(
+        "--seal-key-file",
+        type=text_value,
+        default=None,
+        help="also seal the metadata with HMAC-SHA256 under the key in this file (default: $MBRIDGE_SEQPACK_SEAL_KEY"
+        "_FILE or $MBRIDGE_SEQPACK_SEAL_KEY, if set); check and the launch then need the key too. Without a key the "
+        "seal detects corruption and accidental edits, not a deliberate edit with recomputed hashes",
+    )
     p.add_argument("--seed", type=seed_value, default=None, help="tie order of the packer and the balance (default 0)")
     p.add_argument("--prompt-key", type=text_value, default=None, help="JSONL field of the prompt (default: input)")
     p.add_argument("--answer-key", type=text_value, default=None, help="JSONL field of the answer (default: output)")

@@ -35,6 +35,7 @@ PACK_FLAGS: dict[str, str] = {
     "max_seq_length": "fingerprint max_seq_length; recipe: dataset.offline_packing_specs.max_single_sequence_length",
     "output": "where the sealed pack goes",
     "overwrite": "replace a non-empty --output",
+    "seal_key_file": "metadata seal_keyed/entry_hmac_sha256: the entries keyed with HMAC-SHA256 (never the key)",
     "seed": "fingerprint seed (tie order of the packer and the balance); recipe: dataset.seed",
     "prompt_key": "fingerprint dataset_kwargs prompt_template/label_key/truncation_field; recipe: the same keys of "
     "dataset.dataset_kwargs",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.seal_key import seal_key
 from mbridge_seqpack.artifact.store import (
     ArtifactError,
     Fingerprint,
@@ -139,6 +140,7 @@ def pack_jsonl(
     batched: bool = True,
     engine: RayEngine | None = None,
     tokenizer_config: Any = None,
+    seal_key_file: str | Path | None = None,
 ) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
@@ -149,7 +151,9 @@ def pack_jsonl(
     With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
     the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig`` (``pack
     --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
-    Hugging Face directory. What the build reads of it is sealed (fingerprint ``tokenizer_settings``).
+    Hugging Face directory. What the build reads of it is sealed (fingerprint ``tokenizer_settings``). The
+    metadata is also keyed (HMAC-SHA256, artifact/seal_key.py) with the key in ``seal_key_file``, else the one
+    ``$MBRIDGE_SEQPACK_SEAL_KEY_FILE`` / ``$MBRIDGE_SEQPACK_SEAL_KEY`` hold, when there is one.
     """
     from mbridge_seqpack import __version__
 
@@ -174,6 +178,7 @@ def pack_jsonl(
     entries = []
     # the output is checked first (store.check_output), then staged under its lock; removed again if the
     # tokenizer cannot load
+    key = seal_key(seal_key_file)  # before the output is staged and the tokenizer loads: a bad key is the user's
     with staged_directory(out, overwrite=overwrite) as staging:
         reached("staging")
         if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
@@ -249,7 +254,7 @@ def pack_jsonl(
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)
             entries.append(entry)
-        write_metadata(metadata_path(staging, options.pack_size), entries)
+        write_metadata(metadata_path(staging, options.pack_size), entries, key)
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
 
 
