@@ -25,12 +25,14 @@ cache only costs the full hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 __all__ = [
     "CACHE_ENV",
@@ -42,6 +44,9 @@ __all__ = [
     "recalled_sha256",
     "remember",
     "forget",
+    "note_read",
+    "recording_reads",
+    "read_stamps",
 ]
 
 CACHE_ENV = "MBRIDGE_SEQPACK_CACHE_DIR"
@@ -71,6 +76,7 @@ class FileStamp:
 
     @classmethod
     def of(cls, path: str | Path) -> FileStamp:
+        note_read(path)
         real = os.path.realpath(path)
         st = os.stat(real)
         return cls(real, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -179,3 +185,44 @@ def launch_sha256(path: str | Path, expected: str | None = None) -> str:
     if recalled is not None and (expected is None or recalled == expected):
         return recalled
     return verified_sha256(path, expected)
+
+
+#: the sets of paths being recorded (:func:`recording_reads`; nested recordings each get every read)
+_RECORDINGS: list[set[str]] = []
+
+
+def note_read(path: str | Path) -> None:
+    """Say that a verdict depends on ``path`` (a file or a directory, present or not): a cache of the verdict is
+    keyed on its stamp (hook.py). A no-op unless a recording is on."""
+    if _RECORDINGS:
+        name = os.path.abspath(os.fspath(path))
+        for recorded in _RECORDINGS:
+            recorded.add(name)
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[set[str]]:
+    """Collect the paths :func:`note_read` is told of while the block runs."""
+    recorded: set[str] = set()
+    _RECORDINGS.append(recorded)
+    try:
+        yield recorded
+    finally:
+        _RECORDINGS.remove(recorded)
+
+
+def read_stamps(paths: Iterable[str]) -> tuple[tuple[str, int, int, int] | tuple[str], ...] | None:
+    """(path, inode, size, mtime_ns) of every path, (path,) for one that is missing, sorted; None when one was
+    written too recently for its stamp to show a further write (:data:`RACY_SECONDS`)."""
+    out: list[tuple[str, int, int, int] | tuple[str]] = []
+    now = time.time()
+    for path in sorted(paths):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((path,))
+            continue
+        if now - st.st_mtime_ns / 1e9 < RACY_SECONDS:
+            return None
+        out.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)

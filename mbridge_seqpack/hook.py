@@ -104,7 +104,9 @@ def is_installed() -> bool:
 #: (a validated one, e.g. at checkpoint saves, is not checked again)
 _WRAPPED = ("set_data_parallel_size", "validate", "to_yaml")
 _INHERITED = object()  # marks a wrapped method that ConfigContainer itself does not define
-_checked: dict[str, Any] = {"key": None, "violations": None}
+#: the last verdict kept for the validate() that follows: its config's key, and the stamps of every file and folder
+#: the verdict read (digests.note_read), so a pack fixed on disk is judged again, never refused from memory
+_checked: dict[str, Any] = {"key": None, "violations": None, "reads": (), "stamps": None}
 _validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
@@ -138,16 +140,34 @@ def _config_key(cfg: ConfigContainer) -> tuple[int, str, int | None] | None:
 
 def _violations(cfg: ConfigContainer, *, keep: bool, world_size: int | None = None) -> list[Any]:
     """The rules' verdict on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
-    set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update())."""
+    set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update()), as long as
+    no file or folder it read has changed since (size, mtime_ns, inode: a verdict whose files were just written is
+    not kept)."""
+    from mbridge_seqpack.digests import read_stamps, recording_reads
     from mbridge_seqpack.rules import check
 
     key = _config_key(cfg)
-    if key is not None and _checked["key"] == key:
-        violations = _checked["violations"]
+    stamps = _checked["stamps"]
+    if key is not None and _checked["key"] == key and stamps is not None and read_stamps(_checked["reads"]) == stamps:
+        violations, reads = _checked["violations"], _checked["reads"]
     else:
-        violations = check(cfg, world_size=world_size if world_size is not None else _state.world_size)
-    _checked.update(key=key if keep else None, violations=violations if keep else None)
+        with recording_reads() as recorded:
+            violations = check(cfg, world_size=world_size if world_size is not None else _state.world_size)
+        reads = tuple(sorted(recorded))
+        stamps = read_stamps(reads)
+    kept = keep and key is not None and stamps is not None
+    _checked.update(
+        key=key if kept else None,
+        violations=violations if kept else None,
+        reads=reads if kept else (),
+        stamps=stamps if kept else None,
+    )
     return violations
+
+
+def _forget_verdict() -> None:
+    """A verdict that raised is not kept: the launch stops, and a retry in this process judges again."""
+    _checked.update(key=None, violations=None, reads=(), stamps=None)
 
 
 def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: int | None = None) -> None:
@@ -161,6 +181,7 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
     if mode == "error":
         raised = [v for v in violations if v.severity == ERROR or is_strict()]
         if raised:
+            _forget_verdict()
             raise PackingConfigError(raised)
     if announce and is_rank_zero():
         for v in violations:

@@ -221,6 +221,10 @@ TABLE: dict[str, dict[str, list[Case]]] = {
         "input": [Case(("--output", "{full}", "--overwrite"), Acts("the old contents are replaced", _replaced))],
         "recipe": [Case(("--output", "{full}", "--overwrite"), Acts("the old contents are replaced", _replaced))],
     },
+    "seal_key_file": {
+        "input": [Case(("--seal-key-file", "{seal_key}"), Sealed("seal_keyed", "hmac-sha256"))],
+        "recipe": [Case(("--seal-key-file", "{seal_key}"), Sealed("seal_keyed", "hmac-sha256"))],
+    },
     "seed": {
         "input": [Case(("--seed", "3"), Sealed("fingerprint.seed", 3))],
         "recipe": [
@@ -480,6 +484,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> di
     files["qa"].write_text("".join(json.dumps({**r, "q": r["input"], "a": r["output"]}) + "\n" for r in rows))
     files["chat"] = _chat_corpus(base / "chat.jsonl", 12)
     files["chat_tok"] = _chat_tokenizer(base)
+    files["seal_key"] = base / "seal.key"
+    files["seal_key"].write_text("a-seal-key-of-32-bytes-0123456789\n")
     files["tok2"] = base / "tok2"
     shutil.copytree(TOKENIZER, files["tok2"])
     return files

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, read_tile
-from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest, split_paths
-from mbridge_seqpack.digests import verified_sha256
+from mbridge_seqpack.artifact.store import ArtifactError, entry_seal_problem, split_paths
+from mbridge_seqpack.digests import note_read, verified_sha256
 
 __all__ = [
     "REPACK",
@@ -41,7 +41,10 @@ def resolve_files(target: str | Path) -> list[Path]:
 
 def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | None, str | None]:
     """(path, entries, problem) of the ``<N>_metadata.jsonl`` in ``directory``."""
+    note_read(directory)  # a verdict on the folder depends on what it holds (hook.py keys its cache on it)
     metas = sorted(directory.glob("*_metadata.jsonl"))
+    for meta in metas:
+        note_read(meta)
     if not metas:
         return None, None, None
     if len(metas) > 1:
@@ -95,11 +98,14 @@ def seal_problems(
         return [f"its split {info.get('split')!r} is not in {meta.name}: stale or mixed files - {REPACK}"]
     if entry.get("fingerprint") != info.get("fingerprint"):
         return [f"fingerprint differs from {meta.name}: the files come from different pack runs - {REPACK}"]
-    if entry.get(ENTRY_SEAL) != entry_digest(entry):
+    sealed = entry_seal_problem(entry)
+    if sealed == "edited or is unsealed":
         return [
             f"its entry in {meta.name} was edited or is unsealed (Megatron-Bridge sizes cu_seqlens from "
             f"max_samples_per_bin / dataset_max_seqlen / min_packed_seqlen there) - {REPACK}"
         ]
+    if sealed is not None:
+        return [f"its entry in {meta.name}: {sealed} - {REPACK}"]
     named = path.name.split("_")[0]
     if named in SPLIT_NAMES and named != info.get("split"):  # a renamed file is fine, a swapped one is not
         return [

@@ -7,8 +7,8 @@ Layout of one artifact directory (Megatron-Bridge's names, so ``packed_*_path`` 
     <N>_metadata.jsonl           JSON list, one entry per split: max_samples_per_bin, dataset_max_seqlen, ...,
                                  the fingerprint and the checksums (file sha256 and size, one sha256 per column)
 
-The fingerprint names every input that changes the tokens (input file, tokenizer files, EOS id, vocabulary,
-``dataset_kwargs`` i.e. keys, template and chat settings, lengths, alignment, packer, seed, plugin and
+The fingerprint names every input that changes the tokens (input file, tokenizer files and settings, EOS id,
+vocabulary, ``dataset_kwargs`` i.e. keys, template and chat settings, lengths, alignment, packer, seed, plugin and
 Megatron-Bridge versions); it is also stored in each Parquet file's schema metadata. A pack is built in a
 temporary sibling directory, fsync'ed and renamed into place, under a lock file, so an interrupted or
 concurrent run never leaves anything that looks like a pack.
@@ -31,7 +31,7 @@ import numpy as np
 from mbridge_seqpack.artifact.phases import reached
 from mbridge_seqpack.artifact.row_group_seal import seal_tiles
 from mbridge_seqpack.artifact.row_tokens import gather_tokens
-from mbridge_seqpack.digests import RACY_SECONDS, FileStamp
+from mbridge_seqpack.digests import RACY_SECONDS, FileStamp, note_read
 from mbridge_seqpack.errors import ArtifactError
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
@@ -57,6 +57,8 @@ __all__ = [
     "staged_directory",
     "check_output",
     "SPLITS",
+    "PREP_ARGUMENTS",
+    "entry_seal_problem",
 ]
 
 FINGERPRINT_KEY = b"mbridge_seqpack"
@@ -83,6 +85,9 @@ class Fingerprint:
     megatron_bridge_version: str
     format: str = FORMAT
     input_bytes: int | None = None  # the input's size: a launch compares it in O(1), the digest in the background
+    # canonical JSON of the tokenizer config fields the launch's tokenizer build reads
+    # (tokenization/tokenizer_settings.py: type, chat template, HF kwargs, special tokens, ...)
+    tokenizer_settings: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +101,25 @@ class Fingerprint:
     def settings(self) -> dict[str, Any]:
         """Everything but the input file's digest and size: two splits of one pack run share these."""
         return {key: value for key, value in self.to_dict().items() if key not in ("input_sha256", "input_bytes")}
+
+
+#: every argument Megatron-Bridge's builder passes to its packing prep (``GPTSFTDatasetBuilder._prepare_packed_split``
+#: calls ``prepare_gpt_sft_packed_data``), and the fingerprint fields that seal what it changes in the rows; an empty
+#: tuple: the rows do not depend on it (where the files go, the tokenizer process count). tests/test_pack_tokenizer.py
+#: reads the call from Megatron-Bridge's source and fails on an argument missing here.
+PREP_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "input_path": ("input_sha256", "input_bytes"),
+    "output_path": (),
+    "output_metadata_path": (),
+    "packed_sequence_size": ("pack_size",),
+    "tokenizer": ("tokenizer", "tokenizer_sha256", "tokenizer_settings", "eos_id", "vocab_size"),
+    "max_seq_length": ("max_seq_length",),
+    "seed": ("seed",),
+    "dataset_kwargs": ("dataset_kwargs",),
+    "pad_seq_to_mult": ("pad_seq_to_mult",),
+    "num_tokenizer_workers": (),
+    "dataset_builder": ("megatron_bridge_version",),  # its code: build_gpt_sft_split of that version
+}
 
 
 def split_paths(directory: str | Path, pack_size: int) -> dict[str, Path]:
@@ -432,20 +456,48 @@ def write_split(
 
 
 #: each metadata entry carries the sha256 of the rest of it: the fields Megatron-Bridge's packed dataset reads
-#: (max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen size the static cu_seqlens) cannot be edited or
-#: dropped unnoticed
+#: (max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen size the static cu_seqlens) and the checksums of every
+#: file, tile and column cannot be edited or dropped by accident unnoticed. A deliberate edit that recomputes the
+#: hashes passes it; the keyed seal (artifact/seal_key.py, an HMAC with a key the user holds) does not
 ENTRY_SEAL = "entry_sha256"
 
 
+def _entry_body(entry: dict[str, Any]) -> dict[str, Any]:
+    from mbridge_seqpack.artifact.seal_key import ENTRY_HMAC
+
+    return {key: value for key, value in entry.items() if key not in (ENTRY_SEAL, ENTRY_HMAC)}
+
+
 def entry_digest(entry: dict[str, Any]) -> str:
-    """sha256 of a metadata entry without its own seal, in canonical JSON."""
-    body = {key: value for key, value in entry.items() if key != ENTRY_SEAL}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    """sha256 of a metadata entry without its own seals, in canonical JSON."""
+    return hashlib.sha256(json.dumps(_entry_body(entry), sort_keys=True).encode()).hexdigest()
 
 
-def write_metadata(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Write the metadata JSON list, each entry sealed (inside the staging directory: the rename commits it)."""
-    sealed = [{**entry, ENTRY_SEAL: entry_digest(entry)} for entry in entries]
+def entry_seal_problem(entry: dict[str, Any]) -> str | None:
+    """Why a metadata entry fails its seal (``entry_sha256``, and the keyed seal where a key is set or the entry is
+    keyed: artifact/seal_key.py), or None."""
+    from mbridge_seqpack.artifact.seal_key import keyed_problem, seal_key
+
+    if entry.get(ENTRY_SEAL) != entry_digest(entry):
+        return "edited or is unsealed"
+    try:
+        return keyed_problem(entry, _entry_body(entry), seal_key())
+    except ArtifactError as exc:
+        return f"cannot be checked with the seal key ({exc})"
+
+
+def write_metadata(path: Path, entries: list[dict[str, Any]], key: bytes | None = None) -> None:
+    """Write the metadata JSON list, each entry sealed, with ``key`` also keyed (HMAC-SHA256; the entry records
+    ``seal_keyed``, never the key), inside the staging directory: the rename commits it."""
+    from mbridge_seqpack.artifact.seal_key import ALGORITHM, ENTRY_HMAC, KEYED, entry_hmac
+
+    sealed = []
+    for entry in entries:
+        body = {**entry, KEYED: ALGORITHM} if key is not None else dict(entry)
+        seals = {ENTRY_SEAL: entry_digest(body)}
+        if key is not None:
+            seals[ENTRY_HMAC] = entry_hmac(_entry_body(body), key)
+        sealed.append({**body, **seals})
     try:
         path.write_text(json.dumps(sealed, indent=1, sort_keys=True))
     except OSError as exc:
@@ -458,6 +510,7 @@ def read_parquet_fingerprint(path: str | Path) -> dict[str, Any] | None:
     """The ``info`` this plugin stored in a packed Parquet file, or None for a foreign (unsealed) file."""
     import pyarrow.parquet as pq
 
+    note_read(path)
     try:
         schema = pq.read_schema(str(path))
     except (OSError, ValueError, MemoryError) as exc:

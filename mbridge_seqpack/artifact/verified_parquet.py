@@ -22,7 +22,7 @@ from typing import Any
 
 from mbridge_seqpack.artifact.row_group_seal import REPACK_HINT, CorruptedPackError, Tiles, read_tile
 from mbridge_seqpack.artifact.seal import entry_for, find_metadata
-from mbridge_seqpack.artifact.store import ENTRY_SEAL, entry_digest, read_parquet_fingerprint, split_paths
+from mbridge_seqpack.artifact.store import entry_seal_problem, read_parquet_fingerprint, split_paths
 from mbridge_seqpack.errors import ArtifactError
 
 __all__ = ["VerifiedParquetFile", "find_seal", "Seal"]
@@ -72,8 +72,11 @@ def find_seal(path: str | Path) -> Seal | None:
         entry = entry_for(entries, info)
         if entry is None or meta is None:
             raise ArtifactError(f"{path}: sealed, but no metadata entry beside it describes it; {REPACK_HINT}")
-    if entry.get(ENTRY_SEAL) != entry_digest(entry):
-        raise ArtifactError(f"{path}: its entry in {meta.name if meta else 'the metadata'} was edited; {REPACK_HINT}")
+    sealed = entry_seal_problem(entry)
+    if sealed is not None:
+        where = meta.name if meta else "the metadata"
+        said = "was edited" if sealed == "edited or is unsealed" else f"fails its seal: {sealed}"
+        raise ArtifactError(f"{path}: its entry in {where} {said}; {REPACK_HINT}")
     checksums = entry.get("checksums")
     if not isinstance(checksums, dict) or "file_sha256" not in checksums:
         raise ArtifactError(f"{path}: the metadata has no checksums for it; {REPACK_HINT}")

@@ -7,9 +7,18 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from mbridge_seqpack.cli.args import add_runner_flag, positive_float, positive_int
+from mbridge_seqpack.cli.args import (
+    INT64_MAX,
+    add_runner_flag,
+    bounded_float,
+    json_object_text,
+    positive_count,
+    positive_int,
+    seed_value,
+    text_value,
+)
 from mbridge_seqpack.errors import UsageError
 
 SPECS_TEXT = "dataset.offline_packing_specs"
@@ -19,6 +28,12 @@ if TYPE_CHECKING:
 
     from mbridge_seqpack.artifact.builder_location import BuilderLocation
     from mbridge_seqpack.pipeline.pack import PackOptions
+
+
+#: bounds of the counts ``pack`` takes: far above any real value, low enough that nothing sized by them overflows
+MAX_WORKERS = 4096  # tokenizer processes on one machine
+MAX_RANKS = 1 << 20  # DP ranks, GPUs, rows per rank per step
+MAX_SEQUENCES_PER_ROW = 1 << 25  # a row holds at most one sequence per token (pipeline/pack.py MAX_PACK_SIZE)
 
 
 def _dataset_kwargs(args: argparse.Namespace) -> dict:
@@ -40,18 +55,28 @@ def _dataset_kwargs(args: argparse.Namespace) -> dict:
         from mbridge_seqpack.tokenization.dataset_kwargs import check_dataset_kwargs
 
         check_dataset_kwargs(kwargs)
-    return dataset_kwargs_of_flags(args, kwargs)
+    merged = dataset_kwargs_of_flags(args, kwargs)
+    from mbridge_seqpack.tokenization.dataset_kwargs import check_prompt_template
+
+    check_prompt_template(merged, "--dataset-kwargs" if args.dataset_kwargs else "--prompt-key/--answer-key")
+    return merged
 
 
 def _from_recipe(
     args: argparse.Namespace,
-) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None, tuple[ConfigContainer, int | None]]:
-    """Pack size, alignment, lengths, tokenizer and dataset_kwargs from a recipe (as Megatron-Bridge's prep),
-    where its dataset builder will look for the pack (None when the input is not the config's own JSONL), and the
-    config with its world size (the summary runs its row-count rules on the pack)."""
+) -> tuple[dict[str, Path], Path | str, PackOptions, BuilderLocation | None, Any, tuple[ConfigContainer, int | None]]:
+    """Pack size, alignment, lengths, tokenizer (its folder and the recipe's whole ``TokenizerConfig``: chat
+    template, HF kwargs, special tokens, ... as the launch builds it) and dataset_kwargs from a recipe (as
+    Megatron-Bridge's prep), and where its dataset builder will look for the pack (None when the input is not the
+    config's own JSONL), and the config with its world size (the summary runs its row-count rules on the
+    pack)."""
     from mbridge_seqpack.pipeline.pack import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
-    from mbridge_seqpack.tokenization.dataset_kwargs import check_config_dataset_kwargs, config_dataset_kwargs
+    from mbridge_seqpack.tokenization.dataset_kwargs import (
+        check_config_dataset_kwargs,
+        check_prompt_template,
+        config_dataset_kwargs,
+    )
 
     launch = build_launch(args.recipe, args.overrides, runner=args.runner)
     cfg = launch.cfg
@@ -72,6 +97,7 @@ def _from_recipe(
 
     dataset_kwargs = config_dataset_kwargs(cfg.dataset)
     check_config_dataset_kwargs(dataset_kwargs)
+    check_prompt_template(dataset_kwargs, "dataset.dataset_kwargs")
     ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
     dp = ctx.topology.data_parallel or 1
     recipe = {
@@ -108,7 +134,14 @@ def _from_recipe(
         max_sequences_per_row=args.max_sequences_per_row,
         overflow=args.overflow,
     )
-    return inputs, recipe["tokenizer"], options, _builder_location(args, cfg, root), (cfg, ctx.world_size)
+    return (
+        inputs,
+        recipe["tokenizer"],
+        options,
+        _builder_location(args, cfg, root),
+        cfg.tokenizer,
+        (cfg, ctx.world_size),
+    )
 
 
 def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:
@@ -161,6 +194,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     # `pack --recipe X key=value [INPUT]`: the positionals are overrides, and at most one input file
     given = [item for item in [args.input, *args.overrides] if item is not None]
+    if any(not item.strip() for item in given):
+        raise UsageError(
+            "pack: INPUT is an empty string (an unset shell variable?); name a JSONL file or leave it out"
+        )
     files = [item for item in given if "=" not in item or Path(item).exists()]
     if len(files) > 1:
         raise UsageError(f"pack takes one INPUT file, got {len(files)}: {' '.join(files)}")
@@ -169,9 +206,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
     check_flag_combinations(args)
-    location, launched = None, None
+    location = tokenizer_config = launched = None
     if args.recipe:
-        inputs, tokenizer, options, location, launched = _from_recipe(args)
+        inputs, tokenizer, options, location, tokenizer_config, launched = _from_recipe(args)
     else:
         fill_input_defaults(args)
         if args.pack_size is None:
@@ -226,6 +263,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         workers=args.workers,
         engine=engine,
+        tokenizer_config=tokenizer_config,
+        seal_key_file=args.seal_key_file,
     )
     if args.json:
         print(
@@ -349,14 +388,17 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("overrides", nargs="*", default=[], help="with --recipe: Hydra-style key=value overrides")
     p.add_argument(
         "--recipe",
+        type=text_value,
         default=None,
         help="take pack size, alignment, tokenizer, dataset_kwargs, seed and layout from this recipe (packaged "
         "name, Megatron-Bridge recipe name or file.py:function), as Megatron-Bridge's own prep does; a flag that "
         "sets one of them differently is refused with the override that does",
     )
     add_runner_flag(p)
-    p.add_argument("--validation", default=None, help="validation JSONL")
-    p.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer directory (default: embedded)")
+    p.add_argument("--validation", type=text_value, default=None, help="validation JSONL")
+    p.add_argument(
+        "--tokenizer", type=text_value, default=None, help="Hugging Face tokenizer directory (default: embedded)"
+    )
     p.add_argument("--pack-size", type=positive_int, default=None, help="tokens per packed row")
     p.add_argument(
         "--pad-seq-to-mult",
@@ -372,18 +414,29 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     p.add_argument(
         "--output",
+        type=text_value,
         default=None,
         help="artifact directory (default with --recipe: where Megatron-Bridge's dataset builder looks, "
         "<dataset_root>/packed/<tokenizer>_pad_seq_to_mult<M>_sft_<fingerprint>; else ./packed_<N>_mult<M>)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new pack is done")
-    p.add_argument("--seed", type=int, default=None, help="tie order of the packer and the balance (default 0)")
-    p.add_argument("--prompt-key", default=None, help="JSONL field of the prompt (default: input)")
-    p.add_argument("--answer-key", default=None, help="JSONL field of the answer (default: output)")
+    p.add_argument(
+        "--seal-key-file",
+        type=text_value,
+        default=None,
+        help="also seal the metadata with HMAC-SHA256 under the key in this file (default: $MBRIDGE_SEQPACK_SEAL_KEY"
+        "_FILE or $MBRIDGE_SEQPACK_SEAL_KEY, if set); check and the launch then need the key too. Without a key the "
+        "seal detects corruption and accidental edits, not a deliberate edit with recomputed hashes",
+    )
+    p.add_argument("--seed", type=seed_value, default=None, help="tie order of the packer and the balance (default 0)")
+    p.add_argument("--prompt-key", type=text_value, default=None, help="JSONL field of the prompt (default: input)")
+    p.add_argument("--answer-key", type=text_value, default=None, help="JSONL field of the answer (default: output)")
     p.add_argument(
         "--chat", action="store_true", help="records hold a 'messages' list; use the tokenizer's chat template"
     )
-    p.add_argument("--dataset-kwargs", default=None, help="JSON object of Megatron-Bridge dataset_kwargs")
+    p.add_argument(
+        "--dataset-kwargs", type=json_object_text, default=None, help="JSON object of Megatron-Bridge dataset_kwargs"
+    )
     p.add_argument(
         "--overflow",
         choices=("error", "drop"),
@@ -391,9 +444,15 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="a sequence longer than --max-seq-length (untruncated chat): refuse (default), or drop it as "
         "Megatron-Bridge's prep does, counted in the output and metadata",
     )
-    p.add_argument("--workers", type=positive_int, default=None, help="tokenizer processes (default: every core)")
+    p.add_argument(
+        "--workers",
+        type=positive_count(MAX_WORKERS),
+        default=None,
+        help="tokenizer processes (default: every core)",
+    )
     p.add_argument(
         "--ray",
+        type=text_value,
         default=None,
         metavar="ADDRESS",
         help="tokenize and write on a Ray cluster (the 'ray' extra): 'auto' (the cluster of this node), host:port, "
@@ -402,7 +461,7 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     p.add_argument(
         "--ray-shard-mb",
-        type=positive_float,
+        type=bounded_float(INT64_MAX / (1 << 20)),
         default=None,
         help="with --ray: input megabytes per shard, one worker task each (default 64)",
     )
@@ -420,32 +479,32 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
     )
     p.add_argument(
         "--sampler-seed",
-        type=int,
+        type=seed_value,
         default=None,
         help="dataset.seed, the batch sampler's shuffle seed (default 1234, GPTSFTDatasetConfig's; with --recipe: "
         "the recipe's)",
     )
     p.add_argument(
         "--data-parallel",
-        type=positive_int,
+        type=positive_count(MAX_RANKS),
         default=None,
         help="DP ranks the row order is balanced for (default 8; with --recipe: the recipe's)",
     )
     p.add_argument(
         "--micro-batches",
-        type=positive_int,
+        type=positive_count(MAX_RANKS),
         default=None,
         help="rows per DP rank per step, global batch / DP (default 1; with --recipe: the recipe's)",
     )
     p.add_argument(
         "--world-size",
-        type=positive_int,
+        type=positive_count(MAX_RANKS),
         default=None,
         help="with --recipe: GPUs (default: the recipe's declared world size)",
     )
     p.add_argument(
         "--max-sequences-per-row",
-        type=positive_int,
+        type=positive_count(MAX_SEQUENCES_PER_ROW),
         default=None,
         help="cap on sequences per row (static cu_seqlens capacity); extra rows it costs are reported",
     )
@@ -454,12 +513,12 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
     p = sub.add_parser("inspect", help="verify a packed artifact and print its statistics")
     p.add_argument("artifact", help="artifact directory (or one of its .idx.parquet files)")
-    p.add_argument("--png", default=None, help="write a sequences-per-row histogram to this PNG")
+    p.add_argument("--png", type=text_value, default=None, help="write a sequences-per-row histogram to this PNG")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="packed-vs-unpacked parity checks (attention, loss, CP split) on an artifact")
     p.add_argument("artifact", help="artifact directory (or one .idx.parquet file)")
     p.add_argument("--rows", type=positive_int, default=16, help="rows to check per file (default 16)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0)
     p.set_defaults(func=cmd_verify)

@@ -28,12 +28,14 @@ PACK_FLAGS: dict[str, str] = {
     "recipe": "take the settings from a recipe (the mode)",
     "runner": "model Megatron-Bridge's run_recipe.py pre-launch fixes (--recipe only)",
     "validation": "validation JSONL: a second sealed split",
-    "tokenizer": "fingerprint tokenizer/tokenizer_sha256; recipe: tokenizer.tokenizer_model",
+    "tokenizer": "fingerprint tokenizer/tokenizer_sha256/tokenizer_settings; recipe: tokenizer.tokenizer_model (and "
+    "every other tokenizer.* field the launch's tokenizer build reads: chat template, HF kwargs, special tokens)",
     "pack_size": "fingerprint pack_size; recipe: dataset.offline_packing_specs.packed_sequence_size",
     "pad_seq_to_mult": "fingerprint pad_seq_to_mult; recipe: dataset.offline_packing_specs.pad_seq_to_mult",
     "max_seq_length": "fingerprint max_seq_length; recipe: dataset.offline_packing_specs.max_single_sequence_length",
     "output": "where the sealed pack goes",
     "overwrite": "replace a non-empty --output",
+    "seal_key_file": "metadata seal_keyed/entry_hmac_sha256: the entries keyed with HMAC-SHA256 (never the key)",
     "seed": "fingerprint seed (tie order of the packer and the balance); recipe: dataset.seed",
     "prompt_key": "fingerprint dataset_kwargs prompt_template/label_key/truncation_field; recipe: the same keys of "
     "dataset.dataset_kwargs",

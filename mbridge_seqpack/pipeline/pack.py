@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.seal_key import seal_key
 from mbridge_seqpack.artifact.store import (
     ArtifactError,
     Fingerprint,
@@ -31,6 +32,7 @@ from mbridge_seqpack.tokenization.sequences import (
     tokenize_split,
     tokenizer_files_sha256,
 )
+from mbridge_seqpack.tokenization.tokenizer_settings import sealed_settings
 
 __all__ = ["PackResult", "pack_jsonl", "PackOptions"]
 
@@ -137,6 +139,8 @@ def pack_jsonl(
     lines_per_chunk: int = 50_000,
     batched: bool = True,
     engine: RayEngine | None = None,
+    tokenizer_config: Any = None,
+    seal_key_file: str | Path | None = None,
 ) -> PackResult:
     """Pack each split (``{"training": path, "validation": path}``) into ``output_dir``, sealed.
 
@@ -145,7 +149,11 @@ def pack_jsonl(
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
     With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
-    the driver packs; the files are the same bytes.
+    the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig`` (``pack
+    --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
+    Hugging Face directory. What the build reads of it is sealed (fingerprint ``tokenizer_settings``). The
+    metadata is also keyed (HMAC-SHA256, artifact/seal_key.py) with the key in ``seal_key_file``, else the one
+    ``$MBRIDGE_SEQPACK_SEAL_KEY_FILE`` / ``$MBRIDGE_SEQPACK_SEAL_KEY`` hold, when there is one.
     """
     from mbridge_seqpack import __version__
 
@@ -170,14 +178,16 @@ def pack_jsonl(
     entries = []
     # the output is checked first (store.check_output), then staged under its lock; removed again if the
     # tokenizer cannot load
+    key = seal_key(seal_key_file)  # before the output is staged and the tokenizer loads: a bad key is the user's
     with staged_directory(out, overwrite=overwrite) as staging:
         reached("staging")
         if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
             engine.start()
-            eos_id, vocab_size = engine.tokenizer_facts(tokenizer)
+            eos_id, vocab_size, settings = engine.tokenizer_facts(tokenizer, tokenizer_config)
         else:
-            mb_tokenizer = load_megatron_tokenizer(tokenizer)
+            mb_tokenizer = load_megatron_tokenizer(tokenizer, tokenizer_config)
             eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
+            settings = sealed_settings(tokenizer, tokenizer_config)
         for split, source in inputs.items():
             input_stamp = FileStamp.of(source)
             fingerprint = Fingerprint(
@@ -193,6 +203,7 @@ def pack_jsonl(
                 pad_seq_to_mult=options.pad_seq_to_mult,
                 algorithm=ALGORITHM + ("+balanced" if options.balance else ""),
                 seed=options.seed,
+                tokenizer_settings=settings,
                 **versions,
             )
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
@@ -206,7 +217,9 @@ def pack_jsonl(
                     batched=batched,
                 )
                 if engine is not None:
-                    seqs = engine.tokenize(source, tokenizer, spill, **same_for_both)
+                    seqs = engine.tokenize(
+                        source, tokenizer, spill, tokenizer_config=tokenizer_config, **same_for_both
+                    )
                 else:
                     seqs = tokenize_split(
                         source,
@@ -243,7 +256,7 @@ def pack_jsonl(
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)
             entries.append(entry)
-        write_metadata(metadata_path(staging, options.pack_size), entries)
+        write_metadata(metadata_path(staging, options.pack_size), entries, key)
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
 
 

@@ -114,24 +114,28 @@ class ShardJob:
     batched: bool
     spill_root: str
     shown: str = ""  # the input file as the user named it, for messages (default: source)
+    tokenizer_config: Any = None  # the recipe's TokenizerConfig (pack --recipe), else Megatron-Bridge's defaults
 
 
-_TOKENIZERS: dict[str, Any] = {}  # one Megatron-Bridge tokenizer per worker process and directory
+_TOKENIZERS: dict[tuple[str, str], Any] = {}  # one Megatron-Bridge tokenizer per worker process, directory, config
 
 
-def _tokenizer(path: str) -> Any:
-    if path not in _TOKENIZERS:
+def _tokenizer(path: str, config: Any = None) -> Any:
+    key = (path, repr(config))
+    if key not in _TOKENIZERS:
         from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
-        _TOKENIZERS[path] = load_megatron_tokenizer(path)
-    return _TOKENIZERS[path]
+        _TOKENIZERS[key] = load_megatron_tokenizer(path, config)
+    return _TOKENIZERS[key]
 
 
-def tokenizer_facts(path: str) -> tuple[int, int]:
-    """(EOS id, vocabulary size) of the Megatron-Bridge tokenizer at ``path``, on a worker (the driver does not
-    import Megatron-Bridge)."""
-    tokenizer = _tokenizer(path)
-    return int(tokenizer.eos_id), int(tokenizer.vocab_size)
+def tokenizer_facts(path: str, config: Any = None) -> tuple[int, int, str]:
+    """(EOS id, vocabulary size, sealed settings) of the Megatron-Bridge tokenizer at ``path``, on a worker (the
+    driver does not import Megatron-Bridge)."""
+    from mbridge_seqpack.tokenization.tokenizer_settings import sealed_settings
+
+    tokenizer = _tokenizer(path, config)
+    return int(tokenizer.eos_id), int(tokenizer.vocab_size), sealed_settings(path, config)
 
 
 def shard_directory(job: ShardJob, index: int) -> Path:
@@ -189,7 +193,7 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
     records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=shown, shard=True)
     seqs = tokenize_split(
         piece,
-        _tokenizer(job.tokenizer),
+        _tokenizer(job.tokenizer, job.tokenizer_config),
         max_seq_length=job.max_seq_length,
         pad_seq_to_mult=job.pad_seq_to_mult,
         dataset_kwargs=job.dataset_kwargs,
@@ -263,11 +267,14 @@ class RayEngine:
     def start(self) -> None:
         self.ray = connect(self.address)
 
-    def tokenizer_facts(self, tokenizer: str | Path) -> tuple[int, int]:
-        """(EOS id, vocabulary size) of the tokenizer, loaded by a worker (which keeps it for its shards)."""
+    def tokenizer_facts(self, tokenizer: str | Path, config: Any = None) -> tuple[int, int, str]:
+        """(EOS id, vocabulary size, sealed settings) of the tokenizer, loaded by a worker (which keeps it for its
+        shards)."""
         task = self.ray.remote(num_cpus=1)(tokenizer_facts)
         try:
-            return tuple(self.ray.get(task.remote(str(Path(tokenizer).absolute()))))  # type: ignore[return-value]
+            return tuple(  # type: ignore[return-value]
+                self.ray.get(task.remote(str(Path(tokenizer).absolute()), config))
+            )
         except self.ray.exceptions.RayError as exc:
             last = [line for line in str(exc).splitlines() if line.strip()][-1:] or [type(exc).__name__]
             raise InputError(
@@ -290,6 +297,7 @@ class RayEngine:
         dataset_kwargs: dict[str, Any],
         seed: int,
         batched: bool = True,
+        tokenizer_config: Any = None,
     ) -> ShardedSequences:
         """Tokenize ``source`` shard by shard on the workers, as ``tokenize_split`` with these options; the lengths
         come back, the tokens stay spilled under ``spill_root`` (paths made absolute for the workers)."""
@@ -303,6 +311,7 @@ class RayEngine:
             batched=batched,
             spill_root=str(Path(spill_root).absolute()),
             shown=str(source),
+            tokenizer_config=tokenizer_config,
         )
         ray = self.ray
         source = Path(job.source)

@@ -30,7 +30,11 @@ PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "va
 def _tokenizer_dir(cfg: ConfigContainer) -> Path | None:
     """The configured tokenizer when it is a local Hugging Face directory (a hub id or a non-HF tokenizer: nothing
     local to compare)."""
+    from mbridge_seqpack.digests import note_read
+
     model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
+    if model is not None:
+        note_read(str(model))
     return Path(str(model)) if model is not None and Path(str(model)).is_dir() else None
 
 
@@ -57,6 +61,9 @@ def _resolve(spec: str) -> tuple[list[Path], str | None]:
     """The files Megatron-Bridge's packed dataset reads for ``spec`` (file, directory or glob)."""
     from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
 
+    from mbridge_seqpack.digests import note_read
+
+    note_read(spec if not any(c in spec for c in "*?[") else Path(spec).parent)
     if not is_packed_parquet_spec(spec):
         return [], None if Path(spec).exists() else "does not exist"
     try:
@@ -167,6 +174,7 @@ def _check_files(
                 },
             )
         )
+    found += _tokenizer_settings_differ(ctx, field, spec, fp)
     found += _content_differences(ctx, field, spec, fp, fix)
     found += _input_differs(ctx, field, spec, split, fp, fix, made_from=infos[0][1].get("input_path"))
     meta = specs.packed_metadata_path
@@ -254,6 +262,47 @@ def _prepared_into_sealed(ctx: RuleContext) -> list[Violation]:
     return found
 
 
+def _tokenizer_settings_differ(ctx: RuleContext, field: str, spec: str, fp: Fingerprint) -> list[Violation]:
+    """The tokenizer config fields the launch's tokenizer build reads (type, chat template or its file, HF kwargs,
+    special tokens, ...: tokenization/tokenizer_settings.py) against those the pack was tokenized with. A pack
+    sealed before they were recorded has nothing to compare."""
+    import json
+
+    from mbridge_seqpack.tokenization.tokenizer_settings import settings_differences, tokenizer_settings
+
+    configured_config = getattr(ctx.cfg, "tokenizer", None)
+    if not fp.tokenizer_settings or configured_config is None:
+        return []
+    try:
+        packed = json.loads(fp.tokenizer_settings)
+    except (TypeError, ValueError):
+        packed = None
+    if not isinstance(packed, dict):
+        return [_violation(field, spec, "its sealed tokenizer settings are unreadable", "re-run mbridge-seqpack pack")]
+    configured = tokenizer_settings(configured_config)
+    differ = settings_differences(packed, configured)
+    if not differ:
+        return []
+    named: dict[str, Any] = {}
+    for key, (_, now) in differ.items():
+        if key == "chat_template" and configured.get("chat_template_path"):  # compared by content, set by its file
+            named["tokenizer.chat_template_path"] = configured["chat_template_path"]
+        else:
+            named[f"tokenizer.{key}"] = now
+    said = "; ".join(f"{key}: pack {json.dumps(was)}, config {json.dumps(now)}" for key, (was, now) in differ.items())
+    return [
+        _violation(
+            field,
+            spec,
+            f"the pack was tokenized with other tokenizer settings than tokenizer.* ({said}); Megatron-Bridge's "
+            "launch builds its tokenizer from them, so the pack holds other tokens than this config trains on",
+            "re-pack with `mbridge-seqpack pack --recipe ...` and this config's overrides (it takes the tokenizer "
+            "settings from the recipe)",
+            **named,
+        )
+    ]
+
+
 def _content_differences(ctx: RuleContext, field: str, spec: str, fp: Fingerprint, fix: str) -> list[Violation]:
     """What the pack was tokenized with against what Megatron-Bridge's prep would use for this config: the
     content-changing dataset_kwargs (with ``dataset.preprocessing`` folded in) and the longest sequence kept."""
@@ -320,9 +369,11 @@ def _input_differs(
     if not fp.input_sha256 or not is_rank_zero():
         return []
     from mbridge_seqpack.artifact.builder_location import jsonl_root
-    from mbridge_seqpack.digests import recalled_sha256, verified_sha256
+    from mbridge_seqpack.digests import note_read, recalled_sha256, verified_sha256
 
     source, configured = compared_source(ctx, field, split, made_from)
+    if source is not None:
+        note_read(source)
     if source is None or not source.is_file():
         return []
 
@@ -477,6 +528,11 @@ def _builder_default_files(ctx: RuleContext) -> dict[str, Path]:
     location = builder_location(ctx.cfg)
     if location is None:
         return {}
+    from mbridge_seqpack.digests import note_read
+
+    note_read(location.directory)
+    for split in wanted:
+        note_read(location.split_path(split))
     return {
         split: location.split_path(split)
         for split, default in wanted.items()

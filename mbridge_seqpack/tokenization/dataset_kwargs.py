@@ -23,6 +23,7 @@ __all__ = [
     "POPPED_BY_BUILDER",
     "check_config_dataset_kwargs",
     "check_dataset_kwargs",
+    "check_prompt_template",
     "config_dataset_kwargs",
     "content_kwargs",
 ]
@@ -115,6 +116,43 @@ def check_dataset_kwargs(kwargs: dict[str, Any], source: str = "--dataset-kwargs
         # Megatron-Bridge's prep (and every later step) fails on
         fix = f"++{source}.sep_id=<token id>" if source.startswith("dataset.") else '"sep_id": <token id>'
         raise InputError(f"{source}: 'add_sep' is true but no 'sep_id' is given; add {fix}")
+
+
+def check_prompt_template(kwargs: dict[str, Any], source: str = "--dataset-kwargs") -> None:
+    """What Megatron-Bridge's ``GPTSFTDataset._maybe_validate_prompt_template`` asserts of a prompt/answer
+    template (data/datasets/gpt_sft.py), before its prep: it ends with the label_key's field, and the truncation
+    fields are fields of it. Chat records and a prompt/completion preprocessing take no template."""
+    import re
+
+    if kwargs.get("chat") or kwargs.get("prompt_completion_config") is not None:
+        return
+    template = kwargs.get("prompt_template", CONTENT_DEFAULTS["prompt_template"])
+    if not isinstance(template, str):
+        raise InputError(
+            f"{source}: 'prompt_template' must be a string such as \"{{input}} {{output}}\", got {template!r}"
+        )
+    label = kwargs.get("label_key", CONTENT_DEFAULTS["label_key"])
+    try:
+        unescaped = template.encode("utf-8").decode("unicode_escape")  # as Megatron-Bridge reads it
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source}: 'prompt_template' {template!r}: a broken escape ({exc.reason})") from None
+    if not unescaped.endswith(f"{{{label}}}"):
+        raise InputError(
+            f"{source}: 'prompt_template' {template!r} must end with {{{label}}} (the answer field, label_key "
+            f'{label!r}; Megatron-Bridge\'s GPT SFT dataset asserts it), e.g. "{{input}} {{{label}}}"'
+        )
+    fields = re.findall(r"{(.*?)}", unescaped)
+    truncation = kwargs.get("truncation_field", CONTENT_DEFAULTS["truncation_field"])
+    wanted = truncation.split(",") if truncation is not None else []
+    if wanted and fields and fields[0] == "input" and wanted[0] == "context":  # its legacy spelling, mapped
+        wanted[0] = "input"
+    unknown = [name for name in wanted if name not in fields]
+    if unknown:
+        raise InputError(
+            f"{source}: 'truncation_field' {truncation!r} names {', '.join(map(repr, unknown))}, not a field of "
+            f"'prompt_template' {template!r} (fields: {', '.join(fields)}); Megatron-Bridge's GPT SFT dataset "
+            "asserts it"
+        )
 
 
 #: managed keys that ``build_gpt_sft_split`` pops from a config's dataset_kwargs (a recipe may set them)

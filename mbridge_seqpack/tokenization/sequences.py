@@ -202,24 +202,30 @@ def check_jsonl(
     return count
 
 
-def load_megatron_tokenizer(directory: str | Path) -> Any:
-    """The tokenizer Megatron-Bridge's builders use (``HuggingFaceTokenizer`` over ``directory``)."""
+def load_megatron_tokenizer(directory: str | Path, config: Any = None) -> Any:
+    """The tokenizer Megatron-Bridge's launch builds (``build_tokenizer``) over ``directory``: from ``config`` (the
+    recipe's ``TokenizerConfig``: its type, chat template, HF kwargs, special tokens, ...) or, without one,
+    Megatron-Bridge's defaults for a Hugging Face directory."""
     import warnings
 
-    from megatron.bridge.training.tokenizers.config import TokenizerConfig
     from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    from mbridge_seqpack.tokenization.tokenizer_settings import default_tokenizer_config, for_directory
 
     tokenizer_files_sha256(directory)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return build_tokenizer(
-                TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory))
-            )
+            built = default_tokenizer_config(directory) if config is None else for_directory(config, directory)
+            return build_tokenizer(built)
     except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
+        fix = (
+            "fix the recipe's tokenizer settings (tokenizer.*)"
+            if config is not None
+            else "pass a working Hugging Face tokenizer directory with --tokenizer"
+        )
         raise InputError(
-            f"tokenizer {directory}: Megatron-Bridge cannot load it ({type(exc).__name__}: "
-            f"{str(exc)[:200]}); pass a working Hugging Face tokenizer directory with --tokenizer"
+            f"tokenizer {directory}: Megatron-Bridge cannot load it ({type(exc).__name__}: {str(exc)[:200]}); {fix}"
         ) from None
 
 
