@@ -3,10 +3,13 @@ Megatron-Bridge's recipe runner does (recipe function, YAML file, Hydra-style ov
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mbridge_seqpack.errors import UsageError
@@ -30,16 +33,41 @@ def _is_recipe_name(target: str) -> bool:
 
 
 def _nearest_recipe(name: str) -> str:
-    """`` (did you mean 'llama3_8b_sft_config'?)`` among the packaged names and ``megatron.bridge.recipes``'."""
-    import difflib
+    """`` (did you mean 'llama3_8b_sft_config'?)`` among Megatron-Bridge's recipe names (read from its source) and
+    the packaged ones."""
+    from mbridge_seqpack.recipes import list_recipes
+    from mbridge_seqpack.recipes.names import nearest_name
 
-    import megatron.bridge.recipes as megatron_recipes
+    return nearest_name(name, list_recipes())
 
+
+def _not_found(name: str) -> UsageError:
     from mbridge_seqpack.recipes import list_recipes
 
-    names = [n for n in dir(megatron_recipes) if n.endswith("_config") and not n.startswith("_")] + list_recipes()
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return UsageError(
+        f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules) or "
+        f"megatron.bridge.perf_recipes{_nearest_recipe(name)}; packaged recipes: {', '.join(list_recipes())}"
+    )
+
+
+def import_megatron() -> None:
+    """Megatron-Bridge's config module (the 40-90 s import); an installation that cannot import it is the user's
+    environment, said in a line (a failure inside the plugin's own modules stays a bug)."""
+    try:
+        import megatron.bridge.training.config  # noqa: F401
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames and f"{os.sep}mbridge_seqpack{os.sep}" in frames[-1].filename:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise UsageError(
+            f"Megatron-Bridge cannot be imported here ({type(exc).__name__}: {first}); repair the installation "
+            "until `python -c 'import megatron.bridge'` works"
+        ) from None
 
 
 def build_target(target: str, overrides: Sequence[str], config_file: str | None = None) -> tuple[Any, Any]:
@@ -72,34 +100,55 @@ def build_launch(
 ) -> Launch:
     """Build ``target``: a packaged recipe, ``file.py[:function]``, or any Megatron-Bridge recipe name as
     ``run_recipe.py --recipe NAME`` resolves it. ``runner`` (default: on for Megatron-Bridge names) applies the
-    runner's pre-launch fixes after the overrides, as it does, and records them."""
+    runner's pre-launch fixes after the overrides, as it does, and records them.
+
+    What the user gave is checked before the Megatron import (override syntax, the config file's YAML, the recipe
+    name or file); what the recipe's code raises, or a value that is not a ConfigContainer, is the user's error
+    (``user_code``), and the Hugging Face hub out of reach fails at once (``hub``)."""
     from mbridge_seqpack.overrides import apply_overrides, check_override_syntax
     from mbridge_seqpack.recipes import list_recipes, load_recipe_target
+    from mbridge_seqpack.recipes.config_file import check_config_keys, read_config_file
+    from mbridge_seqpack.recipes.hub import fail_fast, no_retries_offline
+    from mbridge_seqpack.recipes.names import is_written
     from mbridge_seqpack.recipes.runner import build_megatron_recipe, runner_fixes
+    from mbridge_seqpack.recipes.user_code import call_builder, not_a_config
 
     if overrides:  # Hydra's parser is a second's import without cached bytecode: not for nothing
         check_override_syntax(overrides)
-    megatron_name = not target.partition(":")[0].endswith(".py") and target not in list_recipes()
+    yaml_keys = read_config_file(config_file) if config_file else []
+    file_part = target.partition(":")[0]
+    megatron_name = not file_part.endswith(".py") and target not in list_recipes()
     if megatron_name and not _is_recipe_name(target):
         load_recipe_target(target)  # its error names the packaged recipes
+    if megatron_name and not is_written(target):
+        raise _not_found(target)
     mode = "finetune"
-    if megatron_name:
-        import megatron.bridge.training.config  # noqa: F401  (the ~40 s import; the CLI filters its noise)
-
-        try:
-            fn, mode = build_megatron_recipe(target)
-        except ValueError as exc:
-            raise UsageError(
-                f"{exc}{_nearest_recipe(target)}; packaged recipes: {', '.join(list_recipes())}"
-            ) from None
-        info = None
-        gpus = re.search(r"_(\d+)gpu", target)
-        declared = int(gpus.group(1)) if gpus else None
-    else:
-        fn, info = load_recipe_target(target)
-        declared = info.world_size if info is not None else None
-        import megatron.bridge.training.config  # noqa: F401
-    cfg = apply_overrides(fn(), overrides, config_file)
+    # a packaged recipe builds offline; a recipe file or a Megatron-Bridge recipe may ask the hub
+    with fail_fast() if megatron_name or file_part.endswith(".py") else contextlib.nullcontext():
+        if megatron_name:
+            import_megatron()
+            try:
+                fn, mode = build_megatron_recipe(target)
+            except ValueError:
+                raise _not_found(target) from None
+            info, label, path, user = None, f"Megatron-Bridge recipe {target}", None, True
+            gpus = re.search(r"_(\d+)gpu", target)
+            declared = int(gpus.group(1)) if gpus else None
+        else:
+            fn, info = load_recipe_target(target)
+            declared = info.world_size if info is not None else None
+            user = file_part.endswith(".py")
+            path = Path(file_part) if user else None
+            label = f"recipe {target}" if user else f"packaged recipe {target}"
+        with no_retries_offline() if "megatron.bridge" in sys.modules else contextlib.nullcontext():
+            built = call_builder(fn, label, path=path, user=user)
+    wrong = not_a_config(label, built)
+    if wrong is not None:
+        raise wrong
+    import_megatron()
+    if yaml_keys:
+        check_config_keys(built, config_file, yaml_keys)
+    cfg = apply_overrides(built, overrides, config_file)
     use_runner = megatron_name if runner is None else runner
     changes = runner_fixes(cfg, mode) if use_runner else []
     return Launch(cfg, info, declared, changes, use_runner)
