@@ -17,7 +17,15 @@ from mbridge_seqpack.errors import UsageError
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["quiet_megatron_import", "build_target", "build_launch", "Launch", "resolve_world"]
+__all__ = [
+    "quiet_megatron_import",
+    "build_target",
+    "build_launch",
+    "Launch",
+    "resolve_world",
+    "world_and_source",
+    "import_megatron",
+]
 
 
 def quiet_megatron_import() -> None:
@@ -86,21 +94,30 @@ class Launch:
     world_size: int | None = None  # declared by the recipe (packaged, or ``_<N>gpu`` in a Megatron-Bridge name)
     runner_changes: list[Any] = field(default_factory=list)
     runner: bool = False
+    modelled: str = ""  # which runner implementation (``runner.implementation()``)
 
     def notes(self) -> list[str]:
         if not self.runner:
             return []
+        modelled = f"modelled: {self.modelled}"
         if not self.runner_changes:
-            return ["modelled as Megatron-Bridge's run_recipe.py launches it: its pre-launch fixes change nothing"]
-        return [c.describe() for c in self.runner_changes]
+            return [modelled, "its pre-launch steps change nothing in this config"]
+        return [modelled, *(c.describe() for c in self.runner_changes)]
 
 
 def build_launch(
-    target: str, overrides: Sequence[str], config_file: str | None = None, *, runner: bool | None = None
+    target: str,
+    overrides: Sequence[str],
+    config_file: str | None = None,
+    *,
+    runner: bool | None = None,
+    runner_args: Any = None,
 ) -> Launch:
     """Build ``target``: a packaged recipe, ``file.py[:function]``, or any Megatron-Bridge recipe name as
     ``run_recipe.py --recipe NAME`` resolves it. ``runner`` (default: on for Megatron-Bridge names) applies the
-    runner's pre-launch fixes after the overrides, as it does, and records them.
+    runner's pre-launch steps, in run_recipe.main()'s order, and records them: ``runner_args``
+    (``runner.RunnerArgs``: ``--mode``, ``--dataset``, ``--deterministic``) before the overrides, the pipeline
+    layout and the three repairs after; given runner options turn the runner on.
 
     What the user gave is checked before the Megatron import (override syntax, the config file's YAML, the recipe
     name or file); what the recipe's code raises, or a value that is not a ConfigContainer, is the user's error
@@ -110,7 +127,15 @@ def build_launch(
     from mbridge_seqpack.recipes.config_file import check_config_keys, read_config_file
     from mbridge_seqpack.recipes.hub import fail_fast, no_retries_offline
     from mbridge_seqpack.recipes.names import is_written
-    from mbridge_seqpack.recipes.runner import build_megatron_recipe, runner_fixes
+    from mbridge_seqpack.recipes.runner import (
+        RunnerArgs,
+        before_overrides,
+        build_megatron_recipe,
+        implementation,
+        runner_fixes,
+        sync_model_pipeline_layout,
+        train_mode,
+    )
     from mbridge_seqpack.recipes.user_code import call_builder, not_a_config
 
     if overrides:  # Hydra's parser is a second's import without cached bytecode: not for nothing
@@ -122,14 +147,17 @@ def build_launch(
         load_recipe_target(target)  # its error names the packaged recipes
     if megatron_name and not is_written(target):
         raise _not_found(target)
-    mode = "finetune"
+    args = runner_args or RunnerArgs()
+    mode = train_mode(args.mode) if args.mode is not None else "finetune"
     # a packaged recipe builds offline; a recipe file or a Megatron-Bridge recipe may ask the hub
     with fail_fast() if megatron_name or file_part.endswith(".py") else contextlib.nullcontext():
         if megatron_name:
             import_megatron()
             try:
-                fn, mode = build_megatron_recipe(target)
-            except ValueError:
+                fn, mode = build_megatron_recipe(target, args.mode)
+            except UsageError as exc:
+                if "not found in" not in str(exc):
+                    raise
                 raise _not_found(target) from None
             info, label, path, user = None, f"Megatron-Bridge recipe {target}", None, True
             gpus = re.search(r"_(\d+)gpu", target)
@@ -146,23 +174,50 @@ def build_launch(
     if wrong is not None:
         raise wrong
     import_megatron()
+    use_runner = (megatron_name or args != RunnerArgs()) if runner is None else runner
+    changes = before_overrides(built, args, mode) if use_runner else []
     if yaml_keys:
         check_config_keys(built, config_file, yaml_keys)
     cfg = apply_overrides(built, overrides, config_file)
-    use_runner = megatron_name if runner is None else runner
-    changes = runner_fixes(cfg, mode) if use_runner else []
-    return Launch(cfg, info, declared, changes, use_runner)
+    if use_runner:
+        changes += sync_model_pipeline_layout(cfg, list(overrides))
+        changes += runner_fixes(cfg, mode)
+    return Launch(cfg, info, declared, changes, use_runner, implementation() if use_runner else "")
 
 
-def resolve_world(explicit: int | None, info: Any) -> int:
-    """The explicit world size, else the recipe's declared one (a packaged recipe's, or the GPU count in a
-    Megatron-Bridge recipe name), else ``$WORLD_SIZE`` (default 1)."""
+def _environment_world() -> tuple[int, str] | None:
+    """``run_recipe._current_world_size``: ``$WORLD_SIZE`` (torchrun), else ``$SLURM_NTASKS``."""
+    for name in ("WORLD_SIZE", "SLURM_NTASKS"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not value.strip().isdigit() or int(value) < 1:
+            raise UsageError(f"${name}={value!r}: expected a positive GPU count")
+        return int(value), f"${name}"
+    return None
+
+
+def world_and_source(explicit: int | None, info: Any, launcher: tuple[int, str] | None = None) -> tuple[int, str]:
+    """The world size and where it came from: ``--world-size``; else a pasted launch line's ``--nproc-per-node`` x
+    ``--nnodes``; else, for a launch under the runner, ``$WORLD_SIZE``/``$SLURM_NTASKS`` (what torchrun or Slurm
+    gives it); else the recipe's declared one (a packaged recipe's, or the GPU count in a Megatron-Bridge recipe
+    name); else the environment's; else 1."""
     if explicit is not None:
-        return explicit
+        return explicit, "--world-size"
+    if launcher is not None:
+        return launcher
+    environment = _environment_world()
     if isinstance(info, Launch):
+        if info.runner and environment is not None:
+            return environment
         if info.world_size is not None:
-            return info.world_size
+            return info.world_size, "the GPU count in the recipe name" if info.info is None else "the recipe"
         info = info.info
     if info is not None:
-        return info.world_size
-    return int(os.environ.get("WORLD_SIZE", "1"))
+        return info.world_size, "the recipe"
+    return environment if environment is not None else (1, "the default")
+
+
+def resolve_world(explicit: int | None, info: Any, launcher: tuple[int, str] | None = None) -> int:
+    """:func:`world_and_source`'s world size."""
+    return world_and_source(explicit, info, launcher)[0]
