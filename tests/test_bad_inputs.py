@@ -268,6 +268,19 @@ def _rows(tmp: Path) -> list[Row]:
             megatron=True,
         ),
         Row(
+            "runner-mode",
+            ["check", "--recipe", "llama32_1b_sft_1gpu_h100_bf16_config", "--mode", "pretrain"],
+            ERR + "Mode 'pretrain' is incompatible with recipe 'llama32_1b_sft_1gpu_h100_bf16_config' (run_recipe.py "
+            "refuses it too)",
+            megatron=True,
+        ),
+        Row(
+            "runner-dataset",
+            ["check", "small_gpt_smoke_4k", "--dataset", "mock"],
+            ERR + "--dataset mock is for pretrain, not this finetune launch",
+            megatron=True,
+        ),
+        Row(
             "override-typo",
             ["check", "small_gpt_smoke_4k", "model.context_paralel_size=2"],
             ERR + "Megatron-Bridge rejected the overrides: Failed to parse Hydra overrides: Could not override "

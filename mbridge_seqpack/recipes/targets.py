@@ -95,11 +95,17 @@ class Launch:
     runner_changes: list[Any] = field(default_factory=list)
     runner: bool = False
     modelled: str = ""  # which runner implementation (``runner.implementation()``)
+    benchmark: bool = False  # a megatron.bridge.perf_recipes recipe, whose benchmark defaults are not modelled
 
     def notes(self) -> list[str]:
         if not self.runner:
             return []
         modelled = f"modelled: {self.modelled}"
+        if self.benchmark:
+            modelled += (
+                "; not modelled: a benchmark recipe's flat-runner defaults (mock dataset for text SFT, "
+                "precision-aware optimizer, global batch weak-scaled to the DP size)"
+            )
         if not self.runner_changes:
             return [modelled, "its pre-launch steps change nothing in this config"]
         return [modelled, *(c.describe() for c in self.runner_changes)]
@@ -131,6 +137,7 @@ def build_launch(
         RunnerArgs,
         before_overrides,
         build_megatron_recipe,
+        find_benchmark_recipe,
         implementation,
         runner_fixes,
         sync_model_pipeline_layout,
@@ -182,7 +189,8 @@ def build_launch(
     if use_runner:
         changes += sync_model_pipeline_layout(cfg, list(overrides))
         changes += runner_fixes(cfg, mode)
-    return Launch(cfg, info, declared, changes, use_runner, implementation() if use_runner else "")
+    benchmark = megatron_name and find_benchmark_recipe(target) is not None
+    return Launch(cfg, info, declared, changes, use_runner, implementation() if use_runner else "", benchmark)
 
 
 def _environment_world() -> tuple[int, str] | None:
