@@ -175,6 +175,8 @@ def build_launch(
             user = file_part.endswith(".py")
             path = Path(file_part) if user else None
             label = f"recipe {target}" if user else f"packaged recipe {target}"
+            if not user:  # its function imports torch first: the status line names Megatron-Bridge, the longer wait
+                import_megatron()
         with no_retries_offline() if "megatron.bridge" in sys.modules else contextlib.nullcontext():
             built = call_builder(fn, label, path=path, user=user)
     wrong = not_a_config(label, built)
