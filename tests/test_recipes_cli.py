@@ -308,3 +308,61 @@ def test_readme_main_command_runs_from_a_shell() -> None:
     )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "fix:      cfg.model.seq_length = 8196" in done.stdout
+
+
+def test_a_pasted_run_recipe_line_reads_as_the_runner_reads_it() -> None:
+    """#39: ``check`` after a pasted torchrun launch line of run_recipe.py (r0.6.0): the launcher dropped, the world
+    size from --nproc-per-node x --nnodes, the convenience flags as the runner's overrides (before the trailing
+    ones, strings JSON-quoted), the runner's own options kept; no Megatron import."""
+    from mbridge_seqpack.cli.check import split_target, take_runner_line
+    from mbridge_seqpack.cli.launch_line import launcher_world, runner_args
+    from mbridge_seqpack.cli.main import parse_args
+    from mbridge_seqpack.recipes.runner import RunnerArgs
+
+    line = (
+        "check torchrun --nproc-per-node=8 --nnodes 1:2 --rdzv-endpoint host:29500 scripts/training/run_recipe.py "
+        "--recipe llama32_1b_sft_1gpu_h100_bf16_config -cp 2 -tp 2 -gb 64 -mb 2 -sl 8192 -vp 2 --lr 1e-05 "
+        "--save_dir /ckpt --deterministic --dataset squad --mode sft model.sequence_parallel=true --rules-only"
+    )
+    args = parse_args(line.split())
+    split_target(args)
+    take_runner_line(args)
+    assert args.target == "llama32_1b_sft_1gpu_h100_bf16_config"
+    assert args.overrides == [
+        "train.global_batch_size=64",
+        "train.micro_batch_size=2",
+        "dataset.seq_length=8192",
+        "model.tensor_model_parallel_size=2",
+        "model.context_parallel_size=2",
+        "model.virtual_pipeline_model_parallel_size=2",
+        "optimizer.lr=1e-05",
+        'checkpoint.save="/ckpt"',
+        "model.sequence_parallel=true",
+    ]
+    assert launcher_world(args) == (16, "--nproc-per-node 8 x --nnodes 2")
+    assert runner_args(args) == RunnerArgs(mode="sft", dataset="squad", deterministic=True)
+    assert args.rules_only is True
+    model = parse_args(["check", "--model", "llama3_8b", "--mode", "lora", "-pp", "2"])
+    split_target(model)
+    take_runner_line(model)
+    assert (model.target, model.overrides) == ("llama3_8b_peft_config", ["model.pipeline_model_parallel_size=2"])
+
+
+REFUSED_LINES = [
+    (["check", "--model", "llama3_8b"], "--model needs --mode (run_recipe.py: the recipe is <model>_<task>_config)"),
+    (["check", "--recipe", "a_config", "--model", "b"],
+     "--recipe and --model are exclusive (as in run_recipe.py): pass one"),
+    (["check", "x_config", "--recipe", "a_config"], "a recipe named twice: 'x_config' and --recipe/--model; pass one"),
+    (["check", "--recipe", "a_config", "--nnodes", "2"],
+     "--nnodes without --nproc-per-node: pass both (torchrun's) or --world-size"),
+    (["check", "--recipe", "a_config", "--nproc-per-node", "gpu"],
+     "--nproc-per-node 'gpu': expected a GPU count (gpu/auto are not known here)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", REFUSED_LINES)
+def test_a_launch_line_the_runner_would_refuse_is_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"mbridge-seqpack: error: {message}\n"

@@ -130,3 +130,72 @@ def test_an_unknown_name_lists_both_kinds_of_recipe(offline_hub: Any) -> None:
         r"recipes: .*llama3_8b_sft_packed_8k",
     ):
         build_launch("llama3_8b_sft_cofnig", [])
+
+
+def test_a_pasted_launch_line_is_modelled_with_its_world_size_and_the_runner_named(
+    restated: None, offline_hub: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#39: ``check torchrun ... run_recipe.py ...`` models that launch: --deterministic's overrides (Megatron-Bridge's
+    own apply_determinism_overrides) before the overrides, the CP repairs after, the world size from the launcher,
+    and the runner implementation named; under the runner $WORLD_SIZE wins over the name's GPU count."""
+    from mbridge_seqpack.cli.check import check_target, split_target, take_runner_line
+    from mbridge_seqpack.cli.launch_line import launcher_world, runner_args
+    from mbridge_seqpack.cli.main import parse_args
+
+    line = (
+        "check torchrun --nproc-per-node=4 --nnodes 2 scripts/training/run_recipe.py "
+        "--recipe llama32_1b_sft_1gpu_h100_bf16_config -cp 2 -gb 32 --deterministic --rules-only"
+    )
+    args = parse_args(line.split())
+    split_target(args)
+    take_runner_line(args)
+    report = check_target(
+        args.target,
+        args.overrides,
+        None,
+        megatron=False,
+        runner_options=runner_args(args),
+        launcher=launcher_world(args),
+    )
+    assert report.ok and report.target == "llama32_1b_sft_1gpu_h100_bf16_config (world size 8)"
+    assert [n for n in report.notes if not n.startswith("attention:")] == [
+        "modelled: Megatron-Bridge scripts/training/run_recipe.py r0.6.0 (commit 6124fbe), restated in "
+        "mbridge_seqpack/recipes/runner.py",
+        "the runner will set model.deterministic_mode=True (was False; apply_determinism, --deterministic)",
+        "the runner will set model.cross_entropy_loss_fusion=False (was True; apply_determinism, --deterministic)",
+        "the runner will set model.calculate_per_token_loss=True (was False; sync_finetuning_cp_invariants)",
+        "the runner will set dataset.offline_packing_specs.pad_seq_to_mult=4 (was 1; sync_offline_packing_alignment)",
+        "world size 8 from --nproc-per-node 4 x --nnodes 2",
+    ]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    report = check_target("llama32_1b_sft_1gpu_h100_bf16_config", [], None, megatron=False)
+    assert report.target == "llama32_1b_sft_1gpu_h100_bf16_config (world size 2)"
+    assert [n for n in report.notes if n.startswith("world size")] == ["world size 2 from $WORLD_SIZE"]
+
+
+def test_the_dataset_presets_are_megatron_bridges(megatron_bridge: Any) -> None:
+    """``check --dataset`` offers run_recipe.py's choices (``sorted(DATASET_PRESETS)``) without importing them."""
+    from megatron.bridge.recipes.utils.dataset_utils import DATASET_PRESETS
+
+    from mbridge_seqpack.cli.launch_line import DATASETS
+
+    assert list(DATASETS) == sorted(DATASET_PRESETS)
+
+
+def test_a_pp_override_rebuilds_a_recipe_owned_pipeline_layout(restated: None, offline_hub: Any) -> None:
+    """``sync_model_pipeline_layout``: a PP override rebuilds the layout from the provider's builder, unless the
+    layout is overridden too; restated here, and run on a real config whose provider has a builder."""
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+
+    cfg = sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)
+    calls = []
+    cfg.model._pipeline_model_parallel_layout_builder = lambda pp, vp: calls.append((pp, vp)) or [["embedding"]]
+    cfg.model.pipeline_model_parallel_size = 2
+    assert runner.sync_model_pipeline_layout(cfg, ["model.tensor_model_parallel_size=2"]) == []
+    assert runner.sync_model_pipeline_layout(cfg, ["model.pipeline_model_parallel_size=2"]) == [
+        runner.RunnerChange(
+            "model.pipeline_model_parallel_layout", None, [["embedding"]], "sync_model_pipeline_layout"
+        )
+    ]
+    layout = ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=x"]
+    assert runner.sync_model_pipeline_layout(cfg, layout) == [] and calls == [(2, None)]

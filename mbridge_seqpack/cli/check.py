@@ -9,7 +9,14 @@ import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mbridge_seqpack.cli.args import DEFAULT_RECIPE, add_runner_flag, positive_int
-from mbridge_seqpack.recipes.targets import build_launch, resolve_world
+from mbridge_seqpack.cli.launch_line import (
+    add_runner_options,
+    launcher_world,
+    runner_args,
+    runner_overrides,
+    runner_target,
+)
+from mbridge_seqpack.recipes.targets import build_launch, world_and_source
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -61,6 +68,8 @@ def check_target(
     config_file: str | None = None,
     runner: bool | None = None,
     gpu_arch: str | None = None,
+    runner_options: Any = None,
+    launcher: tuple[int, str] | None = None,
 ) -> Any:
     """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), run the rule catalog and
     (optionally) Megatron-Bridge's validation. Attention backends are judged for ``gpu_arch``, else the GPU the
@@ -71,8 +80,9 @@ def check_target(
     from mbridge_seqpack.rules.te_attention import declared
     from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
-    launch = build_launch(target, overrides, config_file, runner=runner)
-    cfg, world = launch.cfg, resolve_world(world_size, launch)
+    launch = build_launch(target, overrides, config_file, runner=runner, runner_args=runner_options)
+    world, source = world_and_source(world_size, launch, launcher)
+    cfg = launch.cfg
     ctx = RuleContext.build(cfg, world)
     with declared(gpu_arch=gpu_arch, recipe=target):
         results = evaluate(ctx)
@@ -83,7 +93,7 @@ def check_target(
         derived=derived_values(ctx) if typed else {},  # a mistyped field: config.types names it
         results=results,
         megatron_ran=megatron,
-        notes=launch.notes(),
+        notes=launch.notes() + ([f"world size {world} from {source}"] if launch.runner else []),
     )
     if attention is not None:
         report.derived["attention"] = verdict_summary(attention)
@@ -110,8 +120,10 @@ def cmd_fix(args: argparse.Namespace) -> int:
     from mbridge_seqpack.rules import check
     from mbridge_seqpack.rules.te_attention import declared
 
-    launch = build_launch(args.target, args.overrides, args.config_file, runner=args.runner)
-    cfg, world = launch.cfg, resolve_world(args.world_size, launch)
+    launch = build_launch(
+        args.target, args.overrides, args.config_file, runner=args.runner, runner_args=runner_args(args)
+    )
+    cfg, (world, _) = launch.cfg, world_and_source(args.world_size, launch, launcher_world(args))
     with declared(gpu_arch=args.gpu_arch, recipe=args.target):
         fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
     print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
@@ -120,8 +132,18 @@ def cmd_fix(args: argparse.Namespace) -> int:
     return 1 if remaining else 0
 
 
+def take_runner_line(args: argparse.Namespace) -> None:
+    """run_recipe.py's options: ``--recipe``/``--model`` name the target, the convenience flags become overrides
+    before the trailing ones (as the runner orders them)."""
+    named = runner_target(args, DEFAULT_RECIPE)
+    if named is not None:
+        args.target = named
+    args.overrides = [*runner_overrides(args), *args.overrides]
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     split_target(args)
+    take_runner_line(args)
     if args.fix:
         return cmd_fix(args)
     report = check_target(
@@ -132,6 +154,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         config_file=args.config_file,
         runner=args.runner,
         gpu_arch=args.gpu_arch,
+        runner_options=runner_args(args),
+        launcher=launcher_world(args),
     )
     print(report.to_json() if args.json else report.to_text(show_all=args.all))
     return 0 if report.ok else 1
@@ -151,7 +175,8 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "--world-size",
         type=positive_int,
         default=None,
-        help="GPUs the job runs on (default: the recipe's declared world size, else $WORLD_SIZE)",
+        help="GPUs the job runs on (default: --nproc-per-node x --nnodes of a pasted launch line; under the runner "
+        "$WORLD_SIZE or $SLURM_NTASKS; else the recipe's declared world size)",
     )
     add_runner_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -169,4 +194,5 @@ def add_check_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
         help="GPU the attention backends are judged for: sm80, sm90, sm100, sm103, sm120 or a name (h100, b200, "
         "gb200); default: $MBRIDGE_SEQPACK_GPU_ARCH, else the GPU in the recipe's name, else sm90 (H100)",
     )
+    add_runner_options(p)
     p.set_defaults(func=cmd_check)

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from mbridge_seqpack.cli.check import add_check_command
 from mbridge_seqpack.cli.data import add_data_commands
+from mbridge_seqpack.cli.launch_line import strip_launcher
 from mbridge_seqpack.cli.plan import add_plan_command
 from mbridge_seqpack.cli.recipes import add_recipes_command
 from mbridge_seqpack.cli.startup import command_line
@@ -48,14 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line as the commands read it: a pasted ``torchrun ... run_recipe.py ...`` after ``check`` made
+    plain (``launch_line``), and overrides after the options added to the overrides."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "check" in argv:  # `check torchrun ... run_recipe.py ...`: a pasted launch line
+        at = argv.index("check") + 1
+        argv = [*argv[:at], *strip_launcher(argv[at:])]
     args, extra = parser.parse_known_args(argv)
     # `check NAME --world-size 8 key=value`: overrides may follow the options too
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         with command_line(verbose=args.verbose):
             return int(args.func(args) or 0)

@@ -27,6 +27,7 @@ from mbridge_seqpack.placement.rows import RowRequest, place_rows
 from mbridge_seqpack.placement.sampler import SAMPLERS
 from mbridge_seqpack.tokenization.sequences import (
     InputError,
+    check_chat_template,
     check_jsonl,
     load_megatron_tokenizer,
     tokenize_split,
@@ -173,6 +174,7 @@ def pack_jsonl(
     # before the ~40 s Megatron import: the inputs, the tokenizer's files, the output
     # (a cluster's workers check their own shards: the driver would read every record once more)
     records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
+    check_chat_template(tokenizer, kwargs)
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
     out = Path(output_dir)
     entries = []

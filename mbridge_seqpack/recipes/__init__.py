@@ -28,8 +28,11 @@ def recipes_dir() -> Path:
     return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "recipes"
 
 
-def _load_module(path: Path) -> ModuleType:
+def _load_module(path: Path, *, user: bool = False) -> ModuleType:
+    """Import a recipe file; what a ``user`` file raises is the user's error, with its file:line (``user_code``)."""
     name = f"mbridge_seqpack_recipe_{path.stem}"
+    if user:  # two users' files of one name (my_recipe.py in two directories) are two modules
+        name = f"mbridge_seqpack_user_recipe_{path.stem}_{abs(hash(str(path))):x}"
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -39,8 +42,12 @@ def _load_module(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as exc:
         del sys.modules[name]
+        if user and isinstance(exc, Exception):
+            from mbridge_seqpack.recipes.user_code import load_failure
+
+            raise load_failure(path, exc) from None
         raise
     return module
 
@@ -94,7 +101,7 @@ def load_recipe_target(target: str) -> tuple[Callable[..., Any], RecipeInfo | No
     path = Path(path_part)
     if not path.is_file():
         raise UsageError(f"recipe file {path} does not exist")
-    module = _load_module(path.resolve())
+    module = _load_module(path.resolve(), user=True)
     if fn_name:
         fn = getattr(module, fn_name, None)
         if not callable(fn):

@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RUNNER_DIR_ENV",
+    "MODELLED",
+    "RunnerArgs",
+    "implementation",
+    "public_mode",
+    "before_overrides",
+    "sync_model_pipeline_layout",
     "RunnerChange",
     "infer_recipe_mode",
     "find_benchmark_recipe",
@@ -46,6 +52,19 @@ __all__ = [
 ]
 
 RUNNER_DIR_ENV = "MBRIDGE_SEQPACK_RUNNER_DIR"
+#: the runner implementation restated here (``check`` names it, or the directory of the runner it used)
+MODELLED = "Megatron-Bridge scripts/training/run_recipe.py r0.6.0 (commit 6124fbe)"
+
+
+@dataclass(frozen=True)
+class RunnerArgs:
+    """What of a run_recipe.py command line changes the config beyond its overrides (``cli/launch_line.py``)."""
+
+    mode: str | None = None  # the public mode (pretrain, sft, lora, dora); None: inferred from the recipe name
+    dataset: str | None = None  # a ``DATASET_PRESETS`` name
+    deterministic: bool = False
+
+
 _CONTAINER_RUNNER = Path("/opt/Megatron-Bridge/scripts/training")
 
 
@@ -180,18 +199,128 @@ def _recipe_kwargs(builder: Callable[..., Any], peft_scheme: str | None) -> dict
     return {}
 
 
-def build_megatron_recipe(name: str) -> tuple[Callable[[], Any], str]:
-    """A builder for Megatron-Bridge recipe ``name`` as ``run_recipe.py --recipe NAME`` loads it, and the training
-    loop it runs (``pretrain`` or ``finetune``); ValueError when the runner would not find it either."""
+def public_mode(name: str, mode: str | None) -> str:
+    """``run_recipe._infer_mode`` and ``_validate_recipe_mode``: the public mode of a launch of recipe ``name``."""
+    inferred = infer_recipe_mode(name)
+    if mode is None:
+        if inferred is None:
+            raise UsageError(
+                f"Unable to infer training mode of {name!r}; pass --mode (pretrain, sft, lora or dora), as "
+                "run_recipe.py asks"
+            )
+        return inferred
+    task = {"lora": "peft", "dora": "peft"}
+    if inferred is not None and task.get(inferred, inferred) != task.get(mode, mode):
+        raise UsageError(f"Mode '{mode}' is incompatible with recipe '{name}' (run_recipe.py refuses it too)")
+    return mode
+
+
+def build_megatron_recipe(name: str, mode: str | None = None) -> tuple[Callable[[], Any], str]:
+    """A builder for Megatron-Bridge recipe ``name`` as ``run_recipe.py --recipe NAME [--mode MODE]`` loads it, and
+    the training loop it runs (``pretrain`` or ``finetune``); UsageError when the runner would not find it either."""
     builder = find_megatron_recipe(name)
     if builder is None:
         raise UsageError(
             f"recipe {name!r} not found in megatron.bridge.recipes (nor its <family>.h100 modules) or "
             "megatron.bridge.perf_recipes"
         )
-    mode = infer_recipe_mode(name)
+    mode = public_mode(name, mode) if mode is not None or infer_recipe_mode(name) is not None else None
     kwargs = _recipe_kwargs(builder, mode if mode in ("lora", "dora") else None)
     return (lambda: builder(**kwargs)), train_mode(mode)
+
+
+def implementation() -> str:
+    """Which runner ``check`` modelled: the runner's own module (its directory), else the restatement of
+    :data:`MODELLED`."""
+    module = runner_module()
+    if module is not None:
+        return f"Megatron-Bridge's own recipe_runner.py ({Path(module.__file__).parent})"
+    return f"{MODELLED}, restated in mbridge_seqpack/recipes/runner.py"
+
+
+def _apply_determinism(config: ConfigContainer) -> None:
+    """``recipe_runner.apply_determinism(deterministic=True)``: Megatron-Bridge's own
+    ``apply_determinism_overrides`` (deterministic_mode on, cross-entropy fusion off, TP comm overlap off, the
+    cuBLAS/NCCL environment variables)."""
+    from megatron.bridge.recipes.utils.determinism_utils import apply_determinism_overrides
+
+    apply_determinism_overrides(config)
+
+
+def _apply_dataset(config: ConfigContainer, dataset: str, mode: str) -> None:
+    """``run_recipe._apply_dataset``: the dataset preset replaces the recipe's dataset; its training loop must be
+    the mode's."""
+    from megatron.bridge.recipes.utils.dataset_utils import build_dataset_config, dataset_train_mode
+
+    try:
+        config.dataset = build_dataset_config(config, dataset)
+    except ValueError as exc:
+        raise UsageError(f"--dataset {dataset}: {exc}") from None
+    if dataset_train_mode(config.dataset) != mode:
+        raise UsageError(f"--dataset {dataset} is for {dataset_train_mode(config.dataset)}, not this {mode} launch")
+
+
+#: (field, the runner function that may set it) before the overrides, in run_recipe.main()'s order
+BEFORE_OVERRIDES = (
+    ("dataset", "_apply_dataset, --dataset"),
+    ("model.deterministic_mode", "apply_determinism, --deterministic"),
+    ("model.cross_entropy_loss_fusion", "apply_determinism, --deterministic"),
+    ("comm_overlap.tp_comm_overlap", "apply_determinism, --deterministic"),
+)
+
+
+def before_overrides(config: ConfigContainer, args: RunnerArgs, mode: str) -> list[RunnerChange]:
+    """What run_recipe.main() does between loading the recipe and applying the overrides (``--dataset``,
+    ``--deterministic``), applied to ``config`` in place, and what it changed."""
+    before = {field: _read(config, field) for field, _ in BEFORE_OVERRIDES}
+    if args.dataset is not None:
+        _apply_dataset(config, args.dataset, mode)
+    if args.deterministic:
+        module = runner_module()
+        if module is not None:
+            module.apply_determinism(config, deterministic=True)
+        else:
+            _apply_determinism(config)
+    changes = []
+    for field, by in BEFORE_OVERRIDES:
+        after = _read(config, field)
+        if field == "dataset":
+            if args.dataset is not None:
+                preset = f"the {args.dataset} preset, a {type(after).__name__}"
+                changes.append(RunnerChange(field, type(before[field]).__name__, preset, by))
+        elif after != before[field]:
+            changes.append(RunnerChange(field, before[field], after, by))
+    return changes
+
+
+def _sync_model_pipeline_layout(config: ConfigContainer, overrides: list[str]) -> None:
+    """``recipe_runner.sync_model_pipeline_layout``: a PP or VP override rebuilds a recipe-owned pipeline layout
+    (``model._pipeline_model_parallel_layout_builder``) unless the layout is overridden too."""
+    fields = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    if not fields & {"model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"}:
+        return
+    if "model.pipeline_model_parallel_layout" in fields:
+        return
+    model = getattr(config, "model", None)
+    builder = getattr(model, "_pipeline_model_parallel_layout_builder", None)
+    if builder is None:
+        return
+    model.pipeline_model_parallel_layout = builder(
+        model.pipeline_model_parallel_size, model.virtual_pipeline_model_parallel_size
+    )
+
+
+def sync_model_pipeline_layout(config: ConfigContainer, overrides: list[str]) -> list[RunnerChange]:
+    """The runner's first step after the overrides, applied in place (its own function when available)."""
+    field = "model.pipeline_model_parallel_layout"
+    before = _read(config, field)
+    module = runner_module()
+    if module is not None:
+        module.sync_model_pipeline_layout(config, cli_overrides=list(overrides))
+    else:
+        _sync_model_pipeline_layout(config, list(overrides))
+    after = _read(config, field)
+    return [] if after == before else [RunnerChange(field, before, after, "sync_model_pipeline_layout")]
 
 
 def _cp_sizes(config: ConfigContainer) -> set[int]:

@@ -28,6 +28,7 @@ __all__ = [
     "InputError",
     "file_sha256",
     "tokenizer_files_sha256",
+    "check_chat_template",
     "check_jsonl",
     "template_fields",
     "load_megatron_tokenizer",
@@ -67,6 +68,31 @@ def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], 
     for name in found:
         digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(root / name).encode() + b"\0")
     return digest.hexdigest()
+
+
+def check_chat_template(directory: str | Path, dataset_kwargs: dict[str, Any]) -> None:
+    """``--chat`` (``use_hf_tokenizer_chat_template``) renders each conversation with the tokenizer's chat template;
+    a tokenizer without one fails inside the tokenizer's worker pool (transformers' ValueError), so it is told here,
+    before the Megatron import. The template is the ``chat_template`` of ``tokenizer_config.json``, or
+    ``chat_template.jinja`` / ``chat_template.json`` beside it (what transformers reads)."""
+    if not (dataset_kwargs.get("chat") and dataset_kwargs.get("use_hf_tokenizer_chat_template")):
+        return
+    root = Path(directory)
+    if not root.is_dir():  # tokenizer_files_sha256 says what it must be
+        return
+    if (root / "chat_template.jinja").is_file() or (root / "chat_template.json").is_file():
+        return
+    try:
+        config = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    if isinstance(config, dict) and config.get("chat_template"):
+        return
+    raise InputError(
+        f"tokenizer {directory}: no chat template (no chat_template in tokenizer_config.json, no "
+        "chat_template.jinja), which --chat renders each conversation with; use a chat model's tokenizer "
+        "(--tokenizer DIR), add its template, or pack prompt/answer records (--prompt-key/--answer-key)"
+    )
 
 
 _FIELD = re.compile(r"{(\w+)}")
