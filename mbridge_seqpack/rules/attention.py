@@ -311,13 +311,15 @@ def backend_available(ctx: RuleContext) -> list[Violation] | None:
     if not verdict.computed:
         return None
     heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
-    if verdict.undetermined is not None:
-        return [undetermined_violation(ctx.cfg, verdict)]
-    return [
-        no_backend_violation(ctx.cfg, verdict, failing)
-        for failing in verdict.failing
-        if not claims(ctx, failing.kind) and not (heads_split and failing.kind.cp_comm_type in ("a2a", "a2a+p2p"))
-    ]
+
+    def own(kind: Any) -> bool:  # not a layer kind another rule reports
+        return not claims(ctx, kind.kind) and not (heads_split and kind.kind.cp_comm_type in ("a2a", "a2a+p2p"))
+
+    mine = [k for k in verdict.kinds if own(k)]
+    found = [no_backend_violation(ctx.cfg, verdict, failing) for failing in verdict.failing if own(failing)]
+    if verdict.undetermined_for(mine) is not None:  # kinds served on some stacks asked and not on others
+        found.append(undetermined_violation(ctx.cfg, verdict, mine))
+    return found
 
 
 @rule(

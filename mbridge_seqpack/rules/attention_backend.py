@@ -564,7 +564,11 @@ class AttentionVerdict:
         """Why no verdict holds for some layers: TE's selection keeps a backend for them on some of the stacks
         asked and none on others (what differs is what is not declared), with each stack's picks; None when every
         stack asked agrees."""
-        split = [i for i in range(len(self.kinds)) if self._differs(i)]
+        return self.undetermined_for(self.kinds)
+
+    def undetermined_for(self, kinds: list[KindVerdict] | tuple[KindVerdict, ...]) -> str | None:
+        """:attr:`undetermined` for some of the layer kinds only (those no other rule reports)."""
+        split = [i for i in range(len(self.kinds)) if self._differs(i) and self.kinds[i] in kinds]
         if not split:
             return None
         base = self.target.sm
@@ -836,12 +840,13 @@ def no_backend_violation(cfg: Any, verdict: AttentionVerdict, failing: KindVerdi
     return Violation(_fields(cfg, verdict, failing), why, fix=text, assignments=fix)
 
 
-def undetermined_violation(cfg: Any, verdict: AttentionVerdict) -> Any:
+def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[KindVerdict] | None = None) -> Any:
     """The ``attention.backend_available`` finding where TE's selection differs between the stacks asked: not
     determined here (never a failure computed for a default stack), naming each stack's picks."""
     from mbridge_seqpack.errors import UNDETERMINED, Violation
 
     target = verdict.target
+    text = verdict.undetermined_for(kinds if kinds is not None else verdict.kinds)
     undeclared = [
         *([] if target.arch_declared else ["the GPU"]),
         *([] if target.cudnn_declared else ["the target's cuDNN"]),
@@ -849,7 +854,7 @@ def undetermined_violation(cfg: Any, verdict: AttentionVerdict) -> Any:
     ]
     why = (
         "Transformer Engine's get_attention_backend keeps a backend on some of the stacks asked and none on others "
-        f"({verdict.undetermined})"
+        f"({text})"
     )
     not_run = (
         f"the selection on the one target: {' and '.join(undeclared) or 'the stack'} not declared here, so each "
