@@ -46,15 +46,40 @@ def _no_declared_stack(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---- the reference: TE's selection called directly -------------------------------------------------------------
+#: TE's own reject texts, as nvte_get_fused_attn_backend_v2 / cudnn-frontend in libtransformer_engine.so build them
+#: (read from the binary: tests/test_attention_backend.py test_cited_texts_are_the_binary_s checks each)
+SM90_THD = "F16/BF16 fused attention with THD format requires sm90 or later."
+LEARNABLE_THD = "Known cuDNN < 9.26.0 issue with THD learnable softmax backward. Please upgrade cuDNN."
+FP8_THD = "FP8 fused attention with THD format requires cuDNN 9.23.0 or later!"
+MXFP8_CUDNN = "MXFP8 fused attention requires cuDNN 9.21.0 or later!"
+DET_BLACKWELL = (
+    "Deterministic algorithm is not supported on blackwell architecture when dbias, rng/dropout, alibi is enabled"
+)
+FP8_DET_BLACKWELL = (
+    "FP8 deterministic algorithm (required for MXFP8 and d_qk=192/d_v=128) is not supported on Blackwell when "
+    "dropout is enabled"
+)
+TE_TEXTS = (SM90_THD, LEARNABLE_THD, FP8_THD, MXFP8_CUDNN, DET_BLACKWELL, FP8_DET_BLACKWELL)
+
+
 @contextlib.contextmanager
-def _te_stack(arch: tuple[int, int], flash: tuple[str | None, str | None], cudnn: tuple[int, int, int]) -> Iterator:
-    """TE's module state for a GPU stack, set with monkeypatch and TE's own FlashAttentionUtils setters."""
+def _te_stack(
+    arch: tuple[int, int],
+    flash: tuple[str | None, str | None],
+    cudnn: tuple[int, int, int],
+    rejected_by: str | None = None,
+) -> Iterator:
+    """TE's module state for a GPU stack, set with monkeypatch and TE's own FlashAttentionUtils setters. The C++
+    query (it opens a cuDNN handle on the device) answers as the case says TE's fixed rules do: ``rejected_by``,
+    TE's own reject text, or accepted."""
     from packaging.version import Version
     from transformer_engine.pytorch.attention.dot_product_attention import utils as dpa
     from transformer_engine.pytorch.constants import DType
     from transformer_engine.pytorch.cpp_extensions.fused_attn import FusedAttnBackend
 
-    def cudnn_accepts(**kwargs: Any) -> tuple[int, str]:  # the C++ query opens a cuDNN handle on the device
+    def cudnn_accepts(**kwargs: Any) -> tuple[int, str]:
+        if rejected_by:
+            return int(FusedAttnBackend.No_Backend), rejected_by
         fp8 = kwargs["qkv_dtype"] in (DType.kFloat8E4M3, DType.kFloat8E5M2)
         return int(FusedAttnBackend.FP8 if fp8 else FusedAttnBackend.F16_arbitrary_seqlen), ""
 
@@ -84,9 +109,10 @@ def te_direct(
     env: dict[str, str],
     flash: tuple[str | None, str | None] = NGC_FLASH,
     cudnn: tuple[int, int, int] = (9, 20, 0),
+    rejected_by: str | None = None,
 ) -> tuple[bool, bool, bool]:
     """(flash, fused, unfused) as ``get_attention_backend`` selects them for ``params`` with ``env``."""
-    with _te_stack(arch, flash, cudnn) as dpa, pytest.MonkeyPatch.context() as mp:
+    with _te_stack(arch, flash, cudnn, rejected_by) as dpa, pytest.MonkeyPatch.context() as mp:
         for name in [k for k in os.environ if k.startswith("NVTE_")]:
             mp.delenv(name)
         for name, value in env.items():
@@ -188,13 +214,14 @@ class Agreement:
     flash: tuple[str | None, str | None] = NGC_FLASH
     cudnn: tuple[int, int, int] = (9, 20, 0)
     stack_env: dict[str, str] = field(default_factory=dict)
+    rejected_by: str | None = None  # TE's reject text for the fixed FusedAttention rules, where they refuse
 
 
 AGREEMENTS = [
     Agreement("thd_sm90", _set(), "sm90", {}, AUTO_ENV, FUSED_F16),
-    Agreement("thd_sm80_prefers_flash", _set(), "sm80", {}, AUTO_ENV, FA2),
+    Agreement("thd_sm80_prefers_flash", _set(), "sm80", {}, AUTO_ENV, FA2, rejected_by=SM90_THD),
     Agreement("thd_padded_sm90", PAD4, "sm90", {"pad_between_seqs": True}, AUTO_ENV, FUSED_F16),
-    Agreement("thd_padded_sm80", PAD4, "sm80", {"pad_between_seqs": True}, AUTO_ENV, FUSED_F16),
+    Agreement("thd_padded_sm80", PAD4, "sm80", {"pad_between_seqs": True}, AUTO_ENV, None, rejected_by=SM90_THD),
     Agreement(
         "enum_flash_thd_padded", _all(_backend("flash"), PAD4), "sm90", {"pad_between_seqs": True}, FLASH_ENV, None
     ),
@@ -228,7 +255,8 @@ AGREEMENTS = [
         "sm80",
         {"pad_between_seqs": True},
         FUSED_ENV,
-        FUSED_F16,
+        None,
+        rejected_by=SM90_THD,
     ),
     Agreement("enum_unfused_thd", _backend("unfused"), "sm90", {}, UNFUSED_ENV, UNFUSED),
     Agreement(
@@ -310,7 +338,27 @@ AGREEMENTS = [
         "sm90",
         {**CP2_PAD, "softmax_type": "learnable", "cp_comm_type": "a2a"},
         AUTO_ENV,
+        None,
+        rejected_by=LEARNABLE_THD,
+    ),
+    Agreement(
+        "cp2_sink_a2a_cudnn_9_26",
+        _all(_cp2, _set(model__softmax_type="learnable", model__cp_comm_type="a2a")),
+        "sm90",
+        {**CP2_PAD, "softmax_type": "learnable", "cp_comm_type": "a2a"},
+        AUTO_ENV,
         FUSED_F16,
+        cudnn=(9, 26, 0),
+        stack_env={te.CUDNN_ENV: "9.26.0"},
+    ),
+    Agreement(
+        "learnable_sink_thd_padded_cudnn_9_20",
+        _all(PAD4, _set(model__softmax_type="learnable")),
+        "sm90",
+        {"pad_between_seqs": True, "softmax_type": "learnable"},
+        AUTO_ENV,
+        None,
+        rejected_by=LEARNABLE_THD,
     ),
     Agreement(
         "sink_thd_padded",
@@ -361,9 +409,51 @@ AGREEMENTS = [
         {**AUTO_ENV, ab.NONDETERMINISTIC_ENV: "0"},
         FUSED_F16,
     ),
-    Agreement("fp8_delayed_attention_sm90", _fp8("delayed"), "sm90", {"fp8": True}, AUTO_ENV, FUSED_FP8),
+    Agreement(
+        "deterministic_dropout_thd_padded_sm100",
+        _all(
+            PAD4,
+            _set(
+                model__deterministic_mode=True,
+                model__cross_entropy_loss_fusion=False,
+                env_vars={ab.NONDETERMINISTIC_ENV: "0"},
+            ),
+        ),
+        "sm100",
+        {"pad_between_seqs": True, "deterministic": True},
+        {**AUTO_ENV, ab.NONDETERMINISTIC_ENV: "0"},
+        None,
+        rejected_by=DET_BLACKWELL,
+    ),
+    Agreement(
+        "fp8_delayed_attention_thd_sm90_cudnn_9_20",
+        _fp8("delayed"),
+        "sm90",
+        {"fp8": True},
+        AUTO_ENV,
+        None,
+        rejected_by=FP8_THD,
+    ),
     Agreement("fp8_current_scaling_attention_sm90", _fp8("tensorwise"), "sm90", {"fp8": True}, AUTO_ENV, None),
-    Agreement("fp8_current_scaling_attention_sm100", _fp8("tensorwise"), "sm100", {"fp8": True}, AUTO_ENV, FUSED_FP8),
+    Agreement(
+        "fp8_current_scaling_attention_thd_sm100_cudnn_9_20",
+        _fp8("tensorwise"),
+        "sm100",
+        {"fp8": True},
+        AUTO_ENV,
+        None,
+        rejected_by=FP8_THD,
+    ),
+    Agreement(
+        "fp8_current_scaling_attention_thd_sm100_cudnn_9_23",
+        _fp8("tensorwise"),
+        "sm100",
+        {"fp8": True},
+        AUTO_ENV,
+        FUSED_FP8,
+        cudnn=(9, 23, 0),
+        stack_env={te.CUDNN_ENV: "9.23.0"},
+    ),
     Agreement(  # Megatron-Bridge's GB200 MXFP8 recipes: cuDNN >= 9.21 needed, torch 2.13.0 pins 9.20.0
         "mxfp8_attention_sm100_cudnn_9_20",
         _fp8("mxfp8"),
@@ -371,13 +461,25 @@ AGREEMENTS = [
         {**SBHD, "fp8": True},
         AUTO_ENV,
         None,
-        base="unpacked_cfg",
+        base="unpacked_cfg",  # TE's Python selection refuses MXFP8 below cuDNN 9.21 itself, before the C++ rule
     ),
     Agreement(
         "mxfp8_attention_sm100_cudnn_9_21",
         _fp8("mxfp8"),
         "sm100",
         {**SBHD, "fp8": True},
+        AUTO_ENV,
+        None,
+        base="unpacked_cfg",
+        cudnn=(9, 21, 0),
+        stack_env={te.CUDNN_ENV: "9.21.0"},
+        rejected_by=FP8_DET_BLACKWELL,  # MXFP8's backward takes the deterministic algorithm: no dropout
+    ),
+    Agreement(
+        "mxfp8_attention_sm100_cudnn_9_21_no_dropout",
+        _all(_fp8("mxfp8"), _set(model__attention_dropout=0.0)),
+        "sm100",
+        {**SBHD, "fp8": True, "attention_dropout": 0.0},
         AUTO_ENV,
         FUSED_FP8,
         base="unpacked_cfg",
@@ -432,8 +534,11 @@ def test_verdict_is_te_own_selection(case: Agreement, request: pytest.FixtureReq
     assert isinstance(kind.params, AttentionParams)
     assert kind.params == params
     assert {k: v for k, v in verdict.inputs.env if k in ab.BACKEND_ENV or k == ab.NONDETERMINISTIC_ENV} == case.env
-    reference = te_direct(params, te.parse_arch(case.arch), case.env, case.flash, case.cudnn)
+    reference = te_direct(params, te.parse_arch(case.arch), case.env, case.flash, case.cudnn, case.rejected_by)
     assert kind.selection.backend == case.backend
+    if case.rejected_by:
+        reason = f"Disabling FusedAttention: {case.rejected_by}"  # under CP, TE adds the per-step config
+        assert any(m == reason or m.startswith(f"{reason} (context-parallel") for m in kind.selection.disabled)
     picked = kind.selection.backend or ""
     assert reference == (picked.startswith("Flash"), picked.startswith("Fused"), picked.startswith("Unfused"))
 
@@ -442,11 +547,12 @@ def test_two_architectures_from_names_env_and_flag(packed_cfg: Any, monkeypatch:
     monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)  # as on a CPU machine: NVML sees no GPU
     _fp8("tensorwise")(packed_cfg)
     ctx = RuleContext.build(packed_cfg, 8)
+    monkeypatch.setenv(te.CUDNN_ENV, "9.23.0")  # FP8 attention over THD needs cuDNN 9.23 (TE's fixed rules)
     with te.declared(recipe="llama3_70b_sft_64gpu_gb200_fp8cs_config"):
         v = RuleContext.build(packed_cfg, 8).attention_verdict
         assert (v.target.arch, v.target.arch_source) == ((10, 0), "the recipe name says gb200")
         assert v.kinds[0].selection.backend == FUSED_FP8
-    assert ctx.attention_verdict.target.arch == (9, 0)  # default H100 (no GPU visible: see above)
+    assert ctx.attention_verdict.target.arch == (9, 0)  # no GPU declared (no GPU visible: see above)
     assert ctx.attention_verdict.kinds[0].selection.backend is None
     monkeypatch.setenv(te.ARCH_ENV, "b200")
     assert RuleContext.build(packed_cfg, 8).attention_verdict.kinds[0].selection.backend == FUSED_FP8
@@ -461,6 +567,232 @@ def test_two_architectures_from_names_env_and_flag(packed_cfg: Any, monkeypatch:
     ]
     with pytest.raises(ValueError, match="must name a GPU architecture"):
         te.parse_arch("sm9x")
+
+
+# ---- TE's own answer, in every process ------------------------------------------------------------------------
+def _records() -> list[list[Any]]:
+    """Every agreement case's attention verdict, as data: each layer kind's backend and TE's reasons, and the
+    attention rules' findings (``check``), on the case's declared stack."""
+    import warnings
+
+    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from mbridge_seqpack import apply
+        from mbridge_seqpack.compose.mixins import OfflinePacking
+
+    found = []
+    for case in AGREEMENTS:
+        cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
+        if case.base == "packed_cfg":
+            cfg = apply(cfg, OfflinePacking(pack_size=4096))
+        case.change(cfg)
+        with pytest.MonkeyPatch.context() as mp:
+            for name in (te.ARCH_ENV, te.CUDNN_ENV, te.FLASH_ENV, ab.NONDETERMINISTIC_ENV):
+                mp.delenv(name, raising=False)
+            for name, value in case.stack_env.items():
+                mp.setenv(name, value)
+            verdict = _verdict(cfg, case.arch)
+            with te.declared(gpu_arch=case.arch):
+                rules = [v.to_dict() for v in check(cfg, world_size=8) if v.rule_id.startswith("attention.")]
+        kinds = [[k.selection.backend, list(k.selection.disabled)] for k in verdict.kinds]
+        found.append([case.name, kinds, verdict.undetermined, rules])
+    return found
+
+
+def test_verdicts_do_not_depend_on_the_process_logging_state(megatron_bridge: Any) -> None:
+    """A process that has called logging.disable(logging.WARNING) gets every verdict (backend, TE's reasons, the
+    rules' findings) the process with logging left alone gets."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, logging, warnings; warnings.simplefilter('ignore'); logging.disable(logging.WARNING); "
+        "import torch; from tests.test_attention_backend import _records; "
+        "print('RECORDS=' + json.dumps(_records()))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVTE_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RECORDS="))
+    silenced = json.loads(line.removeprefix("RECORDS="))
+    here = json.loads(json.dumps(_records()))
+    assert [r[0] for r in silenced] == [c.name for c in AGREEMENTS]
+    assert silenced == here
+    assert all(r[1][0][0] is not None for r in here if r[0] == "thd_sm90")  # a plain pack keeps its backend
+
+
+def test_backend_is_read_from_the_return_values() -> None:
+    """The name the verdict shows is built from get_attention_backend's return values, as its own log line
+    spells it (utils.py: 'Selected backend = FusedAttention (sub-backend 1).')."""
+    from packaging.version import Version
+
+    assert te.backend_name(True, Version("3.0.0"), False, None, False) == FA3
+    assert te.backend_name(False, None, True, 1, True) == FUSED_F16
+    assert te.backend_name(False, None, False, None, True) == UNFUSED
+    assert te.backend_name(False, None, False, None, False) is None
+
+
+# ---- TE's fixed FusedAttention rules against the installed binary ---------------------------------------------
+def _held(text: str, data: bytes) -> bool:
+    """``text`` in the binary as its compiler stores a message: each whole 16-byte piece, and the rest."""
+    raw = text.encode()
+    whole = len(raw) // 16
+    return all(raw[16 * k : 16 * k + 16] in data for k in range(whole)) and raw[16 * whole :] in data
+
+
+def test_cited_texts_are_the_binary_s() -> None:
+    from mbridge_seqpack.rules import te_fused_rules as fr
+
+    data = fr.so_path().read_bytes()
+    assert all(_held(text, data) for text in TE_TEXTS)
+    cited = {r.text for r in fr.RULES}
+    assert set(TE_TEXTS) <= cited
+    assert fr.drift(data) == []
+
+
+def test_drift_shows_a_planted_change() -> None:
+    """The installed binary's bytes, edited: a cited text changed (the sm90 gate made sm100), a new message piece
+    in the v2 function's pool, a new cudnn-frontend deterministic-algorithm reject."""
+    from mbridge_seqpack.rules import te_fused_rules as fr
+
+    data = fr.so_path().read_bytes()
+    assert data.count(b"s sm90 or later.") == 1
+    edited = data.replace(b"s sm90 or later.", b"s sm100 or later")
+    assert fr.drift(edited) == [
+        f"f16_thd_arch: the binary no longer holds {SM90_THD!r}",
+        "nvte_get_fused_attn_backend_v2: a message piece no rule cites: 's sm100 or later'",
+    ]
+    new_fe = b"Deterministic algorithm is not supported on blackwell architecture with paged KV\x00"
+    assert fr.drift(data + new_fe) == [
+        "cudnn-frontend: a deterministic-algorithm reject no rule cites: "
+        "'Deterministic algorithm is not supported on blackwell architecture with paged KV'"
+    ]
+    assert "the binary no longer holds" in fr.drift(data.replace(DET_BLACKWELL.encode(), b"x" * len(DET_BLACKWELL)))[0]
+
+
+def test_each_rule_refuses_as_te_says(packed_cfg: Any) -> None:
+    """Each cited text is what TE's selection reports for a config the text describes (its reasons carry it)."""
+    cases = [
+        (PAD4, "sm80", {}, SM90_THD),
+        (_all(PAD4, _set(model__softmax_type="learnable")), "sm90", {}, LEARNABLE_THD),
+        (_fp8("delayed"), "sm100", {}, FP8_THD),
+    ]
+    import copy
+
+    for change, arch, stack, text in cases:
+        cfg = copy.deepcopy(packed_cfg)
+        change(cfg)
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in stack.items():
+                mp.setenv(name, value)
+            (kind,) = _verdict(cfg, arch).kinds
+        assert f"Disabling FusedAttention: {text}" in kind.selection.disabled
+
+
+# ---- the batch the config produces ------------------------------------------------------------------------------
+def _pad_cu_seqlens(cfg: Any, metadata: Any) -> None:
+    cfg.dataset.pad_to_max_length = True
+    cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
+    cfg.dataset.offline_packing_specs.packed_metadata_path = metadata
+
+
+def test_pad_cu_seqlens_batch_is_what_te_sees(packed_cfg: Any, tmp_path: Any) -> None:
+    """With pad_cu_seqlens, Megatron-Bridge's collate pads cu_seqlens to max_samples_per_bin + 2 entries and sets
+    max_seqlen from the pack metadata (data/packing/gpt_sft.py): TE is asked about 16 sequences of up to 3000
+    tokens. Deterministic, with dropout, padded: on sm90 TE keeps FusedAttention for one sequence per row, and
+    none for the real batch (its sm90 deterministic THD backward workspace limit, B*H*S*S >= 2**30)."""
+    import json
+
+    metadata = tmp_path / "metadata.jsonl"
+    metadata.write_text(
+        json.dumps([{"max_samples_per_bin": 15, "dataset_max_seqlen": 3000, "min_packed_seqlen": 3500}])
+    )
+    deterministic = _set(
+        model__deterministic_mode=True, model__cross_entropy_loss_fusion=False,
+        env_vars={ab.NONDETERMINISTIC_ENV: "0"},
+    )  # fmt: skip
+    _all(PAD4, deterministic)(packed_cfg)
+    (plain,) = _verdict(packed_cfg, "sm90").kinds
+    assert plain.selection.backend == FUSED_F16
+    _pad_cu_seqlens(packed_cfg, str(metadata))
+    (kind,) = _verdict(packed_cfg, "sm90").kinds
+    params = expected_params(
+        batch_size=16, max_seqlen_q=3000, max_seqlen_kv=3000, pad_between_seqs=True, deterministic=True
+    )
+    assert kind.params == params
+    env = {**AUTO_ENV, ab.NONDETERMINISTIC_ENV: "0"}
+    assert te_direct(params, (9, 0), env) == (False, False, False)
+    assert kind.selection.backend is None
+    assert (
+        "Disabling FusedAttention due to a known cuDNN deterministic F16/BF16 THD backward workspace limitation on "
+        "sm90 for large BHSS configurations" in kind.selection.disabled
+    )
+    _pad_cu_seqlens(packed_cfg, str(tmp_path / "absent.json"))  # not readable here: both ends of the range asked
+    verdict = _verdict(packed_cfg, "sm90")
+    assert verdict.kinds[0].params.batch_size == 2
+    assert verdict.failing == []
+    assert verdict.undetermined is not None and "pack metadata not readable here: 4096 samples" in verdict.undetermined
+    (found,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "attention.backend_available"]
+    assert found.severity == "undetermined"
+
+
+# ---- a verdict that depends on what is not declared -------------------------------------------------------------
+def test_no_declared_gpu_asks_each_generation(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No setting, recipe name or GPU: a plain pack is served on every generation (no finding); deterministic
+    with dropout over padded rows is served on sm90 and refused on Blackwell: not determined, naming both."""
+    monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)
+    monkeypatch.setenv(te.CUDNN_ENV, "9.20.0")
+    plain = RuleContext.build(packed_cfg, 8).attention_verdict
+    assert [label for label, _ in plain.others] == ["sm100", "sm103"]
+    assert plain.undetermined is None and plain.failing == []
+    assert [v for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("attention.")] == []
+    _all(
+        PAD4,
+        _set(
+            model__deterministic_mode=True, model__cross_entropy_loss_fusion=False,
+            env_vars={ab.NONDETERMINISTIC_ENV: "0"},
+        ),
+    )(packed_cfg)  # fmt: skip
+    verdict = RuleContext.build(packed_cfg, 8).attention_verdict
+    assert verdict.failing == []
+    assert verdict.undetermined == (
+        f"{FUSED_F16} on sm90; NO BACKEND (Disabling FusedAttention: {DET_BLACKWELL}) on sm100, sm103"
+    )
+    (found,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("attention.")]
+    assert (found.rule_id, found.severity) == ("attention.backend_available", "undetermined")
+    assert "the GPU not declared here" in found.not_run
+    monkeypatch.setenv(te.ARCH_ENV, "sm100")  # declared: TE's answer there is an error
+    assert [
+        (v.rule_id, v.severity) for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("attention.")
+    ] == [("attention.backend_available", "error")]
+
+
+def test_megatron_bridge_gb200_mxfp8_recipe_is_not_rejected(megatron_bridge: Any) -> None:
+    """Megatron-Bridge's own GB200 MXFP8 recipe: its name gives sm100; MXFP8 attention needs cuDNN 9.21 (TE's
+    fixed rule), the cuDNN installed here is older and the target's is not declared: not determined, never an
+    error; with the target's cuDNN declared new enough, TE keeps FusedAttention."""
+    from megatron.bridge.recipes.qwen.gb200.qwen3_moe import qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config
+
+    from tests.zoo.harness import offline
+
+    name = "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config"
+    with offline():
+        cfg = qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config()
+    with te.declared(recipe=name):
+        found = [v for v in check(cfg, world_size=8) if v.rule_id == "attention.backend_available"]
+        verdict = RuleContext.build(cfg, 8).attention_verdict
+    assert verdict.target.arch == (10, 0)
+    assert all(v.severity == "undetermined" for v in found)
+    with pytest.MonkeyPatch.context() as mp, te.declared(recipe=name):
+        mp.setenv(te.CUDNN_ENV, "9.21.0")
+        verdict = RuleContext.build(cfg, 8).attention_verdict
+        assert [v for v in check(cfg, world_size=8) if v.rule_id == "attention.backend_available"] == []
+    assert {k.selection.backend for k in verdict.kinds} <= {FUSED_FP8, FUSED_F16}
 
 
 def test_declared_stack_is_put_back(packed_cfg: Any) -> None:
@@ -604,8 +936,9 @@ def test_no_backend_is_one_violation_with_te_reasons_and_a_fix(packed_cfg: Any) 
     assert v.rule == (
         "Transformer Engine's get_attention_backend leaves no backend for all 12 layers on sm90 (--gpu-arch sm90), "
         "cuDNN 9.20.0 (installed here), flash-attn 2.7.4.post1 + flash-attn 3.0.0 (assumed as NGC PyTorch ships "
-        "them; MBRIDGE_SEQPACK_FLASH_ATTN declares); cuDNN's own support check (nvte_get_fused_attn_backend_v2, "
-        "needs a GPU) assumed to accept: Disabling FusedAttention due to NVTE_FUSED_ATTN=0; Disabling "
+        "them; MBRIDGE_SEQPACK_FLASH_ATTN declares); TE's fixed FusedAttention rules applied "
+        "(nvte_get_fused_attn_backend_v2, cudnn-frontend), cuDNN's own support query (needs a GPU) assumed to "
+        "accept: Disabling FusedAttention due to NVTE_FUSED_ATTN=0; Disabling "
         "UnfusedDotProductAttention due to NVTE_UNFUSED_ATTN=0; Disabling FlashAttention 2 for qkv_format = thd "
         "when there is padding between sequences, i.e. [a, a, PAD, b, b, b, PAD, c, PAD]; Disabling FlashAttention "
         "3 for dropout. DotProductAttention.forward then raises 'No dot product attention backend is available for "
@@ -627,7 +960,8 @@ def test_fixes_converge_through_megatron_bridge_overrides(packed_cfg: Any) -> No
     packed_cfg.model.deterministic_mode = True
     packed_cfg.model.cross_entropy_loss_fusion = False
     packed_cfg.env_vars = {ab.NONDETERMINISTIC_ENV: "0"}
-    with te.declared(gpu_arch="sm90"):
+    with te.declared(gpu_arch="sm90"), pytest.MonkeyPatch.context() as mp:
+        mp.setenv(te.CUDNN_ENV, "9.26.0")  # below it, TE's fixed rule refuses learnable sinks over THD first
         assert [v.rule_id for v in check(packed_cfg, world_size=8)] == ["cp.softmax_type_comm_type"]
         packed_cfg.model.cp_comm_type = "a2a"
         (v,) = check(packed_cfg, world_size=8)
@@ -753,7 +1087,7 @@ def test_selection_runs_once_per_distinct_params(packed_cfg: Any, monkeypatch: p
     for _ in range(20):
         _verdict(packed_cfg, "sm90")
     per_check = (time.perf_counter() - start) / 20
-    assert len(calls) == 1
+    assert len(calls) == 2  # on the target, and with the newest gated cuDNN (the target's is not declared)
     assert per_check < 0.25  # measured ~2 ms on a loaded 2-core machine
 
 

@@ -30,6 +30,12 @@ def _hybrid(**fields: Any) -> Callable[[Any, Any], None]:
     return mutate
 
 
+def _auto_attention(cfg: Any, tmp_path: Any) -> None:
+    from megatron.core.transformer.enums import AttnBackend
+
+    cfg.model.attention_backend = AttnBackend.auto
+
+
 def _falcon_h1(cfg: Any, tmp_path: Any) -> None:
     """A small Falcon-H1 (a MambaMixer beside attention in every layer) with its Mamba RMSNorm off."""
     from megatron.bridge.models.falcon_h1.falconh1_provider import FalconH1ModelProvider
@@ -224,6 +230,8 @@ CASES = [
         16,
         _both(
             _hybrid(),
+            # the provider pins flash: padded THD is FlashAttention 3's, sm90 only (not a declared GPU here)
+            _auto_attention,
             _set(
                 **{**CP2_LOSS, "model__context_parallel_size": 16}, dataset__offline_packing_specs__pad_seq_to_mult=32
             ),
@@ -305,6 +313,7 @@ def _mxfp8_attention(cfg: Any, tmp_path: Any) -> None:
 
     cfg.mixed_precision = get_mixed_precision_config("bf16_with_mxfp8_mixed")
     cfg.mixed_precision.fp8_dot_product_attention = True
+    cfg.model.attention_dropout = 0.0  # MXFP8's backward is cuDNN's deterministic one: no dropout on Blackwell
     # MXFP8 attention runs on Blackwell with cuDNN >= 9.21 (attention.backend_available); the env is restored after
     os.environ.update(MBRIDGE_SEQPACK_GPU_ARCH="sm100", MBRIDGE_SEQPACK_CUDNN_VERSION="9.21.0")
 

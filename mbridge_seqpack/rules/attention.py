@@ -26,6 +26,7 @@ from mbridge_seqpack.rules.attention_backend import (
     num_layers,
     softmax_type,
     training_env,
+    undetermined_violation,
     window_layers,
 )
 from mbridge_seqpack.rules.context import RuleContext
@@ -298,7 +299,8 @@ def te_attention_env(ctx: RuleContext) -> list[Violation] | None:
         "(rules/attention_backend.py: THD and pad_between_seqs from Megatron-Bridge's batches, CP size and comm "
         "type, window, softmax, determinism, FP8 attention, the NVTE_* variables Megatron-Core's "
         "_set_attention_backend leaves) on the target GPU (rules/te_attention.py: architecture, cuDNN, flash-attn "
-        "declared; cuDNN's own support query assumed to accept); when it leaves none, "
+        "declared; TE's fixed FusedAttention rules applied as data, rules/te_fused_rules.py; cuDNN's own support "
+        "query assumed to accept); when it leaves none, "
         "dot_product_attention.py DotProductAttention.forward raises 'No dot product attention backend is "
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
         "cp.* rule reports are left to it."
@@ -309,11 +311,15 @@ def backend_available(ctx: RuleContext) -> list[Violation] | None:
     if not verdict.computed:
         return None
     heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
-    return [
-        no_backend_violation(ctx.cfg, verdict, failing)
-        for failing in verdict.failing
-        if not claims(ctx, failing.kind) and not (heads_split and failing.kind.cp_comm_type in ("a2a", "a2a+p2p"))
-    ]
+
+    def own(kind: Any) -> bool:  # not a layer kind another rule reports
+        return not claims(ctx, kind.kind) and not (heads_split and kind.kind.cp_comm_type in ("a2a", "a2a+p2p"))
+
+    mine = [k for k in verdict.kinds if own(k)]
+    found = [no_backend_violation(ctx.cfg, verdict, failing) for failing in verdict.failing if own(failing)]
+    if verdict.undetermined_for(mine) is not None:  # kinds served on some stacks asked and not on others
+        found.append(undetermined_violation(ctx.cfg, verdict, mine))
+    return found
 
 
 @rule(

@@ -39,6 +39,7 @@ __all__ = [
     "claims",
     "decisive_reasons",
     "no_backend_violation",
+    "undetermined_violation",
     "verdict_notes",
     "verdict_summary",
     "NONDETERMINISTIC_ENV",
@@ -62,6 +63,8 @@ __all__ = [
 #: attention with cp_comm_type=...' for these
 SWA_REFUSING_COMM_TYPES = ("p2p", "a2a+p2p")
 NONDETERMINISTIC_ENV = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
+ARCH_ENV_NAME = "MBRIDGE_SEQPACK_GPU_ARCH"  # te_attention.ARCH_ENV / CUDNN_ENV, named here without importing TE
+CUDNN_ENV_NAME = "MBRIDGE_SEQPACK_CUDNN_VERSION"
 #: how non_te_core_attention names the attention provide() swaps in for attention_backend=local
 LOCAL_SUFFIX = "(attention_backend=local)"
 #: the variables Megatron-Core's _set_attention_backend sets and TE's get_attention_backend reads to opt out
@@ -264,6 +267,15 @@ class LayerKind:
 
 
 @dataclass(frozen=True)
+class BatchShape:
+    """The THD batch TE sees in one micro-batch: ``batch_size`` (cu_seqlens entries minus one) and max_seqlen."""
+
+    sequences: int
+    max_seqlen: int
+    source: str
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Everything the AttentionParams take from the config (per config; a LayerKind adds the rest)."""
 
@@ -289,6 +301,8 @@ class Inputs:
     checkpoint_core_attention: bool
     env: tuple[tuple[str, str], ...]  # NVTE_* after Megatron-Core's pin
     conflict: str | None  # Megatron-Core's assertion on a contradicting NVTE_* variable
+    batch: BatchShape | None = None  # THD: the batch TE sees (None: one sequence filling the row)
+    batch_bound: BatchShape | None = None  # pad_cu_seqlens without readable pack metadata: the largest batch
 
     @property
     def fp8_attention(self) -> bool:
@@ -329,11 +343,46 @@ def _pad_between_seqs(cfg: Any) -> tuple[bool, bool, tuple[tuple[str, Any], ...]
     return False, False, (), seq_length
 
 
+def _pack_metadata(specs: Any) -> list[dict[str, Any]] | None:
+    """The pack metadata Megatron-Bridge's packed dataset reads for ``pad_cu_seqlens`` (a JSON list with one dict
+    per packed split: max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen), None when not readable here."""
+    import json
+
+    path = getattr(specs, "packed_metadata_path", None)
+    try:
+        with open(str(path)) as handle:
+            found = json.load(handle)
+        return [d for d in found if isinstance(d, dict) and "max_samples_per_bin" in d] or None
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def batch_shapes(cfg: Any, row: int) -> tuple[BatchShape | None, BatchShape | None]:
+    """(the THD batch TE sees, the largest one where it cannot be read here) with ``pad_cu_seqlens``: the
+    collate (data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn) pads cu_seqlens to max_samples_per_bin + 2
+    entries, so TE sees max_samples_per_bin + 1 sequences, and sets max_seqlen to max(dataset_max_seqlen,
+    row - min_packed_seqlen) from the pack metadata. Without the flag: (None, None), one sequence filling the row."""
+    dataset = cfg.dataset
+    specs = getattr(dataset, "offline_packing_specs", None)
+    if not (getattr(dataset, "enable_offline_packing", False) and getattr(specs, "pad_cu_seqlens", False)):
+        return None, None
+    metadata = _pack_metadata(specs)
+    if metadata is not None:
+        bins = max(int(d["max_samples_per_bin"]) for d in metadata)
+        longest = max(int(d.get("dataset_max_seqlen", 0)) for d in metadata)
+        gap = row - min(int(d.get("min_packed_seqlen", row)) for d in metadata)
+        source = f"pad_cu_seqlens: max_samples_per_bin + 1 and max_seqlen from {specs.packed_metadata_path}"
+        return BatchShape(bins + 1, max(longest, gap), source), None
+    source = "pad_cu_seqlens, pack metadata not readable here"
+    return BatchShape(2, row, f"{source}: 1 sample per row"), BatchShape(row + 1, row, f"{source}: {row} samples")
+
+
 def inputs_of(cfg: Any) -> Inputs:
     """The config's attention inputs (``cfg`` may be a view with fixes applied)."""
     model = cfg.model
     precision = _precision(cfg)
     thd, pad, pad_fields, row = _pad_between_seqs(cfg)
+    batch, bound = batch_shapes(cfg, row) if thd else (None, None)
     tp = int(getattr(model, "tensor_model_parallel_size", 1) or 1)
     cp = int(getattr(model, "context_parallel_size", 1) or 1)
     heads = int(getattr(model, "num_attention_heads", 1) or 1)
@@ -383,6 +432,8 @@ def inputs_of(cfg: Any) -> Inputs:
         checkpoint_core_attention=granularity == "selective" and "core_attn" in modules,
         env=tuple(sorted(env.items())),
         conflict=conflict,
+        batch=batch,
+        batch_bound=bound,
     )
 
 
@@ -432,15 +483,16 @@ def attention_params(inputs: Inputs, kind: LayerKind) -> Any:
     mask = "padding_causal" if inputs.thd else "causal"  # TEDotProductAttention.forward: causal -> padding_causal
     fp8 = kind.fp8 and inputs.fp8_recipe is not None
     tokens = inputs.max_seqlen // inputs.cp if inputs.thd else 0
+    seqlen = inputs.batch.max_seqlen if inputs.thd and inputs.batch else inputs.max_seqlen
     return dpa.AttentionParams(
         qkv_type=Float8Tensor if fp8 and inputs.fp8_mha else torch.Tensor,
         qkv_dtype=inputs.dtype,
         qkv_layout=_qkv_layout(inputs),
-        batch_size=1 if inputs.thd else inputs.micro_batch,
+        batch_size=(inputs.batch.sequences if inputs.batch else 1) if inputs.thd else inputs.micro_batch,
         num_heads=inputs.heads,
         num_gqa_groups=inputs.groups,
-        max_seqlen_q=inputs.max_seqlen,
-        max_seqlen_kv=inputs.max_seqlen,
+        max_seqlen_q=seqlen,
+        max_seqlen_kv=seqlen,
         num_tokens_q=tokens,
         num_tokens_kv=tokens,
         head_dim_qk=inputs.head_dim_qk,
@@ -491,14 +543,47 @@ class AttentionVerdict:
     kinds: tuple[KindVerdict, ...]
     layers: int
     skipped: str | None = None
+    #: the stacks also asked (each GPU generation when none is declared, the newest gated cuDNN when the target's
+    #: is not declared), with TE's picks there
+    others: tuple[tuple[str, tuple[KindVerdict, ...]], ...] = ()
 
     @property
     def computed(self) -> bool:
         return self.skipped is None
 
+    def _differs(self, index: int) -> bool:
+        return len({self.kinds[index].selection.ok, *(kinds[index].selection.ok for _, kinds in self.others)}) > 1
+
     @property
     def failing(self) -> list[KindVerdict]:
-        return [k for k in self.kinds if not k.selection.ok]
+        """The layer kinds TE leaves no backend for, on the target and on every other stack asked."""
+        return [k for i, k in enumerate(self.kinds) if not k.selection.ok and not self._differs(i)]
+
+    @property
+    def undetermined(self) -> str | None:
+        """Why no verdict holds for some layers: TE's selection keeps a backend for them on some of the stacks
+        asked and none on others (what differs is what is not declared), with each stack's picks; None when every
+        stack asked agrees."""
+        return self.undetermined_for(self.kinds)
+
+    def undetermined_for(self, kinds: list[KindVerdict] | tuple[KindVerdict, ...]) -> str | None:
+        """:attr:`undetermined` for some of the layer kinds only (those no other rule reports)."""
+        split = [i for i in range(len(self.kinds)) if self._differs(i) and self.kinds[i] in kinds]
+        if not split:
+            return None
+        base = self.target.sm
+        if any("cuDNN" in label for label, _ in self.others):
+            base += f" with cuDNN {'.'.join(map(str, self.target.cudnn))}"
+        grouped: dict[str, list[str]] = {}
+        for label, kinds in [(base, self.kinds), *self.others]:
+            picks = ", ".join(
+                (kinds[i].selection.backend or f"NO BACKEND ({_fused_reason(kinds[i].selection, self.target)})")
+                + ("" if len(self.kinds) == 1 else f" for {kinds[i].kind.layers_text(self.layers)}")
+                for i in split
+            )
+            grouped.setdefault(picks, []).append(label)
+        parts = [f"{picks} on {', '.join(labels)}" for picks, labels in grouped.items()]
+        return "; ".join(parts)
 
 
 def _select_all(inputs: Inputs, kinds: list[LayerKind], target: Any) -> tuple[KindVerdict, ...]:
@@ -537,7 +622,13 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
     except (ValueError, TypeError, AttributeError, AssertionError) as exc:  # e.g. get_fp8_recipe's own refusal
         reason = f"the attention config cannot be read as Megatron-Core reads it: {type(exc).__name__}: {exc}"
         return AttentionVerdict(target, None, (), layers, reason)
-    return AttentionVerdict(target, inputs, _select_all(inputs, kinds, target), layers)
+    from mbridge_seqpack.rules.te_attention import alternatives
+
+    others = tuple((label, _select_all(inputs, kinds, other)) for label, other in alternatives(target))
+    if inputs.batch_bound is not None:
+        bound = inputs.batch_bound
+        others += ((bound.source, _select_all(replace(inputs, batch=bound), kinds, target)),)
+    return AttentionVerdict(target, inputs, _select_all(inputs, kinds, target), layers, others=others)
 
 
 def _not_a_te_attention_model(model: Any) -> str | None:
@@ -673,6 +764,13 @@ def _family(body: str) -> str | None:
     )
 
 
+def _fused_reason(selection: Any, target: Any) -> str:
+    """The reason a stack differs by: TE's message for FusedAttention (the backend whose rules depend on the GPU
+    and cuDNN), else all decisive reasons."""
+    fused = [m for m in selection.disabled if m.startswith("Disabling FusedAttention")]
+    return fused[0].rstrip(". ") if fused else decisive_reasons(selection, target)
+
+
 def decisive_reasons(selection: Any, target: Any = None) -> str:
     """TE's own words for why each backend dropped out: the first "Disabling ..." message per backend (each
     FlashAttention generation apart), and any that disables all of them."""
@@ -742,6 +840,33 @@ def no_backend_violation(cfg: Any, verdict: AttentionVerdict, failing: KindVerdi
     return Violation(_fields(cfg, verdict, failing), why, fix=text, assignments=fix)
 
 
+def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[KindVerdict] | None = None) -> Any:
+    """The ``attention.backend_available`` finding where TE's selection differs between the stacks asked: not
+    determined here (never a failure computed for a default stack), naming each stack's picks."""
+    from mbridge_seqpack.errors import UNDETERMINED, Violation
+
+    target = verdict.target
+    text = verdict.undetermined_for(kinds if kinds is not None else verdict.kinds)
+    undeclared = [
+        *([] if target.arch_declared else ["the GPU"]),
+        *([] if target.cudnn_declared else ["the target's cuDNN"]),
+        *(["the pack metadata (max_samples_per_bin)"] if verdict.inputs and verdict.inputs.batch_bound else []),
+    ]
+    why = (
+        "Transformer Engine's get_attention_backend keeps a backend on some of the stacks asked and none on others "
+        f"({text})"
+    )
+    not_run = (
+        f"the selection on the one target: {' and '.join(undeclared) or 'the stack'} not declared here, so each "
+        "possibility was asked and they differ"
+    )
+    fix = f"declare the target: {ARCH_ENV_NAME} (or check --gpu-arch, or a recipe name that says the GPU)" + (
+        "" if target.cudnn_declared else f" and {CUDNN_ENV_NAME}"
+    )
+    fields = {"target": target.describe()}
+    return Violation(fields, why, fix=fix, severity=UNDETERMINED, not_run=not_run)
+
+
 def verdict_summary(verdict: AttentionVerdict) -> dict[str, Any]:
     """The verdict as data (``check --json``)."""
     if not verdict.computed:
@@ -749,6 +874,8 @@ def verdict_summary(verdict: AttentionVerdict) -> dict[str, Any]:
     return {
         "computed": True,
         "target": verdict.target.describe(),
+        "also_asked": [label for label, _ in verdict.others],
+        "undetermined": verdict.undetermined,
         "kinds": [
             {
                 "layers": list(k.kind.layers),
@@ -786,4 +913,10 @@ def verdict_notes(verdict: AttentionVerdict, model: Any) -> list[str]:
         for k in verdict.kinds
     ]
     notes.append(f"attention: Transformer Engine picks {'; '.join(picks)}, on {verdict.target.describe()}")
+    if verdict.others:
+        asked = ", ".join(label for label, _ in verdict.others)
+        notes.append(
+            f"attention: also asked on {asked} (not declared here); "
+            + (f"they differ: {verdict.undetermined}" if verdict.undetermined else "the same outcome on each")
+        )
     return notes

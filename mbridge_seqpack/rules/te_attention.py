@@ -14,13 +14,16 @@ after), and stated in every verdict (:meth:`Target.describe`):
 - ``FlashAttentionUtils`` (what ``backends.py`` found installed): the installed flash-attn, or, where none is
   installed here, the flash-attn 2 and 3 NGC PyTorch ships (``MBRIDGE_SEQPACK_FLASH_ATTN`` declares others, or
   ``none``); the install hints TE prints then (they call ``torch.cuda.current_device()``) are muted;
-- ``_get_fused_attn_backend`` wraps the C++ ``nvte_get_fused_attn_backend_v2``, which opens a cuDNN handle on the
-  device: it is the one part that needs a GPU, so cuDNN is **assumed** to accept what TE's Python filters leave to
-  it (sub-backend F16_arbitrary_seqlen for F16/BF16 tensors, FP8 for FP8 ones).
+- ``_get_fused_attn_backend`` wraps the C++ ``nvte_get_fused_attn_backend_v2``: its fixed rules (architecture,
+  cuDNN version gates, layout, softmax type, FP8 recipe, determinism, with cudnn-frontend's) are applied as data
+  (``te_fused_rules``, each with its reject text from the binary); only what follows them, cuDNN's own support
+  query on the device, is **assumed** to accept (sub-backend F16_arbitrary_seqlen for F16/BF16 tensors, FP8 for
+  FP8 ones).
 
 In a process whose CUDA is already initialized (the hook inside training, after the device is set up) and with
-nothing declared, nothing is assumed: the real functions run on the real device. TE's own debug log, which names
-every backend it disables and why, is captured for the verdict instead of printed.
+nothing declared, nothing is assumed: the real functions run on the real device. The backend is what
+``get_attention_backend`` returns; TE's own debug log, which names every backend it disables and why, is captured
+for the reasons only (instead of printed, and also in a process that has called ``logging.disable``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ __all__ = [
     "parse_arch",
     "arch_from_name",
     "on_target",
+    "alternatives",
+    "GENERATIONS",
     "nvte_environ",
     "select",
 ]
@@ -154,6 +159,8 @@ class Target:
     cudnn_source: str = "installed"
     flash_source: str = "installed"
     on_device: bool = False  # everything real: CUDA is initialized here and nothing is declared
+    arch_declared: bool = True  # False: no setting, recipe name or GPU here says which GPU (sm90 stands in)
+    cudnn_declared: bool = True  # False: the cuDNN is this machine's, not known to be the target's
 
     @property
     def sm(self) -> str:
@@ -173,8 +180,9 @@ class Target:
             return f"{self.sm}, cuDNN {'.'.join(map(str, self.cudnn))}, {self.flash_text()} (this process's GPU)"
         return (
             f"{self.sm} ({self.arch_source}), cuDNN {'.'.join(map(str, self.cudnn))} ({self.cudnn_source}), "
-            f"{self.flash_text()} ({self.flash_source}); cuDNN's own support check "
-            "(nvte_get_fused_attn_backend_v2, needs a GPU) assumed to accept"
+            f"{self.flash_text()} ({self.flash_source}); TE's fixed FusedAttention rules applied "
+            "(nvte_get_fused_attn_backend_v2, cudnn-frontend), cuDNN's own support query (needs a GPU) assumed to "
+            "accept"
         )
 
 
@@ -242,7 +250,8 @@ def resolve_target() -> Target:
     elif (visible := visible_gpu_arch()) is not None:
         arch, arch_source = visible, "this machine's GPU"
     else:
-        arch, arch_source = DEFAULT_ARCH, f"default: H100; set {ARCH_ENV} for another GPU"
+        arch, arch_source = DEFAULT_ARCH, f"no GPU declared; set {ARCH_ENV}"
+    on_target_machine = arch_source == "this machine's GPU"  # the hook in training: this stack is the target's
     if cudnn_text:
         cudnn, cudnn_source = _parse_cudnn(cudnn_text), f"{CUDNN_ENV}"
     else:
@@ -254,7 +263,47 @@ def resolve_target() -> Target:
         flash_source = "installed here"
         if fa2 is None and fa3 is None:
             (fa2, fa3), flash_source = ASSUMED_FLASH_ATTN, f"assumed as NGC PyTorch ships them; {FLASH_ENV} declares"
-    return Target(arch, cudnn, fa2, fa3, arch_source, cudnn_source, flash_source)  # type: ignore[arg-type]
+    return Target(
+        arch,  # type: ignore[arg-type]
+        cudnn,
+        fa2,
+        fa3,
+        arch_source,
+        cudnn_source,
+        flash_source,
+        arch_declared=arch_source != f"no GPU declared; set {ARCH_ENV}",
+        cudnn_declared=bool(cudnn_text) or on_target_machine,
+    )
+
+
+#: the GPU generations Megatron-Bridge 0.6.2's own recipes are written for (perf_recipes/<model>/h100, b200, gb200,
+#: b300, gb300), asked when no GPU is declared
+GENERATIONS: tuple[tuple[int, int], ...] = ((9, 0), (10, 0), (10, 3))
+#: the newest cuDNN version TE 2.20.2's fixed FusedAttention rules gate on ("Known cuDNN < 9.26.0 issue ..."),
+#: asked beside this machine's when the target's cuDNN is not declared
+NEWEST_GATED_CUDNN = (9, 26, 0)
+
+
+def alternatives(target: Target) -> list[tuple[str, Target]]:
+    """The stacks the verdict must also hold on, as (label, target): each GPU generation when no GPU is declared,
+    and the newest gated cuDNN when the target's cuDNN is not declared; empty when everything is declared."""
+    from dataclasses import replace
+
+    if target.on_device:
+        return []
+    archs = [target.arch] if target.arch_declared else list(GENERATIONS)
+    cudnns = [target.cudnn]
+    if not target.cudnn_declared and target.cudnn < NEWEST_GATED_CUDNN:
+        cudnns.append(NEWEST_GATED_CUDNN)
+    found = []
+    for arch in archs:
+        for cudnn in cudnns:
+            if (arch, cudnn) == (target.arch, target.cudnn):
+                continue
+            other = replace(target, arch=arch, cudnn=cudnn)
+            label = f"{other.sm} with cuDNN {'.'.join(map(str, cudnn))}" if len(cudnns) > 1 else other.sm
+            found.append((label, other))
+    return found
 
 
 @dataclass(frozen=True)
@@ -287,18 +336,25 @@ class _Capture(logging.Handler):
             self.messages.append(message)
 
 
-def _cudnn_assumed(**fused_attn_kwargs: Any) -> tuple[int, str]:
-    """Stand-in for ``utils._get_fused_attn_backend`` (the C++ query needs a device): cuDNN accepts the config,
-    with the sub-backend TE's C++ returns for the tensors' data type."""
+def _cudnn_assumed(target: Target, **fused_attn_kwargs: Any) -> tuple[int, str]:
+    """Stand-in for ``utils._get_fused_attn_backend`` on ``target`` (the C++ query needs a device): TE's fixed
+    FusedAttention rules (``te_fused_rules``: ``nvte_get_fused_attn_backend_v2``'s and cudnn-frontend's, with their
+    reject texts) are applied; a config they pass is assumed accepted by cuDNN's own support query, with the
+    sub-backend TE's C++ returns for the tensors' data type."""
     from transformer_engine.pytorch.constants import DType
     from transformer_engine.pytorch.cpp_extensions.fused_attn import FusedAttnBackend
 
+    from mbridge_seqpack.rules.te_fused_rules import first_reject, query_of
+
     dtype = fused_attn_kwargs["qkv_dtype"]
+    if dtype not in (DType.kFloat8E4M3, DType.kFloat8E5M2, DType.kBFloat16, DType.kFloat16):
+        return int(FusedAttnBackend.No_Backend), f"cuDNN fused attention takes FP16/BF16/FP8 tensors, not {dtype}"
+    refused = first_reject(query_of(fused_attn_kwargs, target.arch, target.cudnn))
+    if refused is not None:
+        return int(FusedAttnBackend.No_Backend), refused.text
     if dtype in (DType.kFloat8E4M3, DType.kFloat8E5M2):
         return int(FusedAttnBackend.FP8), ""
-    if dtype in (DType.kBFloat16, DType.kFloat16):
-        return int(FusedAttnBackend.F16_arbitrary_seqlen), ""
-    return int(FusedAttnBackend.No_Backend), f"cuDNN fused attention takes FP16/BF16/FP8 tensors, not {dtype}"
+    return int(FusedAttnBackend.F16_arbitrary_seqlen), ""
 
 
 _FA_MUTED = ("warning_printed", "v3_warning_printed", "v4_warning_printed")
@@ -362,14 +418,28 @@ def on_target(target: Target, env: Mapping[str, str]) -> Iterator[_Capture]:
         if not target.on_device:
             dpa.get_device_compute_capability = lambda: target.arch
             dpa.get_cudnn_version = lambda: target.cudnn
-            dpa._get_fused_attn_backend = _cudnn_assumed
+            dpa._get_fused_attn_backend = functools.partial(_cudnn_assumed, target)
             _set_flash(fa, target)
             for name in _FA_MUTED:
                 setattr(fa, name, True)
         logger.handlers = [capture]
         logger.propagate = False
         dpa.AttentionLogging._log_level = logging.DEBUG  # get_attention_backend sets the logger's level from it
+        stack.enter_context(_logging_enabled())
         yield capture
+
+
+@contextlib.contextmanager
+def _logging_enabled() -> Iterator[None]:
+    """``logging.disable`` lifted for the one call, so that TE's reasons reach the capture in a process that has
+    silenced logging (the capture handler is the logger's only one and does not propagate, so nothing is printed);
+    the process's level is put back after."""
+    level = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
+    try:
+        yield
+    finally:
+        logging.disable(level)
 
 
 def _restore(dpa: Any, functions: dict[str, Any], flash: dict[str, Any], logger: Any, saved: tuple[Any, ...]) -> None:
@@ -429,9 +499,20 @@ def _run(params: Any, env: Mapping[str, str], target: Target) -> Selection:
             )
         except (ValueError, TypeError, KeyError, AssertionError) as exc:
             return Selection(None, (False, False, False), tuple(capture.messages), f"{type(exc).__name__}: {exc}")
-    log = tuple(capture.messages)
-    chosen = next((m for m in log if m.startswith("Selected backend = ")), "")
-    name = chosen.removeprefix("Selected backend = ").rstrip(".") or None
-    if name == "NoBackend" or not (use_flash or use_fused or use_unfused):
-        name = None
-    return Selection(name, tuple(bool(a) for a in available), log)  # type: ignore[arg-type]
+    name = backend_name(use_flash, flash_version, use_fused, fused_backend, use_unfused)
+    return Selection(name, tuple(bool(a) for a in available), tuple(capture.messages))  # type: ignore[arg-type]
+
+
+def backend_name(
+    use_flash: Any, flash_version: Any, use_fused: Any, fused_backend: Any, use_unfused: Any
+) -> str | None:
+    """The backend ``get_attention_backend`` returned, named as its own "Selected backend = ..." line names it
+    (utils.py, just before its return), built from the returned values: the log line is not written in a process
+    that has called ``logging.disable``."""
+    if use_flash:
+        return f"FlashAttention ({flash_version})"
+    if use_fused:
+        return f"FusedAttention (sub-backend {int(fused_backend)})"
+    if use_unfused:
+        return "UnfusedDotProductAttention"
+    return None
