@@ -96,6 +96,18 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
             )
         ],
     ),
+    ("offline_moe_coeff_without_aux_type", {"router": _router(load_balancing_type="none")}, []),
+    (
+        "offline_moe_seq_aux",
+        {"router": _router(load_balancing_type="seq_aux_loss")},
+        [
+            (
+                "router",
+                "27.1% of routed tokens are padding (13 of 48); tokens per expert move by 37.1% of the real load; "
+                "load-balancing loss 1.114 vs 1.031 on real tokens only",
+            )
+        ],
+    ),
     ("offline_moe_aux_no_padding", {"router": _router(), "row_mult": 1, **VARIABLE}, []),
     (
         "offline_moe_zloss_bias_capacity_pad4",

@@ -90,6 +90,8 @@ def _one_pass(config: Any, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[
     finally:
         moe_logging.set_moe_metrics_tracker(previous)
     losses = {name: float(entry.values[0]) for name, entry in tracker.metrics.items()}
+    # the aux, sequence-aux and global-aux losses each record under their own *load_balancing_loss name
+    losses["load_balancing_loss"] = sum(v for k, v in losses.items() if k.endswith("load_balancing_loss"))
     if router.local_tokens_per_expert is not None:
         losses["expert_bias_counts"] = float(router.local_tokens_per_expert.sum())
     return routing_map, losses
@@ -134,7 +136,7 @@ def router_effect(router: Router, run: Run) -> RouterEffect:
         routed=routed,
         routed_padding=routed_padding,
         load_shift=shift / real_assignments if real_assignments else 0.0,
-        aux_loss=(aux[0], aux[1]) if any(c > 0 for c in coeffs) else None,
+        aux_loss=(aux[0], aux[1]) if any(c > 0 for c in coeffs) and any(aux) else None,
         z_loss=(z[0], z[1]) if router.z_loss_coeff else None,
         real_dropped=(dropped[0], dropped[1]) if router.capacity_factor is not None else None,
     )

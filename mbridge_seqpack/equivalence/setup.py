@@ -11,7 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Router", "Setup", "setup_of", "in_batch_multiple"]
+__all__ = ["AUX_LOSS_TYPES", "Router", "Setup", "setup_of", "in_batch_multiple"]
+
+#: the load-balancing types whose loss TopKRouter computes (transformer/moe/router.py _apply_*aux_loss)
+AUX_LOSS_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss")
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,12 @@ class Router:
     def counting_terms(self) -> list[str]:
         """The router terms that average over, or count, every token they get."""
         coeffs = self.aux_loss_coeff if isinstance(self.aux_loss_coeff, tuple) else (self.aux_loss_coeff,)
+        kinds = (
+            self.load_balancing_type if isinstance(self.load_balancing_type, tuple) else (self.load_balancing_type,)
+        )
         terms = []
-        if any(c > 0 for c in coeffs):
+        # TopKRouter.get_aux_loss_coeff: a coefficient applies only to an aux-loss type the balancing type names
+        if any(c > 0 for c in coeffs) and any(k in AUX_LOSS_TYPES for k in kinds):
             terms.append("moe_aux_loss_coeff")
         if self.z_loss_coeff:
             terms.append("moe_z_loss_coeff")
