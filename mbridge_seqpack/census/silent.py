@@ -119,9 +119,25 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "include the pad tokens of packed rows (all routed, all counted): the aux loss and the expert load are "
         "skewed by padding",
         guarded(
-            "moe.router_counts_padding",
-            "aux losses computed over padding",
+            ("equivalence.router_padding", "moe.router_counts_padding"),
+            "aux losses computed over padding (packed rows: measured by the equivalence check; full-width unpacked "
+            "rows: the advisory)",
             ("model.num_moe_experts", "model.moe_aux_loss_coeff", "dataset.enable_offline_packing"),
+        ),
+    ),
+    Mechanism(
+        "MTP labels rolled on the logical cu_seqlens of padded packs",
+        "silent",
+        MC + "transformer/multi_token_prediction.py",
+        "_roll_tensor_packed_seq",
+        "cu_seqlens_q",
+        "found by the equivalence check (issue #38): the packed roll works on packed_seq_params.cu_seqlens_q, which "
+        "get_packed_seq_params sets to the logical offsets when the batch carries padded ones "
+        "(pad_seq_to_mult > 1), so at CP 1 MTP targets cross sequence boundaries and land on padding",
+        guarded(
+            "equivalence.mtp_labels",
+            "MTP trains on the neighbouring sequence's tokens",
+            ("model.mtp_num_layers", "dataset.offline_packing_specs.pad_seq_to_mult"),
         ),
     ),
     Mechanism(

@@ -133,11 +133,14 @@ def _router_counts_tokens(model: Any) -> list[str]:
         "megatron/bridge/training/gpt_step.py _forward_step_common never passes one, so pad tokens are routed and "
         "counted like text (and take expert capacity). Rows padded to full width (pad_to_max_length, which "
         "Megatron-Bridge sets itself under PP>1 / EP>1 for HF/VLM datasets) can be mostly padding. Nothing fails; "
-        "the balance statistics are skewed: an advisory."
+        "the balance statistics are skewed: an advisory. Packed rows are computed instead by "
+        "equivalence.router_padding (an error: the unpacked sequences it compares with have no padding), so this "
+        "rule leaves them to it."
     ),
 )
 def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
     experts = getattr(ctx.model, "num_moe_experts", None)
+    # packed rows: equivalence.router_padding routes them through Megatron-Core's router and measures the padding
     if not isinstance(experts, int) or experts <= 1 or ctx.any_packing or not ctx.fixed_width_rows:
         return None
     terms = _router_counts_tokens(ctx.model)

@@ -530,6 +530,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "truncation_field",
     ),
     FieldUse(
+        "dataset.dataset_kwargs['answer_only_loss']",
+        "bridge/data/packing/gpt_sft.py",
+        "GPTSFTPackedDataset._build_loss_mask",
+        "answer_only_loss",
+    ),
+    FieldUse(
         "dataset.dataset_kwargs['truncation_method']",
         "bridge/data/datasets/gpt_sft.py",
         "GPTSFTDataset._maybe_validate_prompt_template / _truncation",

@@ -28,7 +28,10 @@ def _packing_flags(ctx: RuleContext) -> dict[str, bool]:
         "(megatron/core/transformer/multi_token_prediction.py roll_tensor -> _roll_tensor_packed_seq whenever "
         "packed_seq_params is passed, from models/gpt/gpt_model.py and models/hybrid/hybrid_model.py), and "
         "Megatron-Bridge 0.6.2 ships Nemotron-3 SFT recipes with MTP and packing; only documentation calls "
-        "the combination unsupported."
+        "the combination unsupported. That roll uses packed_seq_params.cu_seqlens_q, the logical offsets, which "
+        "leave the sequences when the rows carry alignment padding (pad_seq_to_mult > 1, an in-batch CP/SP "
+        "multiple > 1): whether the MTP labels of this config stay within their sequences is computed by "
+        "equivalence.mtp_labels (an error where they do not)."
     ),
 )
 def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
@@ -38,8 +41,9 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             {"model.mtp_num_layers": ctx.mtp_layers, **flags},
-            "documented as unsupported for fine-tuning packing, but Megatron-Core 0.19.2 rolls MTP labels within "
-            "each packed sequence (at CP 1), so this trains correctly",
+            "documented as unsupported for fine-tuning packing; Megatron-Core 0.19.2 rolls MTP labels within the "
+            "logical cu_seqlens_q spans, which are the sequences only when the rows carry no alignment padding "
+            "(equivalence.mtp_labels computes it for this config)",
             fix="cfg.model.mtp_num_layers = None (or turn packing off: "
             + ", ".join(f"cfg.{k} = {False if isinstance(v, bool) else None!r}" for k, v in flags.items())
             + ")",

@@ -111,6 +111,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "dataset.dataset_kwargs": OPTIONAL_MAPPING,
     "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
     "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+    "dataset.dataset_kwargs['answer_only_loss']": BOOL,  # equivalence: a string 'false' would train the prompts
     "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
     "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,  # None: gpt_sft.py collate `None > 1`
     "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,

@@ -1,0 +1,214 @@
+"""The comparisons, each a small function over the packed and unpacked signals, and the cached per-config verdict.
+
+A comparison returns a :class:`Finding` (a difference, measured) or None. ``COMPARISONS`` is the list the verdict
+runs; a test runs the verdict with one comparison removed to show each one alone catches its case.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mbridge_seqpack.equivalence.setup import Setup
+from mbridge_seqpack.equivalence.signals import Token
+
+__all__ = ["COMPARISONS", "Finding", "Signals", "Verdict", "verdict", "verdict_of"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One training signal that differs packed vs unpacked: which, how many of how many, and in words."""
+
+    signal: str  # "labels" | "loss_mask" | "attention" | "mtp" | "router"
+    count: int
+    total: int
+    effect: str
+    example: str = ""
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What the comparisons read: per-sample tokens packed and unpacked, and the router's effect (or None)."""
+
+    setup: Setup
+    packed: list[list[Token]]
+    unpacked: list[list[Token]]
+    router: object | None = None
+
+
+def _pairs(s: Signals):
+    for index, (packed, unpacked) in enumerate(zip(s.packed, s.unpacked)):
+        for j, (p, u) in enumerate(zip(packed, unpacked)):
+            yield index, j, p, u
+
+
+def _example(index: int, j: int, what: str) -> str:
+    return f"sample {index + 1}, input position {j}: {what}"
+
+
+def labels(s: Signals) -> Finding | None:
+    """Trained labels equal per token."""
+    bad = [(i, j, p, u) for i, j, p, u in _pairs(s) if (p.trained or u.trained) and p.label != u.label]
+    total = sum(1 for _, _, p, u in _pairs(s) if p.trained or u.trained)
+    if not bad:
+        return None
+    i, j, p, u = bad[0]
+    return Finding(
+        "labels",
+        len(bad),
+        total,
+        f"{len(bad)} of {total} trained labels differ from the unpacked run's",
+        _example(i, j, f"label {p.label} packed, {u.label} unpacked"),
+    )
+
+
+def loss_mask(s: Signals) -> Finding | None:
+    """The same tokens are trained."""
+    extra = [(i, j) for i, j, p, u in _pairs(s) if p.trained and not u.trained]
+    dropped = [(i, j) for i, j, p, u in _pairs(s) if u.trained and not p.trained]
+    total = sum(1 for _, _, p, u in _pairs(s) if p.trained or u.trained)
+    if not extra and not dropped:
+        return None
+    parts = []
+    if dropped:
+        parts.append(f"{len(dropped)} of {total} tokens the unpacked run trains get no loss packed")
+    if extra:
+        parts.append(f"{len(extra)} tokens the unpacked run does not train get loss packed")
+    i, j = (dropped or extra)[0]
+    return Finding(
+        "loss_mask",
+        len(extra) + len(dropped),
+        total,
+        "; ".join(parts),
+        _example(i, j, "loss mask " + ("0 packed, 1 unpacked" if dropped else "1 packed, 0 unpacked")),
+    )
+
+
+def attention(s: Signals) -> Finding | None:
+    """Each token attends within its own sequence, from its first token (TE's reading of the packed params)."""
+    pairs = list(_pairs(s))
+    bad = [(i, j, p) for i, j, p, u in pairs if p.offset != u.offset]
+    if not bad:
+        return None
+    i, j, p = bad[0]
+    where = (
+        "is counted as padding or as another sequence's token" if p.offset is None else f"sits at offset {p.offset}"
+    )
+    return Finding(
+        "attention",
+        len(bad),
+        len(pairs),
+        f"{len(bad)} of {len(pairs)} tokens attend outside their own sequence or are counted as padding "
+        "(TE's reading of the packed cu_seqlens; the kernel itself does not run on CPU)",
+        _example(i, j, where),
+    )
+
+
+def mtp(s: Signals) -> Finding | None:
+    """MTP targets: every trained target is the unpacked run's target at that depth, inside the sample."""
+    if not s.setup.mtp_layers or s.setup.cp > 1:
+        return None
+    bad, total, first = 0, 0, ""
+    for i, j, p, u in _pairs(s):
+        n = len(s.unpacked[i])
+        for d, ((pl, pt), (ul, ut)) in enumerate(zip(p.mtp, u.mtp), start=1):
+            inside = j + d < n
+            if pt or (inside and ut):
+                total += 1
+            wrong = (pt and (not inside or pl != ul)) or (inside and ut and not pt)
+            if wrong:
+                bad += 1
+                first = first or _example(
+                    i, j, f"MTP depth {d} target {pl if pt else 'none'} packed, {ul if inside else 'none'} unpacked"
+                )
+    if not bad:
+        return None
+    return Finding(
+        "mtp",
+        bad,
+        total,
+        f"{bad} of {total} MTP labels cross a sequence boundary or differ from the unpacked run's",
+        first,
+    )
+
+
+def router(s: Signals) -> Finding | None:
+    """Padding contributes nothing to the router's counts and losses."""
+    effect = s.router
+    if effect is None or not effect.routed_padding:
+        return None
+    parts = [f"{effect.padding_share:.1%} of routed tokens are padding ({effect.routed_padding} of {effect.routed})"]
+    parts.append(f"tokens per expert move by {effect.load_shift:.1%} of the real load")
+    if effect.aux_loss is not None:
+        parts.append(f"load-balancing loss {effect.aux_loss[0]:.4g} vs {effect.aux_loss[1]:.4g} on real tokens only")
+    if effect.z_loss is not None:
+        parts.append(f"z-loss {effect.z_loss[0]:.4g} vs {effect.z_loss[1]:.4g}")
+    if effect.real_dropped is not None and effect.real_dropped[0] != effect.real_dropped[1]:
+        parts.append(f"capacity drops {effect.real_dropped[0]} real tokens vs {effect.real_dropped[1]}")
+    return Finding("router", effect.routed_padding, effect.routed, "; ".join(parts))
+
+
+COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (labels, loss_mask, attention, mtp, router)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The check's outcome for one setup: findings, what could not run here, and the seconds it took."""
+
+    setup: Setup
+    findings: tuple[Finding, ...]
+    not_run: tuple[str, ...] = ()
+    seconds: float = 0.0
+    router: object | None = field(default=None, compare=False)
+
+    def of(self, *signals: str) -> list[Finding]:
+        return [f for f in self.findings if f.signal in signals]
+
+
+def _not_run(setup: Setup) -> tuple[str, ...]:
+    notes = [
+        "Transformer Engine's attention kernel (CUDA only): the check compares TE's reading of the packed "
+        "cu_seqlens per sequence instead"
+    ]
+    if setup.cp > 1:
+        notes.append(
+            f"the CP={setup.cp} split of the rows (TE's thd_get_partitioned_indices is CUDA only) and the CP branch "
+            "of the MTP roll (it exchanges boundary tokens between CP ranks): compared on the whole row, MTP not"
+        )
+    return tuple(notes)
+
+
+def verdict(setup: Setup, comparisons: tuple[Callable[[Signals], Finding | None], ...] = COMPARISONS) -> Verdict:
+    """Build, run and compare (uncached)."""
+    from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
+    from mbridge_seqpack.equivalence.signals import token_signals
+
+    started = time.perf_counter()
+    packed, unpacked = packed_run(setup), unpacked_run(setup)
+    signals = Signals(
+        setup,
+        token_signals(setup, packed, pass_loss_mask=setup.vlm_step),
+        token_signals(setup, unpacked, pass_loss_mask=setup.vlm_step),
+    )
+    effect, refused = None, ""
+    if setup.router is not None and setup.router.counting_terms:
+        from mbridge_seqpack.equivalence.router import router_effect
+
+        try:
+            effect = router_effect(setup.router, packed)
+        except (AssertionError, ValueError) as exc:  # Megatron-Core refuses the settings: other rules name them
+            refused = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        signals = Signals(setup, signals.packed, signals.unpacked, effect)
+    findings = tuple(f for f in (c(signals) for c in comparisons) if f is not None)
+    notes = _not_run(setup)
+    if refused:
+        notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
+    return Verdict(setup, findings, notes, time.perf_counter() - started, effect)
+
+
+@functools.lru_cache(maxsize=256)
+def verdict_of(setup: Setup) -> Verdict:
+    """The verdict for ``setup``, computed once per process (the setup is the cache key)."""
+    return verdict(setup)

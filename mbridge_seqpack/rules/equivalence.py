@@ -1,0 +1,247 @@
+"""Packed training against unpacked training, computed for the config (issue #38): the same sequences through
+Megatron-Bridge's pack, collate and step and Megatron-Core's MTP roll and router, packed and unpacked, on CPU
+(``mbridge_seqpack/equivalence``). A training signal that differs is an error naming the mechanism, the fields and
+the measured effect; its fix is a setting the same check passes, where one exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.registry import rule
+
+__all__ = ["equivalence_verdict", "timings"]
+
+#: seconds each computed verdict took (the cache's misses), for the README's figure and the tests
+timings: list[float] = []
+
+_HOW = (
+    "computed on CPU: five short sequences packed by Megatron-Bridge's own prep and collate "
+    "(data/packing/offline.py, algorithms.py, gpt_sft.py GPTSFTPackedDataset.collate_fn; in-batch: "
+    "data/collators/sft.py _build_text_sft_batch) and its step's packed handling (training/gpt_step.py "
+    "_packed_metadata_for_forward, training/utils/packed_seq_utils.py get_packed_seq_params), against the same "
+    "sequences one per row through the unpacked collate (data/datasets/gpt_sft.py collate_fn)"
+)
+
+
+def equivalence_verdict(ctx: RuleContext) -> Any:
+    """The check's verdict for this config (cached by the fields that decide it), or None where it builds no rows."""
+    import time
+
+    from mbridge_seqpack.equivalence.compare import verdict_of
+    from mbridge_seqpack.equivalence.setup import setup_of
+
+    setup = setup_of(ctx.cfg)
+    if setup is None:
+        return None
+    misses = verdict_of.cache_info().misses
+    started = time.perf_counter()
+    found = verdict_of(setup)
+    if verdict_of.cache_info().misses > misses:
+        timings.append(time.perf_counter() - started)
+    return found
+
+
+def _passes(setup: Any, signals: tuple[str, ...], **changes: Any) -> bool:
+    from mbridge_seqpack.equivalence.compare import verdict_of
+
+    return not verdict_of(dataclasses.replace(setup, **changes)).of(*signals)
+
+
+def _layout_fields(ctx: RuleContext, setup: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(ctx.packing_flags)
+    if setup.mode == "offline":
+        fields[f"{SPECS}.pad_seq_to_mult"] = setup.pad_seq_to_mult
+        fields[f"{SPECS}.pad_cu_seqlens"] = setup.pad_cu_seqlens
+        fields[ctx.pad_to_max_length_path] = setup.fixed_width
+    else:
+        fields["in-batch multiple"] = setup.pad_seq_to_mult
+    return fields
+
+
+def _not_run(verdict: Any) -> str:
+    return "; ".join(verdict.not_run)
+
+
+@rule(
+    "equivalence.labels",
+    "Packed rows train the same labels and loss mask per token, within the same sequence, as unpacked rows.",
+    severity=ERROR,
+    evidence=(
+        f"{_HOW}. Compared per real token: the label, the loss mask and the sequence the token attends within as "
+        "Transformer Engine reads PackedSeqParams (segment [cu_seqlens_q_padded[k], cu_seqlens_q_padded[k+1]), "
+        "real for its first cu_seqlens_q[k+1]-cu_seqlens_q[k] tokens; the kernel itself is CUDA only). Found this "
+        "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
+        "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
+    ),
+)
+def labels(ctx: RuleContext) -> list[Violation] | None:
+    verdict = equivalence_verdict(ctx)
+    if verdict is None:
+        return None
+    findings = verdict.of("labels", "loss_mask", "attention")
+    if not findings:
+        return []
+    setup = verdict.setup
+    fields = _layout_fields(ctx, setup)
+    assignments: dict[str, Any] = {}
+    if setup.mode == "offline" and not setup.answer_only_loss:
+        fields["dataset.dataset_kwargs.answer_only_loss"] = False
+        if _passes(setup, ("labels", "loss_mask", "attention"), answer_only_loss=True):
+            assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
+    if not assignments:
+        assignments = _no_packing(ctx)
+    effect = "; ".join(f.effect for f in findings)
+    example = next(f.example for f in findings if f.example)
+    return [
+        Violation(
+            {**fields, "measured": effect},
+            f"{effect} (e.g. {example}): packed training does not train what unpacked training trains",
+            assignments=assignments,
+            not_run=_not_run(verdict),
+        )
+    ]
+
+
+def _no_packing(ctx: RuleContext) -> dict[str, Any]:
+    if ctx.offline_packing:
+        return {"dataset.enable_offline_packing": False, SPECS: None}
+    return {"dataset.enable_in_batch_packing": False}
+
+
+@rule(
+    "equivalence.mtp_labels",
+    "MTP labels of packed rows stay within their sequence, as they do unpacked.",
+    severity=ERROR,
+    evidence=(
+        f"{_HOW}, then Megatron-Core's process_mtp_loss (transformer/multi_token_prediction.py) on both, with the "
+        "step's PackedSeqParams. roll_tensor -> _roll_tensor_packed_seq rolls each sequence within "
+        "packed_seq_params.cu_seqlens_q; get_packed_seq_params sets cu_seqlens_q to the logical offsets whenever "
+        "the batch carries padded ones (packed_seq_utils.py: cu_seqlens_q_padded for pad_seq_to_mult > 1, and "
+        "in-batch packing with a CP/SP multiple > 1), so with alignment padding between sequences the roll works "
+        "on spans that are not the sequences: e.g. tokens [11,12,13,14,2,2,2,21,...] with cu_seqlens [0,4,10,10] "
+        "and padded [0,7,14,16] roll sequence 2's first token into sequence 1. Compared per real token and depth: "
+        "the MTP target and whether it is trained (its gradient through MTPLossAutoScaler). CP>1 (the roll's CP "
+        "branch) is mtp.packed_context_parallel's."
+    ),
+)
+def mtp_labels(ctx: RuleContext) -> list[Violation] | None:
+    verdict = equivalence_verdict(ctx)
+    if verdict is None or not verdict.setup.mtp_layers or verdict.setup.cp > 1:
+        return None
+    findings = verdict.of("mtp")
+    if not findings:
+        return []
+    (finding,) = findings
+    setup = verdict.setup
+    assignments: dict[str, Any] = {"model.mtp_num_layers": None}
+    fix = ""
+    if setup.mode == "offline" and setup.pad_seq_to_mult > 1 and _passes(setup, ("mtp",), pad_seq_to_mult=1):
+        assignments = {f"{SPECS}.pad_seq_to_mult": 1}
+        fix = f"cfg.{SPECS}.pad_seq_to_mult = 1 (and repack: the pack's sequences carry the alignment padding)"
+    elif setup.mode == "in_batch" and ctx.topology.sequence_parallel:
+        from mbridge_seqpack.equivalence.setup import in_batch_multiple
+
+        plain = in_batch_multiple(setup.cp, ctx.topology.tp, False)
+        if _passes(setup, ("mtp",), pad_seq_to_mult=plain):
+            assignments = {"model.sequence_parallel": False}
+    return [
+        Violation(
+            {"model.mtp_num_layers": setup.mtp_layers, **_layout_fields(ctx, setup), "measured": finding.effect},
+            f"{finding.effect} (e.g. {finding.example}): Megatron-Core rolls MTP labels on the logical cu_seqlens_q "
+            "while the rows carry alignment padding between sequences, so MTP trains on the neighbouring "
+            "sequence's tokens and on padding",
+            fix=fix,
+            assignments=assignments,
+            not_run=_not_run(verdict),
+        )
+    ]
+
+
+def _padding_free(ctx: RuleContext, setup: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(assignments, setup changes) that leave the packed rows without padding, where settings can."""
+    if setup.mode == "offline":
+        if setup.cp > 1:
+            return {}, {}
+        assignments: dict[str, Any] = {}
+        changes: dict[str, Any] = {}
+        if setup.fixed_width:
+            assignments[ctx.pad_to_max_length_path] = False
+            changes["fixed_width"] = False
+        if setup.pad_cu_seqlens:
+            assignments[f"{SPECS}.pad_cu_seqlens"] = False
+            changes["pad_cu_seqlens"] = False
+        if setup.pad_seq_to_mult > 1:
+            assignments[f"{SPECS}.pad_seq_to_mult"] = 1
+            changes["pad_seq_to_mult"] = 1
+        if setup.row_mult > 1:
+            assignments["dataset.dataset_kwargs.pad_seq_length_to_mult"] = 1
+            changes["row_mult"] = 1
+        return assignments, changes
+    if setup.cp == 1 and ctx.topology.sequence_parallel:
+        return {"model.sequence_parallel": False}, {"pad_seq_to_mult": 1}
+    return {}, {}
+
+
+def _padding_bound(setup: Any) -> str:
+    """The padding this config's own rows carry, in words (the check's rows are short; a pack's share is its own)."""
+    parts = []
+    if setup.pad_seq_to_mult > 1:
+        parts.append(f"up to {setup.pad_seq_to_mult - 1} alignment tokens per sequence")
+    if setup.mode == "offline" and setup.fixed_width:
+        parts.append("the unused tail of every full-width row")
+    elif setup.mode == "offline" and setup.row_mult > 1:
+        parts.append(f"up to {setup.row_mult - 1} tail tokens per row (the width rounds up to {setup.row_mult})")
+    return " and ".join(parts) or "padding"
+
+
+@rule(
+    "equivalence.router_padding",
+    "The MoE router of packed rows counts no padding (unpacked sequences have none).",
+    severity=ERROR,
+    evidence=(
+        f"{_HOW}, then Megatron-Core's TopKRouter (transformer/moe/router.py routing) built from the config's router "
+        "settings in a one-rank CPU world, over the packed rows as Megatron-Bridge 0.6.2 calls it (training/"
+        "gpt_step.py passes no padding_mask, so MoELayer gives the router none and alignment padding and the row "
+        "tail are routed) and over the real tokens alone (the same as padding_mask). Compared: routed padding, "
+        "tokens per expert (expert-bias counts, the aux loss's load), the load-balancing loss and z-loss the "
+        "metrics tracker records, and real tokens the capacity drops. Upstream fixed it after 0.6.2 "
+        "(Megatron-Bridge PR 5470; Megatron-LM PRs 2121, 5542, 6114)."
+    ),
+)
+def router_padding(ctx: RuleContext) -> list[Violation] | None:
+    verdict = equivalence_verdict(ctx)
+    if verdict is None or verdict.setup.router is None or not verdict.setup.router.counting_terms:
+        return None
+    findings = verdict.of("router")
+    if not findings:
+        return []
+    (finding,) = findings
+    setup = verdict.setup
+    assignments, changes = _padding_free(ctx, setup)
+    fix = ""
+    if not assignments or not _passes(setup, ("router",), **changes):
+        assignments = {}
+        fix = (
+            "no Megatron-Bridge 0.6.2 setting removes the padding of these rows (the CP/SP alignment needs it): "
+            "turn packing off, or take Megatron-Bridge PR 5470 (the step passes padding_mask to the model)"
+        )
+    return [
+        Violation(
+            {
+                "model.num_moe_experts": setup.router.experts,
+                "router terms": setup.router.counting_terms,
+                **_layout_fields(ctx, setup),
+                "measured": finding.effect,
+            },
+            f"{finding.effect} on the check's rows: Megatron-Bridge 0.6.2 gives the router no padding_mask, so the "
+            "padding of packed rows is routed and counted in the aux loss, z-loss, expert-bias counts and capacity; "
+            f"this config's rows carry {_padding_bound(setup)}",
+            fix=fix,
+            assignments=assignments,
+            not_run=_not_run(verdict),
+        )
+    ]
