@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package and tests, whatever is installed
 
 
 @cache
@@ -39,7 +40,6 @@ def _census() -> dict[str, int]:
 
 @cache
 def _reports() -> dict[str, int]:
-    sys.path.insert(0, str(ROOT))
     from tests.real_reports import REPORTS
 
     return {
