@@ -240,7 +240,6 @@ def pack_jsonl(
                 )
                 bins = placed.bins
                 entry = {"split": split, **placed.rows, "fingerprint": fingerprint.to_dict()}
-                entry["input_path"] = str(Path(source).resolve())  # what a check compares an explicit pack with
                 entry["dropped_sequences"] = int((bins < 0).sum())
                 entry["overflow"] = options.overflow  # what a sequence longer than max_seq_length met
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
@@ -250,6 +249,9 @@ def pack_jsonl(
                 if placed.balance_entry is not None:
                     entry["balance"] = placed.balance_entry
                 target, info = split_paths(staging, options.pack_size)[split], dict(entry)
+                # what a check compares an explicit pack with: in the sealed entry, not in the rows' file (the same
+                # input packs into the same Parquet bytes wherever it lies)
+                entry["input_path"] = str(Path(source).resolve())
                 if engine is not None:
                     entry["checksums"] = engine.write_split(target, seqs, bins, info, staging / f".parts-{split}")
                 else:

@@ -94,6 +94,7 @@ def _check_files(
     fix = fix or _repack_fix(ctx, field)
     found: list[Violation] = []
     infos = []
+    made_from = None  # the input the (first) sealed entry says its split was packed from
     for path in files:
         try:
             info = read_parquet_fingerprint(path)
@@ -118,6 +119,7 @@ def _check_files(
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
             continue
         infos.append((path, info))
+        made_from = made_from or (entry_for(entries, info) or {}).get("input_path")
     splits = {str(i.get("split")) for _, i in infos}
     if splits - {split}:
         found.append(
@@ -176,7 +178,7 @@ def _check_files(
         )
     found += _tokenizer_settings_differ(ctx, field, spec, fp)
     found += _content_differences(ctx, field, spec, fp, fix)
-    found += _input_differs(ctx, field, spec, split, fp, fix, made_from=infos[0][1].get("input_path"))
+    found += _input_differs(ctx, field, spec, split, fp, fix, made_from=made_from)
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
