@@ -53,6 +53,20 @@ def _ops(recorder: HostReadRecorder) -> list[str]:
         (lambda r, x: torch.cuda.synchronize(), "synchronization (torch.cuda.synchronize)"),
         (lambda r, x: torch.cuda.Event().synchronize(), "synchronization (Event.synchronize)"),
         (lambda r, x: f"{x[0]}", "host read (format(tensor))"),
+        # sizes, fills and split points a device tensor gives (PyTorch reads each from C++: no call of their own)
+        (lambda r, x: torch.arange(x[1]), "host read (size from a tensor: torch.arange)"),
+        (lambda r, x: torch.empty(x[1]), "host read (size from a tensor: torch.empty)"),
+        (lambda r, x: torch.zeros(x[1], 2), "host read (size from a tensor: torch.zeros)"),
+        (lambda r, x: torch.zeros(16).cuda().view(x[1] - 1, -1), "host read (size from a tensor: view)"),
+        (lambda r, x: torch.full((2,), x[1]), "host read (fill value from a tensor: torch.full)"),
+        (
+            lambda r, x: torch.nn.functional.one_hot(x.long()),
+            "value-dependent shape (one_hot without num_classes)",
+        ),  # fmt: skip
+        (
+            lambda r, x: torch.tensor_split(torch.zeros(16), x[1:3].long()),
+            "host read (tensor_split points from a tensor)",
+        ),  # fmt: skip
     ],
 )
 def test_each_kind_of_host_read_of_a_device_tensor_is_recorded(read: Any, op: str) -> None:
@@ -80,6 +94,8 @@ def test_host_tensors_and_shape_only_work_read_nothing() -> None:
         host = torch.tensor([0, 3, 7, 16])
         host.tolist(), host.item() if host.numel() == 1 else int(host[0]), host.cpu()  # host reads of host data
         torch.repeat_interleave(torch.arange(3), x[1:] - x[:-1], output_size=16)  # static size
+        torch.nn.functional.one_hot(x.long(), num_classes=17), torch.full((2,), 3), torch.arange(x.shape[0])
+        torch.zeros(4).cuda().view(2, -1), torch.tensor_split(torch.zeros(16), [3, 7])
         y = x.clone()
         y[y > 5] = 0  # one boolean mask, a host scalar: ATen's masked_fill_ fast path
         return x.shape[0], x.size(0), x.numel(), x.reshape(2, 2), x.index_select(0, torch.tensor([0, 2]))
