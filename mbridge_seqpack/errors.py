@@ -61,6 +61,9 @@ class Violation:
     severity: Severity = ERROR
     rule_id: str = ""
     not_run: str = ""  # for an UNDETERMINED verdict: what could not be run here, so nothing was computed
+    #: for an advisory rule's finding whose own figure proves the failure (a need beyond any machine): that figure;
+    #: run_rule then stamps it an error whatever the rule's catalog severity
+    proven: str = ""
 
     def __post_init__(self) -> None:
         if self.severity == UNDETERMINED and not self.not_run:
@@ -86,6 +89,8 @@ class Violation:
         lines += wrap(self.rule, "    rule: ", hang=" " * 10, width=width)
         if self.not_run:
             lines += wrap(self.not_run, "    not run: ", hang=" " * 13, width=width)
+        if self.proven:
+            lines += wrap(self.proven, "    proven: ", hang=" " * 12, width=width)
         lines += wrap(self.fix, "    fix:  ", hang=" " * 10, width=width)
         if self.overrides:
             lines += _pack_words(self.overrides, "    override: ", " " * 14, width)
@@ -110,6 +115,7 @@ class Violation:
             "rule": self.rule,
             "fix": self.fix,
             "not_run": self.not_run,
+            "proven": self.proven,
             "assignments": plain(self.assignments),
             "overrides": self.overrides,
         }

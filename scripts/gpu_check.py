@@ -9,6 +9,10 @@ as a full-iteration graph's step reads them. *Custom step*: the same rows in tha
 ``mbridge_seqpack.thd.static_thd_batch`` with a ``StaticTHDLayout`` read from the same pack metadata. Attention
 consumes exactly the fields the step gets: logical boundaries, physical (ragged, padded) offsets, ``max_seqlen``:
 
+- where TE is installed (and CUDA present), through TE's own THD path (``DotProductAttention`` with
+  ``qkv_format="thd"``, ``padding_causal``, the logical ``cu_seqlens``, the physical ``cu_seqlens_*_padded`` and
+  ``max_seqlen``: what Megatron-Core's ``TEDotProductAttention`` gets from the step), compared on the logical tokens
+  (``te_thd`` in (a); skipped, with why, elsewhere); and
 - the logical tokens are gathered from their physical offsets with device index arithmetic (no host reads, static
   shapes, capturable), attended with causal varlen attention driven by the logical boundaries and ``max_seqlen``
   (``torch.nn.attention.varlen.varlen_attn``, flash, on CUDA; the float64 reference in ``--dry-run``), and
@@ -30,14 +34,16 @@ Checks (each "pass", "fail", "skipped" with a reason, or "measured"):
       (``data_read`` refills the buffers), equals eager within the eager-vs-eager spread, deterministic algorithms
       on (CUDA only);
   (d) throughput, packed rows vs padded batches at equal real tokens; (e) graph vs eager step time;
-  (f) the THD context-parallel split of the physical boundaries equals the kernel's formula.
+  (f) the THD context-parallel split of the physical boundaries equals the kernel's formula, and TE's partition
+      kernel itself (``thd_get_partitioned_indices``) where TE and CUDA are present (else "te_kernel" is skipped).
 
 The launch path needs Megatron-Bridge and Megatron-Core importable (an NGC container, this repo's environment);
 ``--no-launch`` leaves it out (then (a) covers the custom-step path only and (c) is skipped).
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
-Exit 0 when no check failed; without CUDA and without --dry-run it writes every check as skipped and exits 0.
+Exit 0 when no check failed, 1 when one did; without CUDA and without --dry-run it runs nothing and exits 2 (a
+check that skips everything must not read as a pass).
 """
 
 from __future__ import annotations
@@ -213,6 +219,46 @@ def attention(
     return torch.zeros_like(q).index_add(0, where, out_c)
 
 
+def te_thd_attention(device: torch.device) -> tuple[Callable[..., torch.Tensor] | None, str]:
+    """TE's THD path as training calls it: ``DotProductAttention(qkv_format="thd", attn_mask_type="padding_causal")``
+    with the logical ``cu_seqlens``, the physical ``cu_seqlens_*_padded`` and ``max_seqlen``, as Megatron-Core's
+    ``TEDotProductAttention`` passes the step's ``PackedSeqParams``; or None with why it cannot run here."""
+    if device.type != "cuda":
+        return None, "TE's THD attention needs a CUDA device (dry run)"
+    try:
+        from transformer_engine.pytorch import DotProductAttention
+    except ImportError as exc:
+        return None, f"Transformer Engine is not installed ({exc})"
+    module = DotProductAttention(HEADS, DIM, qkv_format="thd", attn_mask_type="padding_causal", attention_dropout=0.0)
+
+    def run(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        logical: torch.Tensor,
+        physical: torch.Tensor,
+        max_seqlen: int,
+    ) -> torch.Tensor:
+        lo, ph = logical.to(torch.int32).contiguous(), physical.to(torch.int32).contiguous()
+        out = module(
+            q, k, v, cu_seqlens_q=lo, cu_seqlens_kv=lo, cu_seqlens_q_padded=ph, cu_seqlens_kv_padded=ph,
+            max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen,
+        )  # fmt: skip
+        return out.reshape(q.shape)
+
+    return run, ""
+
+
+def inside_logical(logical: torch.Tensor, physical: torch.Tensor, width: int) -> torch.Tensor:
+    """Which physical positions hold a logical token (TE leaves the padding of each slot to itself: compared only
+    where it writes)."""
+    lo, ph = logical.cpu().to(torch.int64), physical.cpu().to(torch.int64)
+    inside = torch.zeros(width, dtype=torch.bool)
+    for start, n in zip(ph[:-1].tolist(), (lo[1:] - lo[:-1]).tolist()):
+        inside[start : start + n] = True
+    return inside
+
+
 def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int], mult: int) -> torch.Tensor:
     """The expected result, from the lengths alone: each sequence attended on its own at its aligned offset;
     without alignment (``mult`` 1) the row tail is one more sequence of pad tokens (Megatron-Bridge's collate
@@ -319,7 +365,8 @@ def check_attention(
     """(a) over ``statics`` (default: the custom-step path, :func:`static_row`), and (b) over their mutants."""
     width = layout.width
     statics = statics if statics is not None else [static_row(lengths, layout, mult) for lengths in rows]
-    worst, noise, contract_fail = 0.0, 0.0, 0
+    worst, noise, contract_fail, te_worst = 0.0, 0.0, 0, 0.0
+    te_run, te_why = te_thd_attention(device)
     detected: dict[str, int] = {}
     how: dict[str, set[str]] = {}
     for lengths, (logical, physical, max_seqlen) in zip(rows, statics, strict=True):
@@ -332,6 +379,14 @@ def check_attention(
         lo_d, ph_d = logical.to(device), physical.to(device)
         packed = output_and_grads(lambda a, b, c: attention(a, b, c, lo_d, ph_d, max_seqlen), *run, up.to(dtype))
         worst = max(worst, max_diff(exact, packed))
+        if te_run is not None:
+            through_te = output_and_grads(
+                lambda a, b, c: te_run(a, b, c, lo_d, ph_d, max_seqlen), *run, up.to(dtype)
+            )  # fmt: skip
+            keep = inside_logical(logical, physical, width).to(device)[:, None, None]
+            te_worst = max(
+                te_worst, max_diff(*(tuple(torch.where(keep, t, 0) for t in ts) for ts in (exact, through_te)))
+            )
         rows_tol = tolerance(noise, dtype)
         for name, (lo_m, ph_m, ms_m) in (mutants(logical, physical, max_seqlen, lengths, mult) if with_mutants
                                          else {}).items():  # fmt: skip
@@ -348,8 +403,16 @@ def check_attention(
                 detected[name] += 1
                 how[name].add("parity")
     tol = tolerance(noise, dtype)
+    te = (
+        {"status": "pass" if te_worst <= tol else "fail", "max_abs_diff_logical_tokens": te_worst}
+        if te_run is not None
+        else {"status": "skipped", "reason": te_why}
+    )
     parity = {
-        "status": "pass" if worst <= tol and math.isfinite(noise) and contract_fail == 0 else "fail",
+        "status": "pass"
+        if worst <= tol and math.isfinite(noise) and contract_fail == 0 and te["status"] != "fail"
+        else "fail",
+        "te_thd": te,
         "max_abs_diff": worst,
         "tolerance": tol,
         "dtype_noise": noise,
@@ -611,9 +674,29 @@ def kernel_formula(bounds: list[int], cp: int, rank: int) -> list[int]:
     return out
 
 
-def check_cp_split(rows: list[list[int]]) -> dict[str, Any]:
-    """(f) every rank's indices for CP 2 and 4 on the static physical boundaries (aligned to 2*CP, row closed)."""
-    mismatches, checked = 0, 0
+def te_partition_kernel(cuda: bool) -> tuple[Callable[[list[int], int, int, int], list[int]] | None, str]:
+    """TE's own THD context-parallel split (``tex.thd_get_partitioned_indices``, the kernel
+    ``get_batch_on_this_cp_rank`` calls) as ``fn(bounds, total_tokens, cp, rank) -> indices``, or None with why."""
+    if not cuda:
+        return None, "TE's partition kernel needs a CUDA device (dry run)"
+    try:
+        import transformer_engine_torch as tex
+    except ImportError as exc:
+        return None, f"Transformer Engine is not installed ({exc})"
+
+    def split(bounds: list[int], total: int, cp: int, rank: int) -> list[int]:
+        cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
+        return tex.thd_get_partitioned_indices(cu, total, cp, rank).cpu().tolist()
+
+    return split, ""
+
+
+def check_cp_split(rows: list[list[int]], cuda: bool = False) -> dict[str, Any]:
+    """(f) every rank's indices for CP 2 and 4 on the static physical boundaries (aligned to 2*CP, row closed):
+    mbridge_seqpack's split against the kernel's formula, and against TE's partition kernel itself where TE and a
+    CUDA device are present (else that part says it was skipped, and why)."""
+    kernel, why = te_partition_kernel(cuda)
+    mismatches, kernel_mismatches, checked = 0, 0, 0
     for cp in (2, 4):
         for lengths in rows:
             mult = 2 * cp
@@ -624,7 +707,15 @@ def check_cp_split(rows: list[list[int]]) -> dict[str, Any]:
                 checked += 1
                 got = thd_cp_partition_indices(torch.tensor(bounds), cp, rank).tolist()
                 mismatches += got != kernel_formula(bounds, cp, rank)
-    return {"status": "pass" if mismatches == 0 else "fail", "mismatches": mismatches, "rank_splits": checked}
+                if kernel is not None:
+                    kernel_mismatches += got != kernel(bounds, row_width, cp, rank)
+    te = (
+        {"status": "pass" if kernel_mismatches == 0 else "fail", "mismatches": kernel_mismatches}
+        if kernel is not None
+        else {"status": "skipped", "reason": why}
+    )
+    ok = mismatches == 0 and te["status"] != "fail"
+    return {"status": "pass" if ok else "fail", "mismatches": mismatches, "rank_splits": checked, "te_kernel": te}
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -668,7 +759,7 @@ def run_checks(cuda: bool, n_rows: int, launch: bool = True) -> dict[str, Any]:
     log_lengths = torch.randn(400 if cuda else 40, generator=gen, dtype=torch.float64) * 0.8 + (5.5 if cuda else 2.5)
     lengths = torch.clamp(log_lengths.exp(), 2, max_len).long().tolist()
     results["d_throughput_packed_vs_padded"] = check_throughput(lengths, width, max_len, dtype, device, gen)
-    results["f_cp_split_matches_kernel_formula"] = check_cp_split(rows)
+    results["f_cp_split_matches_kernel_formula"] = check_cp_split(rows, cuda)
     return results
 
 
@@ -696,9 +787,11 @@ def main() -> int:
     start = time.perf_counter()
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
-        results = {name: {"status": "skipped", "reason": "no CUDA device"} for name in NAMES}
-    else:
-        results = run_checks(cuda, args.rows, launch=not args.no_launch)
+        # every check skipped would read as a pass on a machine whose CUDA is broken: refuse instead
+        print("gpu_check: no CUDA device here; run it on the GPU machine, or pass --dry-run for the CPU check "
+              "(float64, tiny sizes)", file=sys.stderr)  # fmt: skip
+        return 2
+    results = run_checks(cuda, args.rows, launch=not args.no_launch)
     for name in NAMES:
         r = results[name]
         detail = {k: v for k, v in r.items() if k != "status"}

@@ -53,6 +53,20 @@ def _ops(recorder: HostReadRecorder) -> list[str]:
         (lambda r, x: torch.cuda.synchronize(), "synchronization (torch.cuda.synchronize)"),
         (lambda r, x: torch.cuda.Event().synchronize(), "synchronization (Event.synchronize)"),
         (lambda r, x: f"{x[0]}", "host read (format(tensor))"),
+        # sizes, fills and split points a device tensor gives (PyTorch reads each from C++: no call of their own)
+        (lambda r, x: torch.arange(x[1]), "host read (size from a tensor: torch.arange)"),
+        (lambda r, x: torch.empty(x[1]), "host read (size from a tensor: torch.empty)"),
+        (lambda r, x: torch.zeros(x[1], 2), "host read (size from a tensor: torch.zeros)"),
+        (lambda r, x: torch.zeros(16).cuda().view(x[1] - 1, -1), "host read (size from a tensor: view)"),
+        (lambda r, x: torch.full((2,), x[1]), "host read (fill value from a tensor: torch.full)"),
+        (
+            lambda r, x: torch.nn.functional.one_hot(x.long()),
+            "value-dependent shape (one_hot without num_classes)",
+        ),  # fmt: skip
+        (
+            lambda r, x: torch.tensor_split(torch.zeros(16), x[1:3].long()),
+            "host read (tensor_split points from a tensor)",
+        ),  # fmt: skip
     ],
 )
 def test_each_kind_of_host_read_of_a_device_tensor_is_recorded(read: Any, op: str) -> None:
@@ -80,6 +94,8 @@ def test_host_tensors_and_shape_only_work_read_nothing() -> None:
         host = torch.tensor([0, 3, 7, 16])
         host.tolist(), host.item() if host.numel() == 1 else int(host[0]), host.cpu()  # host reads of host data
         torch.repeat_interleave(torch.arange(3), x[1:] - x[:-1], output_size=16)  # static size
+        torch.nn.functional.one_hot(x.long(), num_classes=17), torch.full((2,), 3), torch.arange(x.shape[0])
+        torch.zeros(4).cuda().view(2, -1), torch.tensor_split(torch.zeros(16), [3, 7])
         y = x.clone()
         y[y > 5] = 0  # one boolean mask, a host scalar: ATen's masked_fill_ fast path
         return x.shape[0], x.size(0), x.numel(), x.reshape(2, 2), x.index_select(0, torch.tensor([0, 2]))
@@ -203,13 +219,125 @@ def test_each_host_read_of_the_issue_is_found_at_its_site(fresh: dict[str, Any])
 
 @slow
 def test_the_capture_safe_features_read_nothing(fresh: dict[str, Any]) -> None:
-    """Fused RoPE (the run stops at TE's kernel, nothing read before it), alignment padding, drop-and-pad MoE,
-    per-token loss and overlapped grad reduction add no host read: no condition, no rejection."""
+    """Fused RoPE (TE's kernel stood in for, the run goes on to the end), alignment padding, alltoall drop-and-pad
+    MoE, per-token loss and overlapped grad reduction add no host read in a run that finished: no condition, no
+    rejection. The only runs that stop are the flex dispatchers' (the one-rank world cannot build them)."""
+    full = fresh["full_iteration"]
     for probe in ("aligned", "moe_alltoall_drop_and_pad", "per_token_loss", "overlap_grad_reduce", "rope_fused"):
-        assert _sites(fresh, probe) == [], probe
-    stopped = fresh["full_iteration"]["rope_fused"]["stopped_at"]
-    assert stopped == "transformer_engine/pytorch/attention/rope.py:142 forward"
-    assert all(fresh["full_iteration"][p]["stopped_at"] is None for p in fresh["full_iteration"] if p != "rope_fused")
+        assert _sites(fresh, probe) == [] and full[probe]["stopped_at"] is None, probe
+    assert full["rope_fused"]["stood_in"] == [
+        "tex.fused_rope_forward at transformer_engine/pytorch/attention/rope.py:142 forward",
+        "tex.fused_rope_backward at transformer_engine/pytorch/attention/rope.py:164 backward",
+    ]
+    stopped = {p: e["stopped_at"] for p, e in full.items() if e["stopped_at"] is not None}
+    dispatcher = "megatron/core/transformer/moe/token_dispatcher.py"
+    deepep = f"{dispatcher}:1770 __init__: DeepEP dispatcher requires TPxEP > 1 when instantiating TransformerLayer"
+    hybridep = f"{dispatcher}:1048 __init__: HybridEP is not installed."
+    assert stopped["moe_flex_dropless"] == stopped["moe_flex_capacity"] == deepep
+    for mode in ("dropless", "capacity", "drop_and_pad"):
+        assert stopped[f"moe_flex_hybridep_{mode}"].startswith(hybridep)
+    assert sorted(stopped) == sorted(
+        ["moe_flex_dropless", "moe_flex_capacity"]
+        + [f"moe_flex_hybridep_{m}" for m in ("dropless", "capacity", "drop_and_pad")]
+    )
+    assert {p: e["refused"] for p, e in full.items() if e["refused"]} == {
+        "moe_flex_drop_and_pad": "Flex token dispatcher with deepep backend does not support "
+        "moe_pad_expert_input_to_capacity (megatron/core/transformer/transformer_config.py:1604 __post_init__)"
+    }
+
+
+@slow
+def test_a_stopped_run_certifies_nothing(fresh: dict[str, Any]) -> None:
+    """A run that stopped before the step's end is undetermined, never certified; a refused config is neither."""
+    from mbridge_seqpack.capture.verdicts import Verdicts
+
+    verdicts = Verdicts(fresh)
+    certified = {p.name for p in verdicts.certified()}
+    undetermined = {p.name for p in verdicts.undetermined()}
+    assert undetermined == {"moe_flex_dropless", "moe_flex_capacity"} | {
+        f"moe_flex_hybridep_{m}" for m in ("dropless", "capacity", "drop_and_pad")
+    }
+    assert not certified & (undetermined | {"moe_flex_drop_and_pad"})
+    assert "rope_fused" in certified
+
+
+@slow
+def test_every_dispatcher_and_capacity_mode_is_probed(fresh: dict[str, Any]) -> None:
+    """The MoE features come from the config's fields (dispatcher x capacity mode), each run on its own: allgather
+    reads the host in every mode (drop-and-pad included), alltoall with a capacity factor but no padding still moves
+    counts to the host, only alltoall drop-and-pad is clean."""
+    moe = "megatron/core/transformer/moe"
+    allgather = [
+        ("device-to-host copy (.cpu())", f"{moe}/token_dispatcher.py:317 dispatch_postprocess"),
+        ("value-dependent shape (masked_select)", f"{moe}/token_dispatcher.py:328 dispatch_postprocess"),
+    ]
+    for mode in ("dropless", "capacity", "drop_and_pad"):
+        assert _sites(fresh, f"moe_allgather_{mode}") == allgather, mode
+    assert _sites(fresh, "moe_alltoall_capacity") == [
+        ("device-to-host copy (.to('cpu'))", f"{moe}/moe_utils.py:1185 maybe_move_tensor_to_cpu")
+    ]
+    assert _sites(fresh, "moe_alltoall_drop_and_pad") == []
+
+
+@slow
+def test_te_scopes_on_each_moe_kind(fresh: dict[str, Any]) -> None:
+    """Each MoE kind under each TE scope, from its own run: [moe] captures allgather's host reads (alltoall's
+    drop-and-pad replays clean); [moe_router, moe_preprocess] with a capacity factor on alltoall is refused by
+    Megatron-Core's assert (transformer_config.py:2516); flex is not run (DeepEP needs TP x EP > 1)."""
+    te = fresh["te_moe"]
+    assert te["moe:alltoall:drop_and_pad"]["moe"]["outcome"] == "replays"
+    assert te["moe:alltoall:drop_and_pad"]["moe"]["reads"] == []
+    reads = [(r["op"], r["site"]) for r in te["moe:allgather:drop_and_pad"]["moe"]["reads"]]
+    assert reads[0] == (
+        "device-to-host copy (.cpu())",
+        "megatron/core/transformer/moe/token_dispatcher.py:317 dispatch_postprocess",
+    )
+    refused = te["moe:alltoall:capacity"]["moe_router+moe_preprocess"]
+    assert (refused["outcome"], refused["site"]) == (
+        "refused",
+        "megatron/core/transformer/transformer_config.py:2516 __post_init__",
+    )
+    assert refused["message"] == (
+        "moe_preprocess cuda graph is not supported when there are DtoH copies and synchronizations in the "
+        "preprocess step."
+    )
+    assert te["moe:allgather:capacity"]["moe_router+moe_preprocess"]["outcome"] == "replays"
+    assert te["moe:alltoall:capacity"]["moe"]["message"] == "moe cuda graph is only supported with drop-padding MoE."
+    assert te["moe:flex:dropless"]["moe_router"]["outcome"] == "not run"
+
+
+def test_the_rope_stand_in_equals_tes_own_unfused_rope(megatron_bridge: Any) -> None:
+    """The CPU stand-in for TE's fused RoPE kernel gives what TE's own non-fused THD path gives (TE's
+    apply_rotary_pos_emb with fused=False, sequence by sequence over cu_seqlens), and its backward is that path's
+    gradient."""
+    from transformer_engine.pytorch.attention.rope import apply_rotary_pos_emb
+
+    from mbridge_seqpack.capture.kernels import rope_reference
+
+    gen = torch.Generator().manual_seed(0)
+    cu = torch.tensor([0, 5, 12, 20, 20], dtype=torch.int32)
+    t = torch.randn(20, 2, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    freqs = torch.randn(16, 1, 1, 6, generator=gen, dtype=torch.float64)
+    want = apply_rotary_pos_emb(t, freqs, tensor_format="thd", fused=False, cu_seqlens=cu)
+    got = rope_reference(t.detach(), freqs, "thd", cu)
+    torch.testing.assert_close(got, want.detach())
+    up = torch.randn(20, 2, 8, generator=gen, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(want, t, up)
+    torch.testing.assert_close(rope_reference(up, freqs, "thd", cu, backward=True), grad)
+
+
+def test_fused_rope_and_the_nan_check_reach_the_host_read(megatron_bridge: Any) -> None:
+    """Fused RoPE with check_for_nan_in_grad: the run goes past TE's RoPE kernel (stood in) and reaches the NaN
+    check's bool(tensor); before, it stopped at the kernel with nothing recorded and counted as safe."""
+    from mbridge_seqpack.capture.iteration import run_iteration
+
+    run = run_iteration(
+        {"model.position_embedding_type": "rope", "model.apply_rope_fusion": True, "ddp.check_for_nan_in_grad": True}
+    )
+    assert run.stopped_at is None and len(run.stood_in) == 2
+    assert [r.describe() for r in run.reads] == [
+        "host read (bool(tensor)) at megatron/core/rerun_state_machine.py:521 validate_result"
+    ]
 
 
 @slow

@@ -65,6 +65,16 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
             True,
         )
     assert results["a_attention_parity"]["mult8"]["layout"]["mult"] == 8
+    # TE's own THD attention and partition kernel need CUDA: said skipped, with why, never counted as a pass
+    for mult in ("mult1", "mult8"):
+        assert results["a_attention_parity"][mult]["te_thd"] == {
+            "status": "skipped",
+            "reason": "TE's THD attention needs a CUDA device (dry run)",
+        }
+    assert results["f_cp_split_matches_kernel_formula"]["te_kernel"] == {
+        "status": "skipped",
+        "reason": "TE's partition kernel needs a CUDA device (dry run)",
+    }
     # Seeded lengths: the same 586 tokens in 5 rows of 128 at every run (an unseeded draw once filled its rows
     # exactly and failed CI's "0 < padding" check).
     throughput = results["d_throughput_packed_vs_padded"]
@@ -254,13 +264,18 @@ def test_a_host_read_in_the_step_fails_the_launch_check(megatron_bridge: Any, mo
     assert launch["step_host_reads"] == ["host read (tolist()) at <outside Megatron>"] * len(ROWS)
 
 
-def test_without_cuda_every_check_is_skipped(tmp_path: Path) -> None:
+def test_without_cuda_and_without_dry_run_it_refuses_to_pass(tmp_path: Path) -> None:
+    """Every check skipped used to exit 0: on a machine whose CUDA is broken the GPU check "passed". It now runs
+    nothing, writes nothing and exits 2 with one line that says what to do."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     done = _run("--json", str(tmp_path / "r.json"))
-    assert done.returncode == 0
-    results = json.loads((tmp_path / "r.json").read_text())["results"]
-    assert {v["status"] for v in results.values()} == {"skipped"}
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gpu_check: no CUDA device here; run it on the GPU machine, or pass --dry-run for the CPU check (float64, "
+        "tiny sizes)"
+    )
+    assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.gpu
@@ -270,3 +285,7 @@ def test_gpu_check_passes_on_device(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert results["c_graph_replay_equals_eager"]["status"] == "pass"
+    if importlib.util.find_spec("transformer_engine") is not None:  # TE's own kernels ran, not only formulas
+        assert results["f_cp_split_matches_kernel_formula"]["te_kernel"]["status"] == "pass"
+        for mult in ("mult1", "mult8"):
+            assert results["a_attention_parity"][mult]["te_thd"]["status"] == "pass"

@@ -85,6 +85,7 @@ def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> An
     elif cell.capture in ("moe", "moe_router"):
         cfg.model.num_moe_experts = 8
         cfg.model.moe_router_topk = 2
+        cfg.model.moe_token_dispatcher_type = "alltoall"  # the matrix's MoE (allgather's [moe] reads the host)
         if cell.capture == "moe":  # Megatron-Core graphs whole MoE layers only when they drop and pad
             cfg.model.moe_expert_capacity_factor = 1.0
             cfg.model.moe_pad_expert_input_to_capacity = True
@@ -541,6 +542,149 @@ def test_drop_and_pad_moe_is_capture_safe_under_full_iteration(
     cfg.model.moe_expert_capacity_factor = 1.0
     cfg.model.moe_pad_expert_input_to_capacity = True
     assert _errors(cfg) == []
+
+
+def _moe(cfg: Any, dispatcher: str, capacity: float | None = None, pad: bool = False) -> Any:
+    cfg.model.num_moe_experts, cfg.model.moe_router_topk = 8, 2
+    cfg.model.moe_token_dispatcher_type = dispatcher
+    cfg.model.moe_expert_capacity_factor, cfg.model.moe_pad_expert_input_to_capacity = capacity, pad
+    return cfg
+
+
+def _capture_safe_full_iteration(packed_cfg: Any) -> Any:
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion, cfg.ddp.check_for_nan_in_grad = True, False
+    return cfg
+
+
+def test_allgather_drop_and_pad_is_refused_under_full_iteration(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drop-and-pad does not make the allgather dispatcher capture-safe: its dispatch_postprocess still copies the
+    token counts to the host and masked_selects the probs (token_dispatcher.py:317/328, found by the run); the fix
+    is the alltoall dispatcher, whose drop-and-pad run reads nothing (the near miss, accepted)."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _moe(_capture_safe_full_iteration(packed_cfg), "allgather", 1.0, True)
+    [v] = _errors(cfg)
+    moe = "megatron/core/transformer/moe/token_dispatcher.py"
+    assert v.rule_id == "cuda_graphs.capture_host_reads"
+    assert v.rule == (
+        "drop-and-pad MoE (capacity factor, padded to capacity) with the allgather dispatcher: the captured step "
+        f"reads device values on the host (device-to-host copy (.cpu()) at {moe}:317 dispatch_postprocess; "
+        f"value-dependent shape (masked_select) at {moe}:328 dispatch_postprocess), which fails the capture or "
+        "replays one step's values"
+    )
+    assert v.assignments == {"model.moe_token_dispatcher_type": "alltoall"}
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    assert _errors(cfg) == []
+
+
+def test_capacity_without_padding_is_refused_under_full_iteration(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capacity factor without padding to capacity still sizes alltoall's dispatch from counts moved to the host
+    (moe_utils.py:1185, found by the run): refused, not taken for drop-and-pad."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _moe(_capture_safe_full_iteration(packed_cfg), "alltoall", 1.0, False)
+    [v] = _errors(cfg)
+    assert v.rule.startswith("capacity-limited MoE (a capacity factor, no padding to capacity) with the alltoall")
+    assert "device-to-host copy (.to('cpu')) at megatron/core/transformer/moe/moe_utils.py:1185" in v.rule
+
+
+def test_flex_drop_and_pad_is_refused_and_flex_dropless_is_undetermined(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flex dispatcher: with drop-and-pad Megatron-Core's TransformerConfig refuses the DeepEP backend
+    (transformer_config.py:1604, an error with its message); dropless, DeepEP needs TP x EP > 1, which the one-rank
+    CPU run lacks, so the verdict is undetermined (never OK) and says where the run stopped."""
+    from mbridge_seqpack.errors import UNDETERMINED
+
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    cfg = _moe(_capture_safe_full_iteration(packed_cfg), "flex", 1.0, True)
+    cfg.model.expert_model_parallel_size = (
+        2  # DeepEP exchanges tokens across expert ranks (moe.flex_dispatcher_parallel)
+    )
+    [v] = _errors(cfg)
+    assert v.rule == (
+        "drop-and-pad MoE (capacity factor, padded to capacity) with the flex dispatcher: Megatron-Core refuses "
+        "this config (Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity "
+        "(megatron/core/transformer/transformer_config.py:1604 __post_init__))"
+    )
+    _moe(cfg, "flex")
+    assert _errors(cfg) == []
+    [u] = [v for v in check(cfg, world_size=8) if v.rule_id == "cuda_graphs.capture_host_reads"]
+    assert u.severity == UNDETERMINED
+    assert u.not_run == (
+        "the capture run stopped at megatron/core/transformer/moe/token_dispatcher.py:1770 __init__: DeepEP "
+        "dispatcher requires TPxEP > 1 when instantiating TransformerLayer"
+    )
+
+
+def _te_moe(cfg: Any, modules: list[str]) -> Any:
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(cfg.model, modules)
+    return cfg
+
+
+def test_router_and_preprocess_scopes_with_a_capacity_factor_are_refused(packed_cfg: Any) -> None:
+    """[moe_router, moe_preprocess] with a capacity factor on alltoall: Megatron-Core's TransformerConfig asserts
+    'moe_preprocess cuda graph is not supported when there are DtoH copies and synchronizations in the preprocess
+    step.' (transformer_config.py:2516, reached by the run's finalize()); the plugin refuses it with that message and
+    keeps [moe_router]. Near misses stay accepted: [moe_router] alone, drop-and-pad (padded to capacity), and the
+    allgather dispatcher (Megatron-Core's check is alltoall's)."""
+    cfg = _te_moe(_moe(packed_cfg, "alltoall", 1.0, False), ["moe_router", "moe_preprocess"])
+    [v] = _errors(cfg)
+    assert v.rule_id == "cuda_graphs.capture_host_reads"
+    assert v.rule == (
+        "Megatron-Core refuses the [moe_router, moe_preprocess] scope for moe:alltoall:capacity layers: "
+        "'moe_preprocess cuda graph is not supported when there are DtoH copies and synchronizations in the "
+        "preprocess step.' (megatron/core/transformer/transformer_config.py:2516 __post_init__)"
+    )
+    assert v.assignments == {"model.cuda_graph_modules": ["moe_router"]}
+    for near_miss in (
+        _te_moe(_moe(copy.deepcopy(packed_cfg), "alltoall", 1.0, False), ["moe_router"]),
+        _te_moe(_moe(copy.deepcopy(packed_cfg), "alltoall", 1.0, True), ["moe_router", "moe_preprocess"]),
+        _te_moe(_moe(copy.deepcopy(packed_cfg), "allgather", 1.0, False), ["moe_router", "moe_preprocess"]),
+    ):
+        assert _errors(near_miss) == []
+
+
+def test_the_moe_scope_is_judged_on_the_models_own_dispatcher(packed_cfg: Any) -> None:
+    """[moe] (drop-and-pad, as Megatron-Core requires) replays clean on alltoall, but captures allgather's
+    dispatch_postprocess, which reads the host: the TE-scope verdict is the config's dispatcher's, not alltoall's."""
+    accepted = _te_moe(_moe(copy.deepcopy(packed_cfg), "alltoall", 1.0, True), ["moe"])
+    assert _errors(accepted) == []
+    cfg = _te_moe(_moe(packed_cfg, "allgather", 1.0, True), ["moe"])
+    [v] = _errors(cfg)
+    assert v.fields["layer kinds"] == "moe:allgather:drop_and_pad"
+    assert v.rule.startswith(
+        "the [moe] graph of moe:allgather:drop_and_pad layers reads the host: device-to-host copy (.cpu()) at "
+        "megatron/core/transformer/moe/token_dispatcher.py:317 dispatch_postprocess"
+    )
+    assert v.assignments == {"model.cuda_graph_modules": ["moe_router"]}
+
+
+def test_fused_rope_with_the_nan_check_reaches_the_checks_host_read(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fused RoPE no longer stops the run: TE's kernel is stood in for, the rest of the step runs, and the NaN
+    check behind it is found and refused; fused RoPE alone is certified from a run that finished."""
+    from mbridge_seqpack.capture.verdicts import load
+
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
+    verdicts = load()
+    assert verdicts.stopped_at("rope_fused") is None
+    assert verdicts.stood_in("rope_fused") == [
+        "tex.fused_rope_forward at transformer_engine/pytorch/attention/rope.py:142 forward",
+        "tex.fused_rope_backward at transformer_engine/pytorch/attention/rope.py:164 backward",
+    ]
+    cfg = _full_iteration(packed_cfg)
+    cfg.model.apply_rope_fusion = True
+    [nan] = _errors(cfg)
+    assert nan.fields == {"model.cuda_graph_impl": "full_iteration", "ddp.check_for_nan_in_grad": True}
 
 
 @pytest.mark.parametrize(

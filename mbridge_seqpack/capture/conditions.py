@@ -14,7 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Probe", "FULL_ITERATION_PROBES", "BASELINE", "NO_INJECTION", "probe_named", "model_layer_kinds"]
+__all__ = [
+    "Probe",
+    "FULL_ITERATION_PROBES",
+    "BASELINE",
+    "NO_INJECTION",
+    "MOE_DISPATCHERS",
+    "MOE_MODES",
+    "probe_named",
+    "model_layer_kinds",
+    "moe_kind",
+    "moe_variant_settings",
+]
 
 BASELINE = "baseline"
 NO_INJECTION = "no_injection"
@@ -27,15 +38,6 @@ def _m(cfg: Any, name: str, default: Any = None) -> Any:
 
 def _rope(cfg: Any) -> bool:
     return _m(cfg, "position_embedding_type") in ("rope", "yarn", "mrope")
-
-
-def _moe(cfg: Any, dispatcher: str) -> bool:
-    experts = _m(cfg, "num_moe_experts") or 0
-    return experts > 1 and _m(cfg, "moe_token_dispatcher_type", "allgather") == dispatcher
-
-
-def _drop_and_pad(cfg: Any) -> bool:
-    return _m(cfg, "moe_expert_capacity_factor") is not None and bool(_m(cfg, "moe_pad_expert_input_to_capacity"))
 
 
 def _timing(cfg: Any) -> int:
@@ -83,6 +85,89 @@ def _check_switch(name: str, title: str, path: str) -> Probe:
         lambda cfg: {path: False},
         fix_text=f"`{path}=false`",
     )
+
+
+#: the token dispatchers a MoE config may name (``flex`` split by its backend: DeepEP, Megatron-Core's default, and
+#: HybridEP), and the capacity modes: dropless (no capacity factor), capacity (a factor, tokens dropped, no padding)
+#: and drop-and-pad (a factor, every expert's input padded to capacity)
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex", "flex_hybridep")
+MOE_MODES = ("dropless", "capacity", "drop_and_pad")
+_MODE_SETTINGS: dict[str, dict[str, Any]] = {
+    "dropless": {},
+    "capacity": {"model.moe_expert_capacity_factor": 1.0},
+    "drop_and_pad": {"model.moe_expert_capacity_factor": 1.0, "model.moe_pad_expert_input_to_capacity": True},
+}
+_MODE_TITLE = {
+    "dropless": "dropless MoE",
+    "capacity": "capacity-limited MoE (a capacity factor, no padding to capacity)",
+    "drop_and_pad": "drop-and-pad MoE (capacity factor, padded to capacity)",
+}
+_MODE_LEAVE = {
+    "dropless": "dropless routing sizes the dispatch from token counts read on the host (drop-and-pad capacity "
+    "routing does not, but changes which tokens train)",
+    "capacity": "capacity routing without padding still sizes the dispatch from token counts read on the host "
+    "(padding to capacity, moe_pad_expert_input_to_capacity=True, does not, but changes what the experts see)",
+    "drop_and_pad": "the dispatcher reads token counts on the host even with drop-and-pad",
+}
+
+
+def moe_dispatcher(cfg: Any) -> str:
+    """The config's dispatcher as :data:`MOE_DISPATCHERS` names it."""
+    dispatcher = _m(cfg, "moe_token_dispatcher_type", "allgather")
+    if dispatcher == "flex" and _m(cfg, "moe_flex_dispatcher_backend", "deepep") == "hybridep":
+        return "flex_hybridep"
+    return str(dispatcher)
+
+
+def moe_mode(cfg: Any) -> str:
+    """The config's capacity mode (Megatron-Core reads a negative capacity factor as none)."""
+    factor = _m(cfg, "moe_expert_capacity_factor")
+    if factor is None or factor < 0:
+        return "dropless"
+    return "drop_and_pad" if _m(cfg, "moe_pad_expert_input_to_capacity", False) else "capacity"
+
+
+def moe_kind(cfg: Any) -> str:
+    """The MoE layer kind of a config as the TE-scope runs key it: ``moe:<dispatcher>:<mode>``."""
+    return f"moe:{moe_dispatcher(cfg)}:{moe_mode(cfg)}"
+
+
+def moe_variant_settings(dispatcher: str, mode: str) -> dict[str, Any]:
+    """The probe model's small MoE on ``dispatcher`` in ``mode``."""
+    extra = dict(_MODE_SETTINGS[mode])
+    if dispatcher == "flex_hybridep":
+        extra["model.moe_flex_dispatcher_backend"] = "hybridep"
+    return _moe_settings("flex" if dispatcher.startswith("flex") else dispatcher, extra)
+
+
+def _moe_fix(dispatcher: str, mode: str) -> Callable[[Any], dict[str, Any]] | None:
+    """Drop-and-pad on another dispatcher than alltoall: switch to alltoall (the same routing, another
+    communication pattern; its drop-and-pad run is computed capture-safe, else the rule never proposes it)."""
+    if mode != "drop_and_pad" or dispatcher == "alltoall":
+        return LEAVE
+    return lambda cfg: {"model.moe_token_dispatcher_type": "alltoall"}
+
+
+def _moe_probe(dispatcher: str, mode: str) -> Probe:
+    shown = "flex (HybridEP)" if dispatcher == "flex_hybridep" else dispatcher
+    return Probe(
+        f"moe_{dispatcher}_{mode}",
+        f"{_MODE_TITLE[mode]} with the {shown} dispatcher",
+        moe_variant_settings(dispatcher, mode),
+        lambda cfg: (_m(cfg, "num_moe_experts") or 0) > 1 and moe_kind(cfg) == f"moe:{dispatcher}:{mode}",
+        lambda cfg: {
+            "model.moe_token_dispatcher_type": _m(cfg, "moe_token_dispatcher_type"),
+            "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
+            "model.moe_pad_expert_input_to_capacity": bool(_m(cfg, "moe_pad_expert_input_to_capacity", False)),
+        },
+        _moe_fix(dispatcher, mode),
+        why_leave=_MODE_LEAVE[mode],
+        fix_text="`model.moe_token_dispatcher_type=alltoall`" if _moe_fix(dispatcher, mode) else "",
+    )
+
+
+#: one probe per (dispatcher, capacity mode): the features a MoE config is made of, derived from its fields
+_MOE_PROBES = tuple(_moe_probe(d, m) for d in MOE_DISPATCHERS for m in MOE_MODES)
 
 
 FULL_ITERATION_PROBES: tuple[Probe, ...] = (
@@ -158,39 +243,7 @@ FULL_ITERATION_PROBES: tuple[Probe, ...] = (
         lambda cfg: {"model.mtp_num_layers": _m(cfg, "mtp_num_layers")},
         why_leave="MTP is part of the model; its packed roll reads sequence boundaries on the host",
     ),
-    Probe(
-        "moe_alltoall_dropless",
-        "dropless MoE with the alltoall dispatcher",
-        _moe_settings("alltoall"),
-        lambda cfg: _moe(cfg, "alltoall") and not _drop_and_pad(cfg),
-        lambda cfg: {
-            "model.moe_token_dispatcher_type": "alltoall",
-            "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
-        },
-        why_leave="dropless routing sizes the dispatch from token counts read on the host (drop-and-pad capacity "
-        "routing does not, but changes which tokens train)",
-    ),
-    Probe(
-        "moe_allgather_dropless",
-        "dropless MoE with the allgather dispatcher",
-        _moe_settings("allgather"),
-        lambda cfg: _moe(cfg, "allgather") and not _drop_and_pad(cfg),
-        lambda cfg: {
-            "model.moe_token_dispatcher_type": "allgather",
-            "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
-        },
-        why_leave="dropless routing sizes the dispatch from token counts read on the host (drop-and-pad capacity "
-        "routing does not, but changes which tokens train)",
-    ),
-    Probe(
-        "moe_alltoall_drop_and_pad",
-        "drop-and-pad MoE (capacity factor, padded to capacity) with the alltoall dispatcher",
-        _moe_settings(
-            "alltoall", {"model.moe_expert_capacity_factor": 1.0, "model.moe_pad_expert_input_to_capacity": True}
-        ),
-        lambda cfg: _moe(cfg, "alltoall") and _drop_and_pad(cfg),
-        lambda cfg: {"model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor")},
-    ),
+    *_MOE_PROBES,
     Probe(
         "per_token_loss",
         "per-token loss (model.calculate_per_token_loss=True: token counts all-reduced in finalize_model_grads)",
@@ -217,15 +270,17 @@ _HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp_layer", "E": "moe"}
 
 
 def model_layer_kinds(cfg: Any) -> set[str]:
-    """The layer kinds a config's model is made of, as the TE-scope run names them: ``dense`` / ``moe``
-    ``TransformerLayer`` for GPT models; ``mamba`` / ``attention`` / ``mlp_layer`` / ``moe`` for hybrid patterns
-    (other symbols as themselves: kinds the run does not build)."""
+    """The layer kinds a config's model is made of, as the TE-scope run names them: ``dense`` / MoE
+    ``TransformerLayer`` for GPT models; ``mamba`` / ``attention`` / ``mlp_layer`` / MoE for hybrid patterns (other
+    symbols as themselves: kinds the run does not build). A MoE layer is keyed by the config's dispatcher and capacity
+    mode (:func:`moe_kind`), each run on its own."""
     pattern = _m(cfg, "hybrid_layer_pattern") or _m(cfg, "hybrid_override_pattern")
     if pattern:
-        return {_HYBRID_SYMBOLS.get(ch, ch) for ch in str(pattern) if ch not in "|/ "}
+        kinds = {_HYBRID_SYMBOLS.get(ch, ch) for ch in str(pattern) if ch not in "|/ "}
+        return {moe_kind(cfg) if kind == "moe" else kind for kind in kinds}
     experts = _m(cfg, "num_moe_experts") or 0
     if experts <= 1:
         return {"dense"}
     freq = _m(cfg, "moe_layer_freq", 1)
     mixed = (isinstance(freq, list) and 0 in freq) or (isinstance(freq, int) and freq > 1)
-    return {"moe", "dense"} if mixed else {"moe"}
+    return {moe_kind(cfg), "dense"} if mixed else {moe_kind(cfg)}

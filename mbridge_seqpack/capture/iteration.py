@@ -16,9 +16,11 @@ device buffers (outside the graph; through mbridge_seqpack's injection when it i
   with the probed fields set.
 
 What does not run, and why: the attention kernel (TE's ``DotProductAttention``: CUDA only; the layer spec's core
-attention is Megatron's ``IdentityOp``, so everything around it, RoPE included, runs), TE's fused kernels (a run that
-reaches one stops there and says so: ``stopped_at``), the context-parallel split (TE's ``thd_get_partitioned_indices``
-kernel, and a one-rank world), the graph capture itself.
+attention is Megatron's ``IdentityOp``, so everything around it, RoPE included, runs), TE's fused kernels (where a CPU
+stand-in with the kernel's shapes exists, ``kernels``, the run goes on past it and lists it in ``stood_in``; a run that
+reaches any other stops there and says so, ``stopped_at``: its verdict is undetermined, never safe), the
+context-parallel split (TE's ``thd_get_partitioned_indices`` kernel, and a one-rank world), the graph capture itself.
+A config Megatron-Core refuses (its ``finalize()`` raises) is not run: ``refused`` holds its message.
 """
 
 from __future__ import annotations
@@ -65,10 +67,14 @@ BASELINE: dict[str, Any] = {
 
 @dataclass
 class IterationRun:
-    """What one run found: the host reads inside the captured region, and the kernel it stopped at (if any)."""
+    """What one run found: the host reads inside the captured region, where it stopped (if it did: the site and what
+    could not run there), the TE kernels stood in for on the way, and Megatron-Core's refusal of the config (if it
+    refused it: then nothing ran)."""
 
     reads: list[HostRead] = field(default_factory=list)
     stopped_at: str | None = None
+    stood_in: list[str] = field(default_factory=list)
+    refused: str | None = None
 
 
 def _tiny_provider() -> Any:
@@ -189,6 +195,10 @@ def kernel_boundary(exc: BaseException) -> str | None:
     return traceback_site(exc)
 
 
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().split("\n")[0] or type(exc).__name__)[:300]
+
+
 @dataclass
 class StepParts:
     """What a step needs, built inside the CPU world: the config, the global state, the DDP-wrapped model, the
@@ -258,22 +268,33 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
     from megatron.core.full_cuda_graph import FullCudaGraphWrapper
     from megatron.core.pipeline_parallel.schedules import forward_backward_no_pipelining
 
+    from mbridge_seqpack.capture.kernels import kernel_stand_ins
     from mbridge_seqpack.capture.world import cpu_world
     from mbridge_seqpack.thd import inject
 
-    cfg = probe_config(settings)
-    batches = packed_batches(cfg.dataset.offline_packing_specs.pad_seq_to_mult)
     run = IterationRun()
-    with inject.installed(injected), cpu_world() as recorder:
-        parts = build_step(cfg, recorder)
+    cfg = probe_config(settings)
+    try:
+        cfg.model.finalize()
+    except (AssertionError, ValueError) as exc:
+        run.refused = f"{first_line(exc)} ({traceback_site(exc)})"
+        return run
+    batches = packed_batches(cfg.dataset.offline_packing_specs.pad_seq_to_mult)
+    with inject.installed(injected), cpu_world() as recorder, kernel_stand_ins(recorder, run.stood_in):
+        try:
+            parts = build_step(cfg, recorder)
+        except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
+            run.stopped_at = f"{traceback_site(exc)}: {first_line(exc)}"
+            return run
         wrapper = FullCudaGraphWrapper(forward_backward_no_pipelining, cuda_graph_warmup_steps=1)
         data = wrapper.data_read(iter(batches), [parts.model], True, len(batches))  # before the capture
         with recorder.capturing(True):
             try:
                 forward_backward(parts, data, len(batches))
             except Exception as exc:
-                run.stopped_at = kernel_boundary(exc)
-                if run.stopped_at is None:
+                site = kernel_boundary(exc)
+                if site is None:
                     raise
+                run.stopped_at = f"{site}: {first_line(exc)}"
     run.reads = unique_reads(recorder.reads)
     return run

@@ -40,7 +40,9 @@ class ScopeRun:
     """One (scope, layer kind): whether the layer is graphed, what its replay did, the host reads in the graph."""
 
     graphed: bool
-    outcome: str  # "not graphed" | "asserts" | "replays" | "refused" (Megatron-Core refuses the scope for the model)
+    #: "not graphed" | "asserts" | "replays" | "refused" (Megatron-Core refuses the scope for the model) | "not run"
+    #: (the CPU world could not build or finish it: undetermined, with what stopped it)
+    outcome: str
     message: str = ""
     site: str = ""
     reads: list[HostRead] = field(default_factory=list)
@@ -108,9 +110,20 @@ def _scope_settings(modules: list[str]) -> dict[str, Any]:
 
 @keeps_environment
 def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
-    """A ``GPTModel`` of ``kind`` layers (``dense`` / ``moe``, drop-and-pad when the scope holds ``moe``, as
-    Megatron-Core requires) through Megatron-Bridge's step, TE graphs on the ``modules`` scope."""
-    from mbridge_seqpack.capture.iteration import build_step, forward_backward, packed_batches, probe_config
+    """A ``GPTModel`` of ``kind`` layers through Megatron-Bridge's step, TE graphs on the ``modules`` scope:
+    ``dense``; ``moe`` (alltoall, drop-and-pad when the scope holds ``moe``, as Megatron-Core requires: the matrix's
+    MoE); ``moe:<dispatcher>:<mode>`` (that dispatcher and capacity mode, as a config sets them). A model the one-rank
+    CPU world cannot build, or a TE kernel without a stand-in, gives ``not run`` with what stopped it."""
+    from mbridge_seqpack.capture.conditions import moe_variant_settings
+    from mbridge_seqpack.capture.iteration import (
+        build_step,
+        first_line,
+        forward_backward,
+        kernel_boundary,
+        packed_batches,
+        probe_config,
+    )
+    from mbridge_seqpack.capture.kernels import kernel_stand_ins
     from mbridge_seqpack.capture.world import cpu_world
 
     settings = _scope_settings(modules)
@@ -118,15 +131,22 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
         settings.update(MOE_SETTINGS)
         if "moe" in modules:
             settings.update(DROP_AND_PAD)
+    elif kind.startswith("moe:"):
+        _, dispatcher, mode = kind.split(":")
+        settings.update(moe_variant_settings(dispatcher, mode))
     try:
         cfg = probe_config(settings)
         cfg.model.finalize()
     except (AssertionError, ValueError) as exc:
-        return ScopeRun(False, "refused", str(exc).split("\n")[0])
+        return ScopeRun(False, "refused", first_line(exc), traceback_site(exc) or "")
     batches = packed_batches(1)
     error = None
-    with cpu_world() as recorder:
-        parts = build_step(cfg, recorder)
+    stood_in: list[str] = []
+    with cpu_world() as recorder, kernel_stand_ins(recorder, stood_in):
+        try:
+            parts = build_step(cfg, recorder)
+        except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
+            return ScopeRun(False, "not run", first_line(exc), traceback_site(exc) or "")
         layers = parts.model.module.decoder.layers
         stand_ins = _install_stand_ins(layers, cfg.model, recorder)
         if stand_ins:
@@ -134,6 +154,11 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
                 forward_backward(parts, iter(batches), len(batches))
             except AssertionError as exc:
                 error = exc
+            except Exception as exc:
+                site = kernel_boundary(exc)
+                if site is None:
+                    raise
+                return ScopeRun(True, "not run", first_line(exc), site)
     return _outcome(stand_ins, error, recorder)
 
 

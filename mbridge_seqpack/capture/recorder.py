@@ -77,6 +77,37 @@ _DATA_DEPENDENT: dict[Any, str] = {
 }
 
 
+#: factories whose sizes (or range ends) a device tensor would give only by being read on the host first
+_FACTORIES: dict[Any, str] = {
+    torch.arange: "torch.arange",
+    torch.empty: "torch.empty",
+    torch.zeros: "torch.zeros",
+    torch.ones: "torch.ones",
+    torch.rand: "torch.rand",
+    torch.randn: "torch.randn",
+    torch.randint: "torch.randint",
+    torch.randperm: "torch.randperm",
+    torch.eye: "torch.eye",
+    torch.linspace: "torch.linspace",
+}
+#: tensor methods whose size arguments (after ``self``) a device tensor would give only by a host read
+_SIZED_METHODS: dict[Any, str] = {
+    _T.view: "view",
+    _T.reshape: "reshape",
+    torch.reshape: "reshape",
+    _T.expand: "expand",
+    _T.repeat: "repeat",
+    _T.tile: "tile",
+    torch.tile: "tile",
+    _T.new_empty: "new_empty",
+    _T.new_zeros: "new_zeros",
+    _T.new_ones: "new_ones",
+    _T.new_full: "new_full",
+    _T.unflatten: "unflatten",
+    _T.resize_: "resize_",
+}
+
+
 @dataclass(frozen=True)
 class HostRead:
     """One host read: what it was (``op``), where (``site``: the innermost library frame) and the library frames
@@ -283,6 +314,40 @@ class HostReadRecorder(TorchFunctionMode):
             return
         if func in (torch.where, torch.split, torch.narrow, _T.split, _T.narrow, _T.__getitem__, _T.__setitem__):
             self._check_indexing(func, args, kwargs)
+            return
+        self._check_sizes(func, args, kwargs)
+
+    def _device_in(self, values: Any) -> bool:
+        leaves, _ = tree_flatten(values)
+        return any(self.is_device(leaf) for leaf in leaves)
+
+    def _check_sizes(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        """Sizes, fills and split points a device tensor gives: PyTorch reads each on the host (``__index__`` /
+        ``item()`` from C++, where the mode sees no call of its own)."""
+        import torch.nn.functional as F
+
+        sized = {k: v for k, v in kwargs.items() if k not in ("out", "device", "dtype", "layout", "generator")}
+        if func in _FACTORIES and self._device_in((args, sized)):
+            self.record(f"host read (size from a tensor: {_FACTORIES[func]})", skip=4)
+        elif func in _SIZED_METHODS and self._device_in((args[1:], sized)):
+            fill = func is _T.new_full and not self._device_in((args[1:2], sized.get("size")))
+            self.record(
+                f"host read ({'fill value' if fill else 'size'} from a tensor: {_SIZED_METHODS[func]})", skip=4
+            )
+        elif func is torch.full and self._device_in((args[1:], sized.get("fill_value"))):
+            self.record("host read (fill value from a tensor: torch.full)", skip=4)
+        elif func is torch.full and self._device_in((args[:1], sized.get("size"))):
+            self.record("host read (size from a tensor: torch.full)", skip=4)
+        elif func is F.one_hot:
+            classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+            if self.is_device(classes):
+                self.record("host read (num_classes from a tensor: one_hot)", skip=4)
+            elif classes == -1:
+                self.record("value-dependent shape (one_hot without num_classes)", skip=4)
+        elif func in (torch.tensor_split, _T.tensor_split):
+            points = args[1] if len(args) > 1 else kwargs.get("indices_or_sections", kwargs.get("sections"))
+            if self._device_in(points):
+                self.record("host read (tensor_split points from a tensor)", skip=4)
 
     def _check_indexing(self, func: Callable, args: tuple, kwargs: dict) -> None:
         if func is torch.where and len(args) == 1 and not kwargs:

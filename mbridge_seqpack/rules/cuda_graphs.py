@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.graph_paths import (
     COMPUTED_FULL,
@@ -250,21 +250,11 @@ def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
         return None
     verdicts = _verdicts()
     if cell.impl == "transformer_engine":
-        reading = [
-            v for v in verdicts.scope_for(ctx.graph_modules, _layer_kinds(ctx)) if v.reads and v.outcome != "asserts"
-        ]
-        return [
-            Violation(
-                {"model.cuda_graph_modules": ctx.graph_modules, "layer kinds": v.kind},
-                f"the [{v.module}] graph of {v.kind} layers reads the host: "
-                + "; ".join(r.describe() for r in v.reads),
-                assignments=_graphs_after_attention(ctx),
-            )
-            for v in reading
-        ]
+        return _te_host_reads(ctx, verdicts)
     found = verdicts.present_conditions(ctx.cfg)
+    out = _full_iteration_unknowns(ctx, verdicts)
     if not found:
-        return []
+        return out
     leave = [p.name for p, _ in found if p.fix is None or p.fix(ctx.cfg) is None]
     out = []
     for probe, reads in found:
@@ -284,6 +274,74 @@ def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
             assignments = probe.fix(ctx.cfg)
         out.append(Violation({"model.cuda_graph_impl": ctx.cuda_graph_impl} | probe.fields(ctx.cfg), why,
                              assignments=assignments))  # fmt: skip
+    return out
+
+
+def _full_iteration_unknowns(ctx: RuleContext, verdicts: Any) -> list[Violation]:
+    """The config's features whose probe config Megatron-Core refuses (an error, its message), and those whose run
+    stopped before the step's end (undetermined: where it stopped; never certified)."""
+    out = []
+    fields = {"model.cuda_graph_impl": ctx.cuda_graph_impl}
+    for probe in verdicts.present_refusals(ctx.cfg):
+        out.append(
+            Violation(
+                fields | probe.fields(ctx.cfg),
+                f"{probe.title}: Megatron-Core refuses this config ({verdicts.refused(probe.name)})",
+                assignments=probe.fix(ctx.cfg) if probe.fix is not None and probe.fix(ctx.cfg) else {},
+                fix="" if probe.fix is not None and probe.fix(ctx.cfg) else "change the MoE settings it names",
+            )
+        )
+    for probe in verdicts.present_undetermined(ctx.cfg):
+        out.append(
+            Violation(
+                fields | probe.fields(ctx.cfg),
+                f"{probe.title}: whether the captured step reads the host is not determined here",
+                fix="run the step once under torch.cuda.graph on a GPU, or capture per layer: "
+                + "; ".join(f"cfg.{k} = {v!r}" for k, v in _per_layer_graphs(ctx).items()),
+                severity=UNDETERMINED,
+                not_run=f"the capture run stopped at {verdicts.stopped_at(probe.name)}",
+            )
+        )
+    return out
+
+
+def _te_host_reads(ctx: RuleContext, verdicts: Any) -> list[Violation]:
+    """TE per-layer scopes: a graphed part that reads the host, a scope Megatron-Core refuses for this model (its
+    assert, e.g. moe_preprocess with a capacity factor on alltoall), and a scope on a kind the run could not decide
+    (undetermined)."""
+    kinds = _layer_kinds(ctx)
+    modules = ctx.graph_modules
+    out = [
+        Violation(
+            {"model.cuda_graph_modules": modules, "layer kinds": v.kind},
+            f"the [{v.module}] graph of {v.kind} layers reads the host: " + "; ".join(r.describe() for r in v.reads),
+            assignments=_graphs_after_attention(ctx),
+        )
+        for v in verdicts.scope_for(modules, kinds)
+        if v.reads and v.outcome != "asserts"
+    ]
+    out += [
+        Violation(
+            {"model.cuda_graph_modules": modules, "layer kinds": v.kind},
+            f"Megatron-Core refuses the [{v.module.replace('+', ', ')}] scope for {v.kind} layers: '{v.message}' "
+            f"({v.site})",
+            assignments=_graphs_after_attention(ctx),
+        )
+        for v in verdicts.scope_refusals(modules, kinds)
+    ]
+    out += [
+        Violation(
+            {"model.cuda_graph_modules": modules, "layer kinds": kind},
+            f"whether the [{module or 'whole layer'}] graph of {kind} layers replays without host reads is not "
+            "determined here",
+            fix="run one step under TE graphs on a GPU first, or capture a scope the run certifies: "
+            + "; ".join(f"cfg.{k} = {v!r}" for k, v in _graphs_after_attention(ctx).items()),
+            severity=UNDETERMINED,
+            not_run=why,
+        )
+        for module, kind, why in verdicts.scope_undetermined(modules, kinds)
+        if module not in ("", "attn")  # attention inside the graph: cuda_graphs.te_attention_over_packed refuses it
+    ]
     return out
 
 

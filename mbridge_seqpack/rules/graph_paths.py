@@ -50,7 +50,7 @@ Verdict = Literal["works", "works_with_injection", "fails"]
 TE_SCOPE_MODULES: tuple[str, ...] = ("mlp", "moe", "moe_router", "mamba")
 _KIND_TEXT = {
     "dense": "dense layers",
-    "moe": "MoE layers",
+    "moe": "MoE layers (alltoall; each dispatcher and capacity mode in the MoE table below)",
     "attention": "hybrid attention layers",
     "mlp_layer": "hybrid MLP layers",
     "mamba": "Mamba layers",
@@ -315,9 +315,17 @@ def _conditions_table(verdicts: "Verdicts") -> list[str]:
     for probe in FULL_ITERATION_PROBES:
         added = verdicts.added_reads(probe.name)
         stopped = verdicts.stopped_at(probe.name)
+        refused = verdicts.refused(probe.name)
         found = "<br>".join(f"{r.op} at `{r.site}`" for r in added) or "none: **capture-safe**"
-        if stopped:
-            found += f" (the run stops at `{stopped}`: a TE kernel with no CPU path)"
+        if refused:
+            found = f"**refused** by Megatron-Core: {refused}"
+        elif stopped and not added:
+            found = f"**not determined**: the run stops at `{stopped}`"
+        elif stopped:
+            found += f" (then the run stops at `{stopped}`)"
+        stood_in = verdicts.stood_in(probe.name)
+        if stood_in:
+            found += " (CPU stand-in for " + ", ".join(f"`{k}`" for k in stood_in) + ")"
         if not added:
             fix = "-"
         elif probe.fix is None:
@@ -347,6 +355,27 @@ def _te_table(verdicts: "Verdicts") -> list[str]:
                 row.append(v.outcome)
         label = f"`[{module.replace('+', ', ')}]`" if module else "`[]` (whole layer)"
         lines.append(f"| {label} | " + " | ".join(row) + " |")
+    return lines
+
+
+def _te_moe_table(verdicts: "Verdicts") -> list[str]:
+    from mbridge_seqpack.capture.verdicts import MOE_KINDS, TE_MODULES
+
+    labels = [f"`[{m.replace('+', ', ')}]`" if m else "`[]`" for m in TE_MODULES]
+    lines = ["| MoE kind | " + " | ".join(labels) + " |", "|---|" + "---|" * len(TE_MODULES)]
+    for kind in MOE_KINDS:
+        row = []
+        for module in TE_MODULES:
+            v = verdicts.scope(module, kind)
+            if v is None or v.undetermined:
+                row.append("**not determined**" + (f" (`{v.site}`: {v.message})" if v is not None else ""))
+            elif v.outcome == "replays":
+                row.append("replays" + (" **reads**" if v.reads else ""))
+            elif v.outcome == "refused":
+                row.append(f"refused (`{v.site}`)")
+            else:
+                row.append(v.outcome)
+        lines.append(f"| `{kind}` | " + " | ".join(row) + " |")
     return lines
 
 
@@ -401,6 +430,12 @@ def render_markdown() -> str:
         "the MoE kind.",
         "",
         *_te_table(verdicts),
+        "",
+        "A MoE model's verdict comes from its own dispatcher and capacity mode (`moe:<dispatcher>:<mode>`: dropless,",
+        "a capacity factor without padding, drop-and-pad), each run under every scope; *not determined* where the",
+        "one-rank CPU world cannot build the dispatcher (the rules then say so, never OK):",
+        "",
+        *_te_moe_table(verdicts),
         "",
         "## Evidence",
         "",

@@ -12,6 +12,10 @@ from mbridge_seqpack.rules.registry import rule
 GPUS_PER_NODE = 8
 #: host memory per node the masks may take before the advisory speaks: beyond waste, a real share of a node's RAM
 MASK_ADVISORY_BYTES = 64 * 2**30
+#: the host memory of the largest node the verdict assumes (2 TiB: a DGX H100/H200/B200's system memory); a mask need
+#: beyond it fails on any such machine, so the advisory's own figure proves the failure and it is an error. A
+#: constant, not an environment variable: the verdict depends on the fields it names and nothing else.
+NODE_HOST_BYTES = 2 * 2**40
 
 
 def _mask_dropped_reason(ctx: RuleContext) -> str:
@@ -170,7 +174,8 @@ def mask_host_bytes(seq_length: int, workers: int, datasets: int, world_size: in
         "skip_getting_attention_mask_from_dataset=False, and Transformer Engine's causal attention ignores it. "
         "Quadratic host memory: NVIDIA-NeMo/Megatron-Bridge#3555 (RAM ramp to OOM, fixed by "
         "create_attention_mask=False), NVIDIA/Megatron-LM#1657 (worker killed above 90K tokens). Reported from "
-        "64 GiB per node (8 ranks x workers); whether a node runs out depends on its memory, so an advisory."
+        "64 GiB per node (8 ranks x workers); whether a node runs out depends on its memory, so an advisory, and an "
+        "error when the figure is beyond a node of 2 TiB (NODE_HOST_BYTES), where every machine runs out."
     ),
 )
 def create_attention_mask(ctx: RuleContext) -> list[Violation] | None:
@@ -185,6 +190,12 @@ def create_attention_mask(ctx: RuleContext) -> list[Violation] | None:
     if need < MASK_ADVISORY_BYTES:
         return []
     gib = need / 2**30
+    proven = ""
+    if need > NODE_HOST_BYTES:
+        proven = (
+            f"{gib:,.0f} GiB of host memory per node is beyond a node of {NODE_HOST_BYTES // 2**40} TiB: the "
+            "dataloader workers run out of memory on any machine"
+        )
     return [
         Violation(
             {
@@ -198,5 +209,6 @@ def create_attention_mask(ctx: RuleContext) -> list[Violation] | None:
             f"builds a {seq} x {seq} mask (float32 while built, then one bool copy per dataset): about {gib:.0f} "
             f"GiB of host memory per node for a mask that is never applied: {_mask_dropped_reason(ctx)}",
             assignments={"dataset.create_attention_mask": False},
+            proven=proven,
         )
     ]

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from mbridge_seqpack.errors import SEVERITIES, UNDETERMINED, Severity, Violation
+from mbridge_seqpack.errors import ERROR, SEVERITIES, UNDETERMINED, Severity, Violation
 from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule"]
@@ -73,8 +73,9 @@ def registered() -> list[Rule]:
 
 def _stamped(entry: Rule, found: Violation) -> Violation:
     """The rule's id and severity on one of its violations; a verdict the rule could not compute stays
-    undetermined whatever the rule's severity (it is never an error, nor silently an OK)."""
-    severity = UNDETERMINED if found.severity == UNDETERMINED else entry.severity
+    undetermined whatever the rule's severity (it is never an error, nor silently an OK), and an advisory whose own
+    figure proves the failure (``Violation.proven``) is an error."""
+    severity = UNDETERMINED if found.severity == UNDETERMINED else ERROR if found.proven else entry.severity
     return dataclasses.replace(found, rule_id=entry.rule_id, severity=severity)
 
 
