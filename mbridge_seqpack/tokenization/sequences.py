@@ -10,10 +10,13 @@ Megatron-Bridge's ``fill_packing_strategy`` writes. The plugin's parts are the i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -336,7 +339,6 @@ def tokenize_split(
     encoded a chunk at a time (tokenization/batched_tokens.py, the same ids); where that does not apply, or when False,
     Megatron-Bridge's per-example path runs, and ``tokenization`` says which and why.
     """
-    import contextlib
     import functools
     import io
     import logging
@@ -371,11 +373,20 @@ def tokenize_split(
     work_parent = Path(spill_dir) if spill_dir is not None else None
     if work_parent is not None:
         work_parent.mkdir(parents=True, exist_ok=True)
-    with bar, tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_", dir=work_parent) as work:
+    with (
+        bar,
+        tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_", dir=work_parent) as work,
+        contextlib.ExitStack() as stack,
+    ):
         index_dir = Path(work) / "index"
         index_dir.mkdir()
         kwargs = {**dataset_kwargs, "index_mapping_dir": str(index_dir)}  # never write index files by the input
         logging.getLogger("megatron.bridge").setLevel(logging.WARNING)
+        folded = FoldedWarning(r".* is not long enough to truncate\.$")  # once per example: one line at the end
+        dataset_logger = logging.getLogger("megatron.bridge.data.datasets.gpt_sft")
+        dataset_logger.addFilter(folded)
+        stack.callback(dataset_logger.removeFilter, folded)
+        stack.callback(folded.report, path)
         for chunk, count in _chunks(path, lines_per_chunk, Path(work)):
             request = AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None
             builder = functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals, assembly=request)
@@ -418,6 +429,36 @@ def tokenize_split(
     else:
         how = "batched"
     return TokenizedSequences(tokens, loss_mask, offsets, cut_sequences, cut_tokens, how)
+
+
+class FoldedWarning(logging.Filter):
+    """Drops the log records of Megatron-Bridge's prep that match ``pattern`` (a per-example warning) and counts
+    them; :meth:`report` says them once, with the count."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self.pattern = re.compile(pattern)
+        self.count = 0
+        self.first = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.pattern.match(message) is None:
+            return True
+        self.count += 1
+        self.first = self.first or message
+        return False
+
+    def report(self, path: Any) -> None:
+        if self.count:
+            from mbridge_seqpack.textout import wrap
+
+            said = (
+                f"Megatron-Bridge's prep of {Path(str(path)).name} warned {self.count} time(s) like "
+                f"'{self.first}' (a truncation field shorter than its share of the cut: the others are cut "
+                "more); folded into this line"
+            )
+            print("\n".join(wrap(said, "note: ", hang="  ")), file=sys.stderr)
 
 
 class _TokenSink:
