@@ -93,3 +93,20 @@ def test_cli_check_fix_and_early_syntax_errors(megatron_bridge: Any, capsys: pyt
     assert line.startswith("model.context_parallel_size=2 ")
     code = main(["check", "--rules-only", *line.split()])
     assert code == 0, capsys.readouterr().out[-3000:]
+
+
+def test_fix_collapses_a_key_the_user_also_set() -> None:
+    """The printed set holds each key once (the fix's value wins over the user's), so it pastes as one command."""
+    from mbridge_seqpack.cli.check import collapsed
+
+    given = ["model.context_parallel_size=2", "dataset.offline_packing_specs.pad_seq_to_mult=1", "train.gbs=8"]
+    fixes = ["model.calculate_per_token_loss=true", "dataset.offline_packing_specs.pad_seq_to_mult=4"]
+    assert collapsed([*given, *fixes]) == [
+        "model.context_parallel_size=2",
+        "dataset.offline_packing_specs.pad_seq_to_mult=4",
+        "train.gbs=8",
+        "model.calculate_per_token_loss=true",
+    ]
+    assert collapsed(["dataset.dataset_kwargs.add_eos=true", "++dataset.dataset_kwargs.add_eos=false"]) == [
+        "++dataset.dataset_kwargs.add_eos=false"
+    ]

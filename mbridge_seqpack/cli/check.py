@@ -114,6 +114,18 @@ def split_target(args: argparse.Namespace) -> None:
         args.target = DEFAULT_RECIPE
 
 
+def collapsed(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with one entry per key, the last one (a fix replaces the user's value of that key), in the order
+    the keys first appear; ``+key``/``++key`` and ``key`` are one key."""
+    last: dict[str, str] = {}
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        last.pop(key, None)
+        last[key] = item
+    firsts = list(dict.fromkeys(item.split("=", 1)[0].lstrip("+~") for item in overrides))
+    return [last[key] for key in firsts]
+
+
 def cmd_fix(args: argparse.Namespace) -> int:
     """``check --fix``: one converged override set that clears every violation, to paste after the others."""
     from mbridge_seqpack.overrides import converged_fix
@@ -126,7 +138,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     cfg, (world, _) = launch.cfg, world_and_source(args.world_size, launch, launcher_world(args))
     with declared(gpu_arch=args.gpu_arch, recipe=args.target):
         fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
-    print(" ".join([*args.overrides, *fixes]) if fixes else "# nothing to fix")
+    print(" ".join(collapsed([*args.overrides, *fixes])) if fixes else "# nothing to fix")
     for v in remaining:
         print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
     return 1 if remaining else 0
