@@ -119,14 +119,14 @@ def test_rules_follow_the_matrix(
     cfg = _cell_config(request, cell, cp)
     assert classify(RuleContext(cfg, 8)) == (cell.impl, cell.capture, cell.packing)
     monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
-    errors = {v.rule_id for v in check(cfg, world_size=8) if v.severity == ERROR}
+    errors = {v.rule_id for v in _errors(cfg)}
     if cell.fails:
         assert cell.rule_id in errors
     else:
         assert errors == set()
     if cell.verdict == "works_with_injection":
         monkeypatch.delenv("MBRIDGE_SEQPACK_MODE")
-        assert {v.rule_id for v in check(cfg, world_size=8) if v.severity == ERROR} == {cell.rule_id}
+        assert {v.rule_id for v in _errors(cfg)} == {cell.rule_id}
 
 
 def test_the_fix_for_attention_capture_converges_to_a_working_cell(packed_cfg: Any) -> None:
@@ -425,7 +425,9 @@ def _full_iteration(cfg: Any) -> Any:
 
 
 def _errors(cfg: Any) -> list[Any]:
-    return [v for v in check(cfg, world_size=8) if v.severity == ERROR]
+    """The errors of the graph-path mechanisms: ``equivalence.*`` (a packed MoE router counting padding, say) judges
+    the training signal, whatever is captured, and has tests of its own (tests/test_equivalence.py)."""
+    return [v for v in check(cfg, world_size=8) if v.severity == ERROR and not v.rule_id.startswith("equivalence.")]
 
 
 def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_fix(

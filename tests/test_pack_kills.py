@@ -47,7 +47,8 @@ def _location(root: Path) -> tuple[Any, Any]:
 
     from mbridge_seqpack.recipes.targets import build_launch
 
-    cfg = build_launch(RECIPE, [f"dataset.dataset_root={root}"]).cfg
+    # a training-only root: the launch must not prepare a validation split into the sealed folder
+    cfg = build_launch(RECIPE, [f"dataset.dataset_root={root}", "dataset.do_validation=false"]).cfg
     return GPTSFTDatasetBuilder(config=cfg.dataset, tokenizer=build_tokenizer(cfg.tokenizer)), cfg
 
 

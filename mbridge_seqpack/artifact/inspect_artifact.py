@@ -128,7 +128,7 @@ class ArtifactReport:
             lines += wrap(p, "  PROBLEM: ", hang=" " * 11)
         for s in self.splits:
             seal = "sealed" if s.sealed else "UNSEALED"
-            if self.problems and not s.rows and not s.tokens:  # not read: no counts to show
+            if self.problems and not s.tokens:  # not read: no counts to show
                 lines += wrap(f"{s.name} ({s.path.name}, {seal}): not read (see PROBLEM above)", "  ", hang="    ")
                 continue
             lines += wrap(

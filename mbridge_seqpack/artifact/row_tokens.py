@@ -17,7 +17,7 @@ import numpy as np
 
 from mbridge_seqpack.errors import InputError
 
-__all__ = ["gather_tokens", "read_segments"]
+__all__ = ["gather_tokens", "loss_counts", "read_segments"]
 
 
 def gather_tokens(seqs: Any, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,3 +62,26 @@ def read_segments(
     finally:
         os.close(fd)
     return True
+
+
+def loss_counts(seqs: Any, bins: Any, chunk_tokens: int = 1 << 20) -> dict[str, int]:
+    """Tokens the packed rows train on (their stored loss mask) and the packed sequences that train on none (a
+    chat record without an assistant turn, say): counted, sealed, shown in the summary. Read as the row writer
+    reads them (artifact/row_tokens.py), about ``chunk_tokens`` tokens at a time, so a local and a cluster pack
+    agree and the memory it takes does not grow with the tokens."""
+    offsets = np.asarray(seqs.offsets, dtype=np.int64)
+    kept = np.asarray(bins) >= 0
+    loss_tokens = zero = 0
+    start, count = 0, offsets.size - 1
+    while start < count:
+        end = int(np.searchsorted(offsets, offsets[start] + chunk_tokens, side="right")) - 1
+        end = min(max(end, start + 1), count)
+        sizes = offsets[start + 1 : end + 1] - offsets[start:end]
+        _, mask = gather_tokens(seqs, offsets[start:end], sizes)
+        ends = np.cumsum(sizes)
+        cumulative = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+        per_sequence = (cumulative[ends] - cumulative[ends - sizes])[kept[start:end]]
+        loss_tokens += int(per_sequence.sum())
+        zero += int((per_sequence == 0).sum())
+        start = end
+    return {"loss_tokens": loss_tokens, "zero_loss_sequences": zero}

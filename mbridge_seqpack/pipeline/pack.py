@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.artifact.seal_key import seal_key
 from mbridge_seqpack.artifact.store import (
     ArtifactError,
@@ -245,7 +246,7 @@ def pack_jsonl(
                 entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
                 entry["truncated_tokens"] = seqs.truncated_tokens
                 entry["tokenization"] = seqs.tokenization
-                entry.update(loss_counts(seqs, bins))
+                entry.update(loss_counts(seqs, bins))  # read as the writer reads the rows
                 if placed.balance_entry is not None:
                     entry["balance"] = placed.balance_entry
                 target, info = split_paths(staging, options.pack_size)[split], dict(entry)
@@ -264,27 +265,4 @@ def pack_jsonl(
     return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
 
 
-def loss_counts(seqs: Any, bins: Any, chunk: int = 1 << 18) -> dict[str, int]:
-    """Tokens the packed rows train on (their stored loss mask) and the packed sequences that train on none (a
-    chat record without an assistant turn, say): counted, sealed, shown in the summary. Read as the row writer
-    reads them (artifact/row_tokens.py), ``chunk`` sequences at a time, so a local and a cluster pack agree."""
-    import numpy as np
-
-    from mbridge_seqpack.artifact.row_tokens import gather_tokens
-
-    offsets = np.asarray(seqs.offsets, dtype=np.int64)
-    kept = np.flatnonzero(np.asarray(bins) >= 0)
-    loss_tokens = zero = 0
-    for start in range(0, kept.size, chunk):
-        part = kept[start : start + chunk]
-        sizes = offsets[part + 1] - offsets[part]
-        _, mask = gather_tokens(seqs, offsets[part], sizes)
-        ends = np.cumsum(sizes)
-        cumulative = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
-        per_sequence = cumulative[ends] - cumulative[ends - sizes]
-        loss_tokens += int(per_sequence.sum())
-        zero += int((per_sequence == 0).sum())
-    return {"loss_tokens": loss_tokens, "zero_loss_sequences": zero}
-
-
-__all__ += ["ArtifactError", "loss_counts"]
+__all__ += ["ArtifactError"]

@@ -451,14 +451,15 @@ class FoldedWarning(logging.Filter):
 
     def report(self, path: Any) -> None:
         if self.count:
-            from mbridge_seqpack.textout import wrap
+            import textwrap
 
             said = (
                 f"Megatron-Bridge's prep of {Path(str(path)).name} warned {self.count} time(s) like "
                 f"'{self.first}' (a truncation field shorter than its share of the cut: the others are cut "
                 "more); folded into this line"
             )
-            print("\n".join(wrap(said, "note: ", hang="  ")), file=sys.stderr)
+            lines = textwrap.wrap(said, 100, initial_indent="note: ", subsequent_indent="  ", break_long_words=False)
+            print("\n".join(lines), file=sys.stderr)
 
 
 class _TokenSink:
