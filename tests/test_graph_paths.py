@@ -80,16 +80,19 @@ def _cell_config(request: pytest.FixtureRequest, cell: GraphPath, cp: int) -> An
     from mbridge_seqpack.compose.mixins import ContextParallel
 
     cfg = request.getfixturevalue("vlm_cfg" if cell.packing == "in_batch" else "packed_cfg")
+    moe = cell.capture in ("moe", "moe_router")
+    if cp > 1 and moe:  # applied (and checked) before the MoE settings: their router terms are equivalence.*'s
+        apply(cfg, ContextParallel(cp))
     if cell.capture == "mamba":
         cfg.model = hybrid_provider()
-    elif cell.capture in ("moe", "moe_router"):
+    elif moe:
         cfg.model.num_moe_experts = 8
         cfg.model.moe_router_topk = 2
         cfg.model.moe_token_dispatcher_type = "alltoall"  # the matrix's MoE (allgather's [moe] reads the host)
         if cell.capture == "moe":  # Megatron-Core graphs whole MoE layers only when they drop and pad
             cfg.model.moe_expert_capacity_factor = 1.0
             cfg.model.moe_pad_expert_input_to_capacity = True
-    if cp > 1:
+    if cp > 1 and not moe:
         apply(cfg, ContextParallel(cp))
     if cell.packing != "in_batch":
         cfg.dataset.dataset_kwargs["pad_to_max_length"] = cell.packing == "offline_fixed"

@@ -113,9 +113,7 @@ def test_a_pack_made_for_a_runner_launch_matches_the_config_it_launches(
         launched = build_launch(name, overrides).cfg  # what run_recipe.py launches
         specs = launched.dataset.offline_packing_specs
         specs.packed_train_data_path = str(pack / "training_4096.idx.parquet")
-        specs.packed_metadata_path = str(pack / "4096_metadata.jsonl")
-        launched.dataset.do_validation = False  # a training-only pack: no split is prepared into its folder
-        found = check(launched, world_size=2)
+        found = check(launched, world_size=2)  # (no packed_metadata_path: the training-only pack is not appended to)
         return [v for v in found if v.rule_id == "artifact.fingerprint_mismatch"]
 
     assert fingerprint_rule(tmp_path / "runner") == []

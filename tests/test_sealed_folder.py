@@ -100,5 +100,5 @@ def test_inspect_shows_no_counts_for_a_split_it_could_not_read(
     assert main(["inspect", str(broken)]) == 1
     out = capsys.readouterr().out
     assert "0 tokens, efficiency 0.00%" not in out
-    assert "training (training_4096.idx.parquet, " in out and "not read (see PROBLEM above)" in out
+    assert "training (training_4096.idx.parquet, " in out and "): not read\n    PROBLEM: " in out
     assert json.loads((broken / "4096_metadata.jsonl").read_text())[0]["split"] == "training"

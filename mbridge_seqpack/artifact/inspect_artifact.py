@@ -128,8 +128,9 @@ class ArtifactReport:
             lines += wrap(p, "  PROBLEM: ", hang=" " * 11)
         for s in self.splits:
             seal = "sealed" if s.sealed else "UNSEALED"
-            if self.problems and not s.tokens:  # not read: no counts to show
-                lines += wrap(f"{s.name} ({s.path.name}, {seal}): not read (see PROBLEM above)", "  ", hang="    ")
+            if (self.problems or s.problems) and not s.tokens:  # not read: no counts to show
+                lines += wrap(f"{s.name} ({s.path.name}, {seal}): not read", "  ", hang="    ")
+                lines += [line for p in s.problems for line in wrap(p, "    PROBLEM: ", hang=" " * 13)]
                 continue
             lines += wrap(
                 f"{s.name} ({s.path.name}, {seal}): {s.rows} rows, {s.sequences} sequences, "
