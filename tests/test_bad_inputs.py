@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.stderr_text import unwrap
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,6 +323,8 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Row], dict[str
         timeout=900,
     )
     results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    for result in results.values():  # messages are wrapped at 100 columns: compare them whole
+        result["raw_err"], result["err"] = result["err"], unwrap(result["err"])
     assert len(results) == len(rows), done.stderr[-3000:]
     return rows, results
 
@@ -356,6 +360,18 @@ def test_every_bad_input_exits_2_with_its_message_and_no_traceback(table: tuple[
         if problems:
             wrong.append((row.id, problems, got["err"][-1500:]))
     assert wrong == []
+
+
+def test_every_line_written_fits_100_columns(table: tuple[list[Row], dict[str, dict]]) -> None:
+    """The messages are wrapped at spaces; only a single word longer than the width (a path) may stand alone."""
+    _, results = table
+    long = [
+        (name, line)
+        for name, got in results.items()
+        for line in (got["raw_err"] + got["out"]).splitlines()
+        if len(line) > 100 and " " in line.strip()
+    ]
+    assert long == []
 
 
 def test_the_hub_rows_fail_in_two_lines_with_the_fix(table: tuple[list[Row], dict[str, dict]]) -> None:

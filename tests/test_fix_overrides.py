@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,48 @@ def test_fix_collapses_a_key_the_user_also_set() -> None:
     assert collapsed(["dataset.dataset_kwargs.add_eos=true", "++dataset.dataset_kwargs.add_eos=false"]) == [
         "++dataset.dataset_kwargs.add_eos=false"
     ]
+
+
+def test_fix_offers_a_world_size_where_no_override_helps(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TP 4 on 6 GPUs: no override makes 6 work, so --fix names the nearest GPU count that does (8, the larger of
+    4 and 8), with the fixes for it; pasted back at that world size, the config checks clean."""
+    from mbridge_seqpack.cli.main import main
+
+    capsys.readouterr()
+    argv = ["check", "small_gpt_smoke_4k", "--world-size", "6", "model.tensor_model_parallel_size=4"]
+    assert main([*argv, "--fix"]) == 0
+    out, err = capsys.readouterr()
+    assert "# and run on 8 GPUs (check it with --world-size 8): no override makes the world size asked work" in err
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("model.tensor_model_parallel_size=4")
+    assert main(["check", "small_gpt_smoke_4k", "--rules-only", "--world-size", "8", *line.split()]) == 0
+
+
+def test_fix_offers_the_overrides_that_match_the_pack(
+    megatron_bridge: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pack of 2048-token rows aligned to 4, named by path in a 4k recipe: --fix makes the config read it as it
+    was made (the length owned by dataset.seq_length, the model's following), and the result checks clean."""
+    from mbridge_seqpack.cli.main import main
+    from mbridge_seqpack.recipes.kit import embedded_data_dir
+
+    data = embedded_data_dir()
+    argv = ["pack", str(data / "training.jsonl"), "--validation", str(data / "validation.jsonl")]
+    assert main([*argv, "--pack-size", "2048", "--pad-seq-to-mult", "4", "--output", str(tmp_path / "p")]) == 0
+    specs = "dataset.offline_packing_specs"
+    paths = [
+        f"{specs}.packed_train_data_path={tmp_path / 'p' / 'training_2048.idx.parquet'}",
+        f"{specs}.packed_val_data_path={tmp_path / 'p' / 'validation_2048.idx.parquet'}",
+    ]
+    capsys.readouterr()
+    assert main(["check", "small_gpt_smoke_4k", "--world-size", "8", *paths, "--fix"]) == 0
+    fixed = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert {
+        f"{specs}.packed_sequence_size=2048",
+        "dataset.seq_length=2048",
+        "model.seq_length=2048",
+        f"{specs}.pad_seq_to_mult=4",
+    } <= set(fixed)
+    assert main(["check", "small_gpt_smoke_4k", "--rules-only", "--world-size", "8", *fixed]) == 0

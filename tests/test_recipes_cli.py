@@ -17,6 +17,7 @@ from mbridge_seqpack import check
 from mbridge_seqpack.cli import main
 from mbridge_seqpack.cli.check import run_megatron_validation
 from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+from tests.support.stderr_text import unwrap
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_RECIPES = [
@@ -116,13 +117,13 @@ def test_cli_check_names_a_misspelt_field_and_a_mistyped_value(
     """A misspelt field gets "did you mean"; a value of the wrong type is config.types' report (with the field),
     not a bare ``invalid literal for int()``."""
     assert main(["check", "llama3_8b_sft_packed_8k", "model.context_paralel_size=2", "--rules-only"]) == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert err.strip().endswith(
         "Could not override 'model.context_paralel_size'. (did you mean 'model.context_parallel_size'?)"
     )
     # a new key of a free-form mapping crashed the "did you mean" lookup (vars() of a dict) with a traceback
     assert main(["check", "llama3_8b_sft_packed_8k", "dataset.dataset_kwargs.prompt_tempalte=x", "--rules-only"]) == 2
-    err = capsys.readouterr().err.strip()
+    err = unwrap(capsys.readouterr().err).strip()
     assert err.endswith(
         "Could not override 'dataset.dataset_kwargs.prompt_tempalte'. (dataset.dataset_kwargs is a mapping "
         "without the key 'prompt_tempalte': add it with ++dataset.dataset_kwargs.prompt_tempalte=...)"
@@ -152,9 +153,9 @@ def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pyt
         "    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
     )
     assert main(["check", str(recipe), "--world-size", "4", "--rules-only"]) == 0
-    assert "mode" not in capsys.readouterr().err
+    assert "mode" not in unwrap(capsys.readouterr().err)
     assert main(["check", f"{recipe}:nope"]) == 2
-    assert f"mbridge-seqpack: error: {recipe} has no function 'nope'" in capsys.readouterr().err
+    assert f"mbridge-seqpack: error: {recipe} has no function 'nope'" in unwrap(capsys.readouterr().err)
 
 
 def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,15 +163,17 @@ def test_cli_bad_inputs_exit_2(megatron_bridge: Any, capsys: pytest.CaptureFixtu
     assert (
         "mbridge-seqpack: error: recipe 'no_such_recipe' not found in megatron.bridge.recipes (nor its "
         "<family>.h100 modules) or megatron.bridge.perf_recipes; packaged recipes: llama31_8b_sft_128k_cp8"
-        in capsys.readouterr().err
+        in unwrap(capsys.readouterr().err)
     )
     assert main(["check", "small_gpt_smoke_4k", "model.no_such_field=3"]) == 2
-    assert capsys.readouterr().err == (
+    assert unwrap(capsys.readouterr().err) == (
         "mbridge-seqpack: error: Megatron-Bridge rejected the overrides: Failed to "
         "parse Hydra overrides: Could not override 'model.no_such_field'.\n"
     )
     assert main(["check", "small_gpt_smoke_4k", "justtext"]) == 2
-    assert "mbridge-seqpack: error: override 'justtext' is not valid Hydra override syntax" in capsys.readouterr().err
+    assert "mbridge-seqpack: error: override 'justtext' is not valid Hydra override syntax" in unwrap(
+        capsys.readouterr().err
+    )
 
 
 def test_cli_recipes_lists_without_building_or_importing_megatron() -> None:
@@ -365,4 +368,4 @@ def test_a_launch_line_the_runner_would_refuse_is_a_usage_error(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == 2
-    assert capsys.readouterr().err == f"mbridge-seqpack: error: {message}\n"
+    assert unwrap(capsys.readouterr().err) == f"mbridge-seqpack: error: {message}\n"

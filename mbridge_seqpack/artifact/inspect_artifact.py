@@ -53,6 +53,10 @@ class SplitReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     balance: BalanceReport | None = None
+    # for the plot (cli/histogram.py): each sequence's length as trained (the label shift taken off) and each
+    # row's filled tokens; not in to_dict, whose figures summarize them
+    sequence_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    row_fill: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
 
     @property
     def efficiency(self) -> float:
@@ -205,6 +209,7 @@ def _check_rows(
             return
     report.balance = balance_report(seg - 1, row_of_seq, len(per_row), balance)
     report.tokens = int(runtime.sum())
+    report.sequence_lengths, report.row_fill = (seg - 1).astype(np.int64), runtime
     hist_k, hist_v = np.unique(per_row, return_counts=True)
     report.sequences_per_row = {int(k): int(v) for k, v in zip(hist_k, hist_v)}
     if not np.isin(mask, (0, 1)).all():

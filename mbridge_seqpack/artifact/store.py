@@ -399,10 +399,19 @@ def write_row_groups(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from mbridge_seqpack.textout import progress_bar
+
     metadata = {FINGERPRINT_KEY: json.dumps(info, sort_keys=True).encode()}
     try:
         with contextlib.ExitStack() as stack:
             writer = None
+            # the driver's own write shows a bar on a terminal; a Ray part's worker has none to show it on
+            rows = sum(end - first for first, end in bounds)
+            bar = stack.enter_context(
+                progress_bar(
+                    total=rows, unit="row", desc=f"write {path.name}", enabled=None if digests is not None else False
+                )
+            )
             for first, end in bounds:
                 values = layout.values(seqs, first, end)
                 if digests is not None:
@@ -415,6 +424,7 @@ def write_row_groups(
                         reached("writing")
                 else:
                     writer.write_table(table, row_group_size=max(end - first, 1))
+                bar.update(end - first)
                 del table, values
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:

@@ -138,10 +138,43 @@ def cmd_fix(args: argparse.Namespace) -> int:
     cfg, (world, _) = launch.cfg, world_and_source(args.world_size, launch, launcher_world(args))
     with declared(gpu_arch=args.gpu_arch, recipe=args.target):
         fixes, remaining = converged_fix(cfg, lambda c: check(c, world_size=world))
-    print(" ".join(collapsed([*args.overrides, *fixes])) if fixes else "# nothing to fix")
+        other_world = None
+        if any(_needs_other_world(v) for v in remaining):
+            other_world = _nearest_world(cfg, world, lambda c, w: check(c, world_size=w))
+            if other_world is not None:
+                world, fixes, remaining = other_world
+    shown = fixes or (other_world is not None and args.overrides)
+    print(" ".join(collapsed([*args.overrides, *fixes])) if shown else "# nothing to fix")
+    if other_world is not None:
+        print(
+            f"# and run on {world} GPUs (check it with --world-size {world}): no override makes the world size "
+            "asked work",
+            file=sys.stderr,
+        )
     for v in remaining:
         print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
     return 1 if remaining else 0
+
+
+#: the GPU counts ``check --fix`` offers in place of one no override makes work: whole nodes of 8, or fewer
+WORLD_SIZES = (1, 2, 4, *range(8, 4097, 8))
+
+
+def _needs_other_world(violation: Any) -> bool:
+    """A violation about the world size itself (batch.world_size_divisible names it as a field)."""
+    return "world_size" in violation.fields and not violation.assignments
+
+
+def _nearest_world(cfg: Any, world: int, check_at: Any, tries: int = 12) -> tuple[int, list[str], list] | None:
+    """The GPU count nearest ``world`` (the larger first on a tie) at which the fixes converge to no violation,
+    with those fixes; ``None`` when none of the nearest ``tries`` does."""
+    from mbridge_seqpack.overrides import converged_fix
+
+    for candidate in sorted((w for w in WORLD_SIZES if w != world), key=lambda w: (abs(w - world), -w))[:tries]:
+        fixes, remaining = converged_fix(cfg, lambda c: check_at(c, candidate))
+        if not remaining:
+            return candidate, fixes, remaining
+    return None
 
 
 def take_runner_line(args: argparse.Namespace) -> None:

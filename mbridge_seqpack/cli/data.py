@@ -369,7 +369,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         draw_histogram(report, args.png)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_text())
     if args.png and not args.json:
-        print(f"histogram: {args.png}")
+        print(f"plot: {args.png}")
     return 0 if report.ok else 1
 
 
@@ -513,7 +513,12 @@ def add_data_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
     p = sub.add_parser("inspect", help="verify a packed artifact and print its statistics")
     p.add_argument("artifact", help="artifact directory (or one of its .idx.parquet files)")
-    p.add_argument("--png", type=text_value, default=None, help="write a sequences-per-row histogram to this PNG")
+    p.add_argument(
+        "--png",
+        type=text_value,
+        default=None,
+        help="write a PNG of the sequence lengths against the pack size and of each row's fill",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 

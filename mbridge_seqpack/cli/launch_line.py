@@ -135,7 +135,13 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--recipe", default=None, help="recipe function name, as run_recipe.py --recipe takes it")
     group.add_argument("--model", default=None, help="model recipe stem: the recipe is <model>_<task>_config")
     group.add_argument("--mode", choices=MODES, default=None, help="training mode (default: from the recipe name)")
-    group.add_argument("--dataset", choices=DATASETS, default=None, help="the runner's dataset preset")
+    group.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        metavar="PRESET",  # the choices in the usage line would run past 100 columns
+        help=f"the runner's dataset preset: {', '.join(DATASETS)}",
+    )
     group.add_argument("--deterministic", action="store_true", help="the runner's determinism overrides")
     group.add_argument("--step-func", "--step_func", dest="step_func", default=None, help=argparse.SUPPRESS)
     group.add_argument("--dry-run", "--dry_run", dest="dryrun", action="store_true", help=argparse.SUPPRESS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from mbridge_seqpack.cli.check import add_check_command
 from mbridge_seqpack.cli.data import add_data_commands
@@ -24,14 +24,32 @@ from mbridge_seqpack.cli.plan import add_plan_command
 from mbridge_seqpack.cli.recipes import add_recipes_command
 from mbridge_seqpack.cli.startup import command_line
 from mbridge_seqpack.errors import PackingConfigError, SeqpackError, UsageError
+from mbridge_seqpack.textout import message_lines
 
 __all__ = ["build_parser", "main", "UsageError"]
+
+
+ERROR_PREFIX = "mbridge-seqpack: error: "
+
+
+def say_error(text: str) -> None:
+    """One error of the user's on stderr, as lines of at most 100 columns."""
+    print("\n".join(message_lines(text, ERROR_PREFIX)), file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors worded as the plugin's own (``mbridge-seqpack: error: ...``, wrapped)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        say_error(message)
+        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from mbridge_seqpack import __version__
 
-    parser = argparse.ArgumentParser(prog="mbridge-seqpack", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="mbridge-seqpack", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mbridge-seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_check_command(sub)
@@ -81,19 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 1
     except SeqpackError as exc:
-        print(f"mbridge-seqpack: error: {exc}", file=sys.stderr)
+        say_error(str(exc))
         return 2
     except MemoryError:
-        print(
-            "mbridge-seqpack: error: out of memory; lower --pack-size (or --workers), or run on a larger machine",
-            file=sys.stderr,
-        )
+        say_error("out of memory; lower --pack-size (or --workers), or run on a larger machine")
         return 2
     except OSError as exc:  # a full disk (ENOSPC), a vanished or unreadable file: the resource, not a bug
         where = f"{exc.filename}: " if exc.filename else ""
-        print(
-            f"mbridge-seqpack: error: {where}{exc.strerror or exc}; free the resource and run again", file=sys.stderr
-        )
+        say_error(f"{where}{exc.strerror or exc}; free the resource and run again")
         return 2
     except Exception:  # noqa: BLE001  (anything else is a bug in the plugin: say so, with what a report needs)
         import traceback

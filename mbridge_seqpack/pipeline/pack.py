@@ -76,6 +76,14 @@ class PackOptions:
                 raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.overflow not in ("error", "drop"):
             raise InputError(f"--overflow must be 'error' or 'drop', got {self.overflow!r}")
+        if self.overflow == "drop" and not (self.dataset_kwargs or {}).get("chat"):
+            # GPTSFTDataset._multiple_truncation cuts every prompt/answer example to max_seq_length, so none is ever
+            # longer: the flag would be accepted and do nothing
+            raise InputError(
+                "--overflow drop acts on chat records only (--chat, or dataset_kwargs chat=true): Megatron-Bridge's "
+                "prep truncates prompt/answer records to --max-seq-length, so none is longer and none is dropped; "
+                "leave --overflow out"
+            )
         if self.sampler not in SAMPLERS:
             raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if not isinstance(self.sampler_seed, int) or isinstance(self.sampler_seed, bool) or self.sampler_seed < 0:

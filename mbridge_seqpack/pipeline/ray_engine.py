@@ -282,9 +282,9 @@ class RayEngine:
             ) from None
 
     def _bar(self, **kwargs: Any) -> Any:
-        from tqdm import tqdm
+        from mbridge_seqpack.textout import progress_bar
 
-        return tqdm(disable=None if self.progress is None else not self.progress, **kwargs)
+        return progress_bar(enabled=self.progress, **kwargs)
 
     def tokenize(
         self,

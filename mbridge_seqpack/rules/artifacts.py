@@ -72,8 +72,21 @@ def _resolve(spec: str) -> tuple[list[Path], str | None]:
         return [], str(exc)
 
 
-def _violation(field: str, spec: str, why: str, fix: str, **extra: Any) -> Violation:
-    return Violation({field: spec, **extra}, why, fix=fix)
+def _violation(
+    field: str, spec: str, why: str, fix: str, assignments: dict[str, Any] | None = None, **extra: Any
+) -> Violation:
+    return Violation({field: spec, **extra}, why, fix=fix, assignments=assignments or {})
+
+
+def _matching_the_pack(field: str, key: str, packed: int) -> dict[str, Any]:
+    """The overrides that make the config read the pack it names as it was made (``check --fix`` offers them; the
+    fix text offers re-packing instead): only for a pack the config names by path, since the builder's own
+    location moves with these fields. The length is ``dataset.seq_length``'s, the model's follows it."""
+    if field not in {f"{SPECS}.{name}" for name in PATH_FIELDS}:
+        return {}
+    if key == "pack_size":
+        return {f"{SPECS}.packed_sequence_size": packed, "dataset.seq_length": packed, "model.seq_length": packed}
+    return {f"{SPECS}.pad_seq_to_mult": packed}
 
 
 def _repack_fix(ctx: RuleContext, field: str) -> str:
@@ -160,6 +173,7 @@ def _check_files(
                     f"the pack was built with {key}={packed}, the config asks for "
                     f"{configured}; it would train on rows of the wrong shape or alignment",
                     fix,
+                    _matching_the_pack(field, key, packed),
                     **{f"artifact {key}": packed, cfg_path: configured},
                 )
             )
@@ -192,6 +206,7 @@ def _check_files(
                     "packed_metadata_path was written by a different pack run than the "
                     "packed data; static cu_seqlens would be sized for other rows",
                     f"set {SPECS}.packed_metadata_path={infos[0][0].parent / Path(str(meta)).name}",
+                    {f"{SPECS}.packed_metadata_path": str(infos[0][0].parent / Path(str(meta)).name)},
                     **{f"{SPECS}.packed_metadata_path": str(meta)},
                 )
             )

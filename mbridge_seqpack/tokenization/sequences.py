@@ -346,8 +346,8 @@ def tokenize_split(
     import time
 
     from megatron.bridge.data.packing.offline import tokenize_dataset
-    from tqdm import tqdm
 
+    from mbridge_seqpack.textout import progress_bar
     from mbridge_seqpack.tokenization.assembly import AssemblyRequest, from_items
     from mbridge_seqpack.tokenization.batched_tokens import expected_refusal
     from mbridge_seqpack.tokenization.truncation import counting_gpt_sft_split
@@ -365,18 +365,16 @@ def tokenize_split(
     cut_sequences = cut_tokens = 0
     refusals: list[str] = []
     assembly_refusals: list[str] = []
-    bar = tqdm(
-        total=records, unit="rec", desc=f"tokenize {path.name}", disable=None if progress is None else not progress
-    )
+    bar = progress_bar(total=records, unit="rec", desc=f"tokenize {path.name}", enabled=progress)
     # input chunks and index files go next to the spilled tokens (inside the pack's staging directory, removed with
     # it, so a killed pack leaves nothing in the system temporary directory)
     work_parent = Path(spill_dir) if spill_dir is not None else None
     if work_parent is not None:
         work_parent.mkdir(parents=True, exist_ok=True)
     with (
-        bar,
         tempfile.TemporaryDirectory(prefix="mbridge_seqpack_tokenize_", dir=work_parent) as work,
         contextlib.ExitStack() as stack,
+        bar,  # closed first: the folded warnings' line comes after the finished bar, not inside it
     ):
         index_dir = Path(work) / "index"
         index_dir.mkdir()
