@@ -24,9 +24,12 @@ specs=dataset.offline_packing_specs
 cat <<EOF
 
 next:
-  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2      # what breaks, and the fix
-  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2 --fix  # the overrides that clear it
-  $cli pack --recipe llama3_8b_sft_packed_8k dataset.dataset_root=DIR     # your data, as the recipe packs it
-  $cli recipes                                                            # the packaged recipes
-  MBRIDGE_SEQPACK_MODE=error python your_training_script.py               # the rules inside validate()
+  # what breaks, and the fix; then the overrides that clear it
+  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2
+  $cli check llama3_8b_sft_packed_8k model.context_parallel_size=2 --fix
+  # your data, as the recipe packs it; the packaged recipes
+  $cli pack --recipe llama3_8b_sft_packed_8k dataset.dataset_root=DIR
+  $cli recipes
+  # the rules inside validate(), with no code
+  MBRIDGE_SEQPACK_MODE=error python your_training_script.py
 EOF
