@@ -23,22 +23,26 @@ consumes exactly the fields the step gets: logical boundaries, physical (ragged,
 
 Checks (each "pass", "fail", "skipped" with a reason, or "measured"):
   (a) outputs and q/k/v gradients of the packed call equal each sequence attended alone at its physical offset
-      (zero elsewhere), within a tolerance from the dtype's measured noise, on both paths; on the launch path the
-      step's reads of the injected buffers read nothing on the host (``--dry-run``: under mbridge_seqpack's
-      host-read recorder);
+      (zero elsewhere), within a tolerance from the dtype's measured noise, on both paths; the step reads nothing
+      on the host: the launch step's reads of the injected buffers and the custom step's attention, recorded by
+      mbridge_seqpack's host-read recorder on the GPU itself (its real-device mode; ``--dry-run``: the launch
+      step with stand-in device tensors, the custom step not, its kernel being a host emulation);
   (b) boundary mutants of the static batch fail: the THD contract check (capacity, monotone, closed row,
       logical within physical, max_seqlen bound) or (a)'s comparison: zero-padded tail, last end + 1, tail off by
       one, unclosed row, truncation to capacity, off by one, dropped boundary, shifted, max_seqlen too small;
   (c) one CUDA-graph capture of the launch path's step (``get_batch_from_iterator``, ``get_packed_seq_params``,
       forward and backward) over the injected ``data_read`` buffers, replayed over rows with other boundaries
       (``data_read`` refills the buffers), equals eager within the eager-vs-eager spread, deterministic algorithms
-      on (CUDA only);
+      on (CUDA only; without Megatron the custom step's static buffers, refilled in place, feed the graph);
   (d) throughput, packed rows vs padded batches at equal real tokens; (e) graph vs eager step time;
   (f) the THD context-parallel split of the physical boundaries equals the kernel's formula, and TE's partition
       kernel itself (``thd_get_partitioned_indices``) where TE and CUDA are present (else "te_kernel" is skipped).
 
 The launch path needs Megatron-Bridge and Megatron-Core importable (an NGC container, this repo's environment);
-``--no-launch`` leaves it out (then (a) covers the custom-step path only and (c) is skipped).
+without them, or with ``--no-launch``, it is skipped, saying why (then (a) covers the custom-step path only). TE is
+optional the same way ("skipped: TE not installed"): a machine with PyTorch and CUDA alone runs every torch-only
+check. Each run first prints its plan, one line per part, "runs" or "skipped: why"; ``--dry-run`` also prints what
+a CUDA run with this machine's installs would run.
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
