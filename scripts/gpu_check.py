@@ -23,22 +23,26 @@ consumes exactly the fields the step gets: logical boundaries, physical (ragged,
 
 Checks (each "pass", "fail", "skipped" with a reason, or "measured"):
   (a) outputs and q/k/v gradients of the packed call equal each sequence attended alone at its physical offset
-      (zero elsewhere), within a tolerance from the dtype's measured noise, on both paths; on the launch path the
-      step's reads of the injected buffers read nothing on the host (``--dry-run``: under mbridge_seqpack's
-      host-read recorder);
+      (zero elsewhere), within a tolerance from the dtype's measured noise, on both paths; the step reads nothing
+      on the host: the launch step's reads of the injected buffers and the custom step's attention, recorded by
+      mbridge_seqpack's host-read recorder on the GPU itself (its real-device mode; ``--dry-run``: the launch
+      step with stand-in device tensors, the custom step not, its kernel being a host emulation);
   (b) boundary mutants of the static batch fail: the THD contract check (capacity, monotone, closed row,
       logical within physical, max_seqlen bound) or (a)'s comparison: zero-padded tail, last end + 1, tail off by
       one, unclosed row, truncation to capacity, off by one, dropped boundary, shifted, max_seqlen too small;
   (c) one CUDA-graph capture of the launch path's step (``get_batch_from_iterator``, ``get_packed_seq_params``,
       forward and backward) over the injected ``data_read`` buffers, replayed over rows with other boundaries
       (``data_read`` refills the buffers), equals eager within the eager-vs-eager spread, deterministic algorithms
-      on (CUDA only);
+      on (CUDA only; without Megatron the custom step's static buffers, refilled in place, feed the graph);
   (d) throughput, packed rows vs padded batches at equal real tokens; (e) graph vs eager step time;
   (f) the THD context-parallel split of the physical boundaries equals the kernel's formula, and TE's partition
       kernel itself (``thd_get_partitioned_indices``) where TE and CUDA are present (else "te_kernel" is skipped).
 
 The launch path needs Megatron-Bridge and Megatron-Core importable (an NGC container, this repo's environment);
-``--no-launch`` leaves it out (then (a) covers the custom-step path only and (c) is skipped).
+without them, or with ``--no-launch``, it is skipped, saying why (then (a) covers the custom-step path only). TE is
+optional the same way ("skipped: TE not installed"): a machine with PyTorch and CUDA alone runs every torch-only
+check. Each run first prints its plan, one line per part, "runs" or "skipped: why"; ``--dry-run`` also prints what
+a CUDA run with this machine's installs would run.
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import inspect
 import json
 import math
@@ -75,6 +80,27 @@ NAMES = (
     "e_graph_vs_eager_step_time",
     "f_cp_split_matches_kernel_formula",
 )
+
+
+# ---- what is installed --------------------------------------------------------------------------------------
+
+
+def missing(module: str, what: str) -> str | None:
+    """Why ``module`` cannot run here ("TE not installed"), or None when it is importable."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{what} not installed"
+
+
+def te_missing() -> str | None:
+    return missing("transformer_engine", "TE")
+
+
+def megatron_missing() -> str | None:
+    """The launch path needs Megatron-Bridge's collate and step and Megatron-Core's full-iteration wrapper."""
+    return missing("megatron.bridge", "Megatron-Bridge") or missing("megatron.core", "Megatron-Core")
 
 
 # ---- the static batch ---------------------------------------------------------------------------------------
@@ -223,12 +249,15 @@ def te_thd_attention(device: torch.device) -> tuple[Callable[..., torch.Tensor] 
     """TE's THD path as training calls it: ``DotProductAttention(qkv_format="thd", attn_mask_type="padding_causal")``
     with the logical ``cu_seqlens``, the physical ``cu_seqlens_*_padded`` and ``max_seqlen``, as Megatron-Core's
     ``TEDotProductAttention`` passes the step's ``PackedSeqParams``; or None with why it cannot run here."""
+    why = te_missing()
+    if why:
+        return None, why
     if device.type != "cuda":
         return None, "TE's THD attention needs a CUDA device (dry run)"
     try:
         from transformer_engine.pytorch import DotProductAttention
     except ImportError as exc:
-        return None, f"Transformer Engine is not installed ({exc})"
+        return None, f"TE not importable ({exc})"
     module = DotProductAttention(HEADS, DIM, qkv_format="thd", attn_mask_type="padding_causal", attention_dropout=0.0)
 
     def run(
@@ -352,6 +381,28 @@ def mutants(
 Static = tuple[torch.Tensor, torch.Tensor, int]  # (logical, physical, max_seqlen) as the step hands attention
 
 
+@contextlib.contextmanager
+def device_recorder(device_type: str | None = "cuda") -> Any:
+    """mbridge_seqpack's host-read recorder in its real-device mode, recording (every host read of a tensor on
+    ``device_type``, synchronization, object or host collective, read on a thread it starts), active for the block:
+    the GPU run's host-read sub-checks record on the GPU itself. ``None``: nothing recorded (yields None)."""
+    if device_type is None:
+        yield None
+        return
+    from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+
+    recorder = HostReadRecorder(real_device=device_type)
+    with cuda_stand_ins(recorder), recorder:
+        yield recorder
+
+
+def host_read_result(reads: list[str] | None, why: str = "") -> dict[str, Any]:
+    """A host-read sub-check: pass only when the step was recorded and read nothing."""
+    if reads is None:
+        return {"status": "skipped", "reason": why}
+    return {"status": "pass" if not reads else "fail", "reads": reads}
+
+
 def check_attention(
     rows: list[list[int]],
     layout: StaticTHDLayout,
@@ -367,6 +418,8 @@ def check_attention(
     statics = statics if statics is not None else [static_row(lengths, layout, mult) for lengths in rows]
     worst, noise, contract_fail, te_worst = 0.0, 0.0, 0, 0.0
     te_run, te_why = te_thd_attention(device)
+    cuda = device.type == "cuda"
+    step_reads: list[str] = []
     detected: dict[str, int] = {}
     how: dict[str, set[str]] = {}
     for lengths, (logical, physical, max_seqlen) in zip(rows, statics, strict=True):
@@ -377,7 +430,9 @@ def check_attention(
         same_dtype = output_and_grads(lambda a, b, c: alone(a, b, c, lengths, mult), *run, up.to(dtype))
         noise = max(noise, max_diff(exact, same_dtype))
         lo_d, ph_d = logical.to(device), physical.to(device)
-        packed = output_and_grads(lambda a, b, c: attention(a, b, c, lo_d, ph_d, max_seqlen), *run, up.to(dtype))
+        with device_recorder("cuda" if cuda else None) as recorder:  # the step's attention, recorded on the GPU
+            packed = output_and_grads(lambda a, b, c: attention(a, b, c, lo_d, ph_d, max_seqlen), *run, up.to(dtype))
+        step_reads += [r.describe() for r in recorder.reads] if recorder is not None else []
         worst = max(worst, max_diff(exact, packed))
         if te_run is not None:
             through_te = output_and_grads(
@@ -403,6 +458,9 @@ def check_attention(
                 detected[name] += 1
                 how[name].add("parity")
     tol = tolerance(noise, dtype)
+    reads = host_read_result(
+        step_reads if cuda else None, "the dry run's kernel is a host emulation: recorded on the GPU only"
+    )
     te = (
         {"status": "pass" if te_worst <= tol else "fail", "max_abs_diff_logical_tokens": te_worst}
         if te_run is not None
@@ -410,9 +468,13 @@ def check_attention(
     )
     parity = {
         "status": "pass"
-        if worst <= tol and math.isfinite(noise) and contract_fail == 0 and te["status"] != "fail"
+        if worst <= tol
+        and math.isfinite(noise)
+        and contract_fail == 0
+        and "fail" not in (te["status"], reads["status"])
         else "fail",
         "te_thd": te,
+        "attention_host_reads": reads,
         "max_abs_diff": worst,
         "tolerance": tol,
         "dtype_noise": noise,
@@ -433,10 +495,11 @@ def check_attention(
 
 
 @contextlib.contextmanager
-def launch_world(cuda: bool) -> Any:
-    """Where the launch path runs: on CUDA as it is; in the dry run under mbridge_seqpack's host-read recorder with
-    its ``torch.cuda`` stand-ins (CPU tensors stand for the device buffers ``data_read`` fills). The full-iteration
-    wrapper's class-level buffers are fresh for the run and put back after."""
+def launch_world(cuda: bool, record: bool = True) -> Any:
+    """Where the launch path runs, under mbridge_seqpack's host-read recorder (not yet capturing): on CUDA in its
+    real-device mode (recorded on the GPU); in the dry run with its ``torch.cuda`` stand-ins (CPU tensors stand for
+    the device buffers ``data_read`` fills). ``record=False`` (the graph check, CUDA only): no recorder. The
+    full-iteration wrapper's class-level buffers are fresh for the run and put back after."""
     from megatron.core.full_cuda_graph import StaticBufferLoader
 
     saved = {stage: list(items) for stage, items in StaticBufferLoader.static_buffers.items()}
@@ -444,7 +507,9 @@ def launch_world(cuda: bool) -> Any:
         StaticBufferLoader.static_buffers[stage] = []
     try:
         if cuda:
-            yield None
+            with device_recorder("cuda" if record else None) as recorder:
+                with recorder.capturing(False) if recorder is not None else contextlib.nullcontext():
+                    yield recorder
         else:
             from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
 
@@ -502,7 +567,13 @@ def launch_rows(rows: list[list[int]], width: int, mult: int, device: torch.devi
             for static in statics:
                 out.append(step_fields(static)[1])
         reads = [r.describe() for r in recorder.reads] if recorder is not None else []
-    return out, {"step_host_reads": reads, "max_seqlen_on_host": host, "boundaries_on_device": on_device}
+    where = "cuda (real device)" if device.type == "cuda" else "cpu (stand-in device tensors)"
+    return out, {
+        "step_host_reads": reads,
+        "recorded_on": where,
+        "max_seqlen_on_host": host,
+        "boundaries_on_device": on_device,
+    }
 
 
 def check_launch(
@@ -544,25 +615,56 @@ class TinyLM(torch.nn.Module):
         return h @ self.embed.weight.T
 
 
-def check_graph(
-    rows: list[list[int]], width: int, mult: int, device: torch.device, gen: torch.Generator
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Capture the launch path's step once over the injected ``data_read`` buffers (``get_batch_from_iterator``,
-    ``get_packed_seq_params``, forward, backward), replay it after ``data_read`` refilled the buffers with each other
-    row, compare with eager on the same buffers."""
+@contextlib.contextmanager
+def launch_feed(rows: list[list[int]], width: int, mult: int) -> Any:
+    """The launch path's step inputs read from the injected ``data_read`` buffers (``get_batch_from_iterator``,
+    ``get_packed_seq_params``), and one refill per row (``data_read`` refills the buffers in place)."""
     from megatron.core.full_cuda_graph import FullCudaGraphWrapper
 
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.deterministic = True
-    model = TinyLM(1024, HEADS * DIM).to(device, torch.bfloat16)
     raw = launch_batches(rows, width, mult)
-    with launch_world(True):
+    with launch_world(True, record=False):
         wrapper = FullCudaGraphWrapper(None, cuda_graph_warmup_steps=1)
         static = read_through_injection(wrapper, raw[:1])[0]
 
-        def step() -> torch.Tensor:
+        def fields() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
             batch, (logical, physical, max_seqlen) = step_fields(static)
-            loss = model(batch["tokens"].reshape(-1), logical, physical, max_seqlen).float().logsumexp(-1).mean()
+            return batch["tokens"].reshape(-1), logical, physical, max_seqlen
+
+        yield fields, [lambda b=batch: read_through_injection(wrapper, [b]) for batch in raw]
+
+
+@contextlib.contextmanager
+def custom_feed(rows: list[list[int]], width: int, mult: int, device: torch.device, gen: torch.Generator) -> Any:
+    """The custom step's inputs: ``static_thd_batch``'s rows (one ``StaticTHDLayout``) in static device buffers,
+    refilled in place with each row's tokens and boundaries (no Megatron needed)."""
+    layout = layout_for(rows, width, mult)
+    statics = [static_row(lengths, layout, mult) for lengths in rows]
+    tokens = [torch.randint(0, 1024, (width,), generator=gen) for _ in rows]
+    buffers = [t.to(device).clone() for t in (tokens[0], statics[0][0], statics[0][1])]
+    max_seqlen = statics[0][2]  # the layout's: the same for every row
+
+    def refill(i: int) -> None:
+        for buffer, value in zip(buffers, (tokens[i], statics[i][0], statics[i][1])):
+            buffer.copy_(value.to(device))
+
+    yield (lambda: (*buffers, max_seqlen)), [lambda i=i: refill(i) for i in range(len(rows))]
+
+
+def check_graph(
+    rows: list[list[int]], width: int, mult: int, device: torch.device, gen: torch.Generator, launch: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Capture the step once over static buffers (fed by the launch path: the injected ``data_read``; without
+    Megatron: the custom step's ``static_thd_batch`` rows), forward and backward, replay it after each other row
+    refilled the buffers, compare with eager on the same buffers."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    model = TinyLM(1024, HEADS * DIM).to(device, torch.bfloat16)
+    feed = launch_feed(rows, width, mult) if launch else custom_feed(rows, width, mult, device, gen)
+    with feed as (fields, refills):
+
+        def step() -> torch.Tensor:
+            tokens, logical, physical, max_seqlen = fields()
+            loss = model(tokens, logical, physical, max_seqlen).float().logsumexp(-1).mean()
             loss.backward()
             return loss
 
@@ -581,8 +683,8 @@ def check_graph(
         with torch.cuda.graph(graph):
             graph_loss = step()
         worst, spread = 0.0, 0.0
-        for batch in raw:
-            read_through_injection(wrapper, [batch])  # refills the captured buffers in place
+        for refill in refills:
+            refill()  # refills the captured buffers in place
             model.zero_grad(set_to_none=False)
             graph.replay()
             replayed = grads(graph_loss)
@@ -595,6 +697,7 @@ def check_graph(
         allowed = 4 * spread if math.isfinite(spread) else 0.0
         replay = {
             "status": "pass" if math.isfinite(worst) and math.isfinite(spread) and worst <= allowed else "fail",
+            "path": "launch (injected data_read)" if launch else "custom step (static_thd_batch)",
             "max_abs_diff": worst,
             "eager_run_to_run": spread,
             "allowed": allowed,
@@ -677,12 +780,15 @@ def kernel_formula(bounds: list[int], cp: int, rank: int) -> list[int]:
 def te_partition_kernel(cuda: bool) -> tuple[Callable[[list[int], int, int, int], list[int]] | None, str]:
     """TE's own THD context-parallel split (``tex.thd_get_partitioned_indices``, the kernel
     ``get_batch_on_this_cp_rank`` calls) as ``fn(bounds, total_tokens, cp, rank) -> indices``, or None with why."""
+    why = te_missing()
+    if why:
+        return None, why
     if not cuda:
         return None, "TE's partition kernel needs a CUDA device (dry run)"
     try:
         import transformer_engine_torch as tex
     except ImportError as exc:
-        return None, f"Transformer Engine is not installed ({exc})"
+        return None, f"TE not importable ({exc})"
 
     def split(bounds: list[int], total: int, cp: int, rank: int) -> list[int]:
         cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
@@ -721,7 +827,38 @@ def check_cp_split(rows: list[list[int]], cuda: bool = False) -> dict[str, Any]:
 # ---- main -----------------------------------------------------------------------------------------------------
 
 
+def plan(cuda: bool, launch: bool = True) -> dict[str, str]:
+    """What a run does on this machine before it does it: each part "runs: ..." or "skipped: why" (TE and
+    Megatron are optional; a part that cannot run says so, and the torch-only checks still run)."""
+    te, mb = te_missing(), megatron_missing()
+    launch_why = "--no-launch" if not launch else mb
+    gpu = "runs: on CUDA" if cuda else "skipped: CUDA graphs need a CUDA device (dry run)"
+    te_why = te or ("" if cuda else "needs a CUDA device (dry run)")
+    return {
+        "a custom step": "runs: gather + " + ("flash varlen_attn (bfloat16)" if cuda else "float64 flash emulation"),
+        "a custom step host reads": "runs: recorded on the GPU (real device)"
+        if cuda
+        else "skipped: the dry run's kernel is a host emulation: recorded on the GPU only",
+        "a te_thd (TE's THD DotProductAttention)": f"skipped: {te_why}" if te_why else "runs",
+        "a launch path (Megatron-Bridge collate, injected data_read, step)": f"skipped: {launch_why}"
+        if launch_why
+        else "runs",
+        "a launch path host reads": f"skipped: {launch_why}"
+        if launch_why
+        else ("runs: recorded on the GPU (real device)" if cuda else "runs: recorded with stand-in device tensors"),
+        "b mutants": "runs",
+        "c graph replay": gpu
+        if not cuda
+        else f"{gpu}, fed by the " + ("launch path" if not launch_why else f"custom step ({launch_why})"),  # fmt: skip
+        "d throughput": "runs",
+        "e graph vs eager": gpu,
+        "f cp split formula": "runs",
+        "f te_kernel (thd_get_partitioned_indices)": f"skipped: {te_why}" if te_why else "runs",
+    }
+
+
 def run_checks(cuda: bool, n_rows: int, launch: bool = True) -> dict[str, Any]:
+    launch_why = "--no-launch" if not launch else megatron_missing()
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float64
     width, max_len = (8192, 2048) if cuda else (128, 32)
@@ -735,7 +872,9 @@ def run_checks(cuda: bool, n_rows: int, launch: bool = True) -> dict[str, Any]:
         fitting = [r for r in rows if sum(-(-n // mult) * mult for n in r) < width] or [[max_len // 2, max_len // 2]]
         layout = layout_for(fitting, width, mult)
         parity, caught = check_attention(fitting, layout, mult, dtype, device, gen)
-        if launch:
+        if launch_why:
+            parity = {**parity, "launch": {"status": "skipped", "reason": launch_why}}
+        else:
             parity = {**parity, "launch": check_launch(fitting, layout, mult, dtype, device, gen)}
             if parity["launch"]["status"] != "pass":
                 parity["status"] = "fail"
@@ -746,15 +885,14 @@ def run_checks(cuda: bool, n_rows: int, launch: bool = True) -> dict[str, Any]:
     results["b_mutants_detected"] = _merge(
         results.pop("b_mutants_detected_mult1"), results.pop("b_mutants_detected_mult8")
     )
-    if cuda and launch:
+    if cuda:  # without Megatron (or with --no-launch) the custom step's static buffers feed the graph
         fitting = [r for r in rows if sum(-(-n // 8) * 8 for n in r) < width] or [[max_len // 2, max_len // 2]]
         results["c_graph_replay_equals_eager"], results["e_graph_vs_eager_step_time"] = check_graph(
-            fitting, width, 8, device, gen
+            fitting, width, 8, device, gen, launch=not launch_why
         )
     else:
-        reason = "CUDA graphs need a CUDA device (dry run)" if not cuda else "--no-launch: no Megatron step to capture"
         for name in ("c_graph_replay_equals_eager", "e_graph_vs_eager_step_time"):
-            results[name] = {"status": "skipped", "reason": reason}
+            results[name] = {"status": "skipped", "reason": "CUDA graphs need a CUDA device (dry run)"}
     # Lognormal lengths drawn from the seeded generator: an unseeded draw made the dry run's figures vary per run.
     log_lengths = torch.randn(400 if cuda else 40, generator=gen, dtype=torch.float64) * 0.8 + (5.5 if cuda else 2.5)
     lengths = torch.clamp(log_lengths.exp(), 2, max_len).long().tolist()
@@ -791,6 +929,14 @@ def main() -> int:
         print("gpu_check: no CUDA device here; run it on the GPU machine, or pass --dry-run for the CPU check "
               "(float64, tiny sizes)", file=sys.stderr)  # fmt: skip
         return 2
+    steps = plan(cuda, launch=not args.no_launch)
+    print("plan (dry run, CPU):" if not cuda else "plan (CUDA):")
+    for part, what in steps.items():
+        print(f"  {part}: {what}")
+    if args.dry_run:
+        print("on a CUDA device, with what this machine has installed:")
+        for part, what in plan(True, launch=not args.no_launch).items():
+            print(f"  {part}: {what}")
     results = run_checks(cuda, args.rows, launch=not args.no_launch)
     for name in NAMES:
         r = results[name]
@@ -802,7 +948,7 @@ def main() -> int:
     print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; {seconds} s")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        out = {"device": "cuda" if cuda else "cpu", "seconds": seconds, "results": results}
+        out = {"device": "cuda" if cuda else "cpu", "seconds": seconds, "plan": steps, "results": results}
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 1 if failed else 0
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FILES = {
-    "capture": ["tests/test_capture.py"],
+    "capture": ["tests/test_capture_blind_spots.py", "tests/test_capture.py"],
     "graph": ["tests/test_graph_paths.py"],
     "thd": ["tests/test_thd.py"],
     "gpu": ["tests/test_gpu.py", "-k", "not dry_run and not without_cuda"],
@@ -190,7 +190,22 @@ MUTANTS = [
     ),
     (
         "recorder: reads recorded before the capture (data_read's work counted)",
-        lambda: mutated(R, "HostReadRecorder.record", "if not self._recording or", "if"),
+        lambda: mutated(R, "HostReadRecorder.recording", "return self._recording and", "return"),
+        "capture",
+    ),
+    (
+        "recorder: a thread started in the step runs outside the mode (its reads unseen)",
+        lambda: mutated(R, "_watches", "recorder.traced(thread)", "pass"),
+        "capture",
+    ),
+    (
+        "recorder: a collective over a host tensor not recorded",
+        lambda: mutated(R, "HostReadRecorder._check_collective", "not self.is_device(leaf)", "False"),
+        "capture",
+    ),
+    (
+        "recorder: the real-device mode stands in like the CPU one (nothing on the GPU recorded)",
+        lambda: mutated(R, "HostReadRecorder.is_device", "return value.device.type == self.real_device", "pass"),
         "capture",
     ),
     (
@@ -369,15 +384,18 @@ MUTANTS = [
         "gpu",
     ),
     (
-        "conditions: drop-and-pad MoE counted as dropless",
+        "conditions: drop-and-pad MoE counted as capacity-limited",
         lambda: mutated(
-            CO, "_drop_and_pad", 'return _m(cfg, "moe_expert_capacity_factor") is not None and', "return False and"
+            CO,
+            "moe_mode",
+            'return "drop_and_pad" if _m(cfg, "moe_pad_expert_input_to_capacity", False) else',
+            "return",
         ),
         "graph",
     ),
     (
         "conditions: MoE needs more than 8 experts",
-        lambda: mutated(CO, "_moe", "return experts > 1 and", "return experts > 8 and"),
+        lambda: mutated(CO, "model_layer_kinds", "if experts <= 1:", "if experts <= 8:"),
         "graph",
     ),
     (

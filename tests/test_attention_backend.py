@@ -772,6 +772,37 @@ def test_no_declared_gpu_asks_each_generation(packed_cfg: Any, monkeypatch: pyte
     ] == [("attention.backend_available", "error")]
 
 
+def test_check_shows_each_undetermined_mechanism_on_one_line(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same undeclared-GPU config through check's report: the result says NOT DETERMINED (never OK), one line
+    names the rule and what could not run, and --json carries the same entry."""
+    import json
+
+    from mbridge_seqpack.cli.report import CheckReport, derived_values
+    from mbridge_seqpack.rules import evaluate
+
+    monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)
+    monkeypatch.setenv(te.CUDNN_ENV, "9.20.0")
+    _all(
+        PAD4,
+        _set(
+            model__deterministic_mode=True, model__cross_entropy_loss_fusion=False,
+            env_vars={ab.NONDETERMINISTIC_ENV: "0"},
+        ),
+    )(packed_cfg)  # fmt: skip
+    ctx = RuleContext.build(packed_cfg, 8)
+    report = CheckReport("cfg", derived_values(ctx), evaluate(ctx), megatron_ran=False)
+    [(found, rule)] = [
+        (v, r.rule.rule_id) for r in report.results for v in r.violations if v.severity == "undetermined"
+    ]
+    assert report.undetermined_mechanisms() == [{"rule_id": rule, "not_run": found.not_run}]
+    assert rule == "attention.backend_available" and "the GPU not declared here" in found.not_run
+    text = report.to_text().splitlines()
+    assert text[0] == "result: NOT DETERMINED, no violation found (1 not determined here)"
+    at = text.index("not determined here (1):")
+    assert " ".join(line.strip() for line in text[at + 1 :]).startswith(f"{rule}: {found.not_run}")
+    assert json.loads(report.to_json())["undetermined"] == [{"rule_id": rule, "not_run": found.not_run}]
+
+
 def test_megatron_bridge_gb200_mxfp8_recipe_is_not_rejected(megatron_bridge: Any) -> None:
     """Megatron-Bridge's own GB200 MXFP8 recipe: its name gives sm100; MXFP8 attention needs cuDNN 9.21 (TE's
     fixed rule), the cuDNN installed here is older and the target's is not declared: not determined, never an

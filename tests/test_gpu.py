@@ -82,6 +82,22 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
     summary = done.stdout.rstrip().splitlines()[-1]
     seconds = json.loads((tmp_path / "r.json").read_text())["seconds"]
     assert summary == f"summary: 3 pass, 0 fail, 2 skipped, 1 measured; {seconds} s" and 0 < seconds < 300
+    # the plan comes first: what this dry run runs or skips, then what a CUDA run here would, each with why
+    plan = json.loads((tmp_path / "r.json").read_text())["plan"]
+    lines = done.stdout.splitlines()
+    assert (
+        lines[0] == "plan (dry run, CPU):"
+        and lines[1 + len(plan)] == "on a CUDA device, with what this machine has installed:"
+    )
+    assert lines[1 : 1 + len(plan)] == [f"  {part}: {what}" for part, what in plan.items()]
+    assert plan["c graph replay"] == "skipped: CUDA graphs need a CUDA device (dry run)"
+    assert plan["a launch path host reads"] == "runs: recorded with stand-in device tensors"
+    assert "  a launch path host reads: runs: recorded on the GPU (real device)" in lines
+    for mult in ("mult1", "mult8"):
+        assert results["a_attention_parity"][mult]["attention_host_reads"] == {
+            "status": "skipped",
+            "reason": "the dry run's kernel is a host emulation: recorded on the GPU only",
+        }
 
 
 def test_a_contiguous_cp_split_fails_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,6 +294,68 @@ def test_without_cuda_and_without_dry_run_it_refuses_to_pass(tmp_path: Path) -> 
     assert not (tmp_path / "r.json").exists()
 
 
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make ``modules`` unimportable for the test (as on a device with PyTorch but no TE or Megatron)."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_without_te_each_te_part_says_skipped_te_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CUDA machine without TE (the lent device), TE's THD attention and partition kernel are skipped with
+    the reason, before any CUDA call; the torch-only checks still run."""
+    gc = _module()
+    _without(monkeypatch, "transformer_engine", "transformer_engine_torch")
+    assert gc.te_thd_attention(torch.device("cuda")) == (None, "TE not installed")
+    assert gc.te_partition_kernel(True) == (None, "TE not installed")
+    result = gc.check_cp_split([[10, 20, 30]], cuda=False)
+    assert result["status"] == "pass" and result["te_kernel"] == {"status": "skipped", "reason": "TE not installed"}
+    plan = gc.plan(True)
+    assert (
+        plan["a te_thd (TE's THD DotProductAttention)"]
+        == plan["f te_kernel (thd_get_partitioned_indices)"]
+        == ("skipped: TE not installed")
+    )
+    assert plan["a custom step host reads"] == "runs: recorded on the GPU (real device)"
+
+
+def test_without_megatron_the_launch_path_is_skipped_and_the_graph_runs_the_custom_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gc = _module()
+    _without(monkeypatch, "megatron.bridge", "megatron.core")
+    assert gc.megatron_missing() == "Megatron-Bridge not installed"
+    plan = gc.plan(True)
+    assert plan["a launch path (Megatron-Bridge collate, injected data_read, step)"] == (
+        "skipped: Megatron-Bridge not installed"
+    )
+    assert plan["c graph replay"] == "runs: on CUDA, fed by the custom step (Megatron-Bridge not installed)"
+    results = gc.run_checks(False, 2)
+    for mult in ("mult1", "mult8"):
+        parity = results["a_attention_parity"][mult]
+        assert parity["launch"] == {"status": "skipped", "reason": "Megatron-Bridge not installed"}
+    assert results["a_attention_parity"]["status"] == results["b_mutants_detected"]["status"] == "pass"
+
+
+def test_the_real_device_recorder_finds_a_host_read_in_the_step() -> None:
+    """The GPU run's host-read sub-check: mbridge_seqpack's recorder in its real-device mode (here the CPU plays
+    the device). The gather's index arithmetic reads nothing; the dry run's kernel emulation does read
+    (``int(cu[-1])``), and so would a step that reads its boundaries back: the sub-check fails, naming the read."""
+    gc = _module()
+    lo, ph = torch.tensor([0, 10, 30, 60], dtype=torch.int32), torch.tensor([0, 16, 32, 64], dtype=torch.int32)
+    with gc.device_recorder("cpu") as recorder:
+        gc.gather_index(lo, ph, 128)
+    assert recorder.reads == [] and gc.host_read_result([]) == {"status": "pass", "reads": []}
+    q = torch.randn(128, gc.HEADS, gc.DIM, dtype=torch.float64)
+    with gc.device_recorder("cpu") as recorder:
+        gc.attention(q, q, q, lo, ph, 30)
+        lo.tolist()
+    reads = [r.describe() for r in recorder.reads]
+    assert reads[0] == "host read (int(tensor)) at <outside Megatron>" and reads[-1].startswith("host read (tolist())")
+    assert gc.host_read_result(reads)["status"] == "fail"
+    with gc.device_recorder(None) as nothing:
+        assert nothing is None
+
+
 @pytest.mark.gpu
 def test_gpu_check_passes_on_device(tmp_path: Path) -> None:
     done = _run("--json", str(tmp_path / "r.json"))
@@ -285,6 +363,17 @@ def test_gpu_check_passes_on_device(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert results["c_graph_replay_equals_eager"]["status"] == "pass"
+    for mult in ("mult1", "mult8"):  # recorded on the GPU itself: the step's attention read nothing on the host
+        assert results["a_attention_parity"][mult]["attention_host_reads"] == {"status": "pass", "reads": []}
+        launch = results["a_attention_parity"][mult]["launch"]
+        if importlib.util.find_spec("megatron.bridge") is not None:
+            assert (launch["status"], launch["step_host_reads"], launch["recorded_on"]) == (
+                "pass",
+                [],
+                "cuda (real device)",
+            )
+        else:
+            assert launch == {"status": "skipped", "reason": "Megatron-Bridge not installed"}
     if importlib.util.find_spec("transformer_engine") is not None:  # TE's own kernels ran, not only formulas
         assert results["f_cp_split_matches_kernel_formula"]["te_kernel"]["status"] == "pass"
         for mult in ("mult1", "mult8"):

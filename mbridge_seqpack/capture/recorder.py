@@ -90,6 +90,29 @@ _FACTORIES: dict[Any, str] = {
     torch.eye: "torch.eye",
     torch.linspace: "torch.linspace",
 }
+#: tensors built from Python data: a list of device scalars is read element by element on the host
+_FROM_DATA: dict[Any, str] = {
+    torch.tensor: "torch.tensor",
+    torch.as_tensor: "torch.as_tensor",
+    _T.new_tensor: "new_tensor",
+}
+#: ``torch.distributed`` collectives that dispatch through ``__torch_function__`` (``distributed_c10d``'s
+#: ``has_torch_function(relevant_args)``; ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` reach them too)
+_COLLECTIVES = frozenset(
+    (
+        "isend irecv send recv broadcast all_reduce all_reduce_coalesced reduce all_gather all_gather_single "
+        "all_gather_coalesced gather scatter reduce_scatter reduce_scatter_single all_to_all_single all_to_all"
+    ).split()
+)
+#: object collectives: pickled on the host, their sizes and bytes read back (``distributed_c10d``; no dispatch)
+OBJECT_COLLECTIVES = (
+    "all_gather_object",
+    "gather_object",
+    "broadcast_object_list",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+)
 #: tensor methods whose size arguments (after ``self``) a device tensor would give only by a host read
 _SIZED_METHODS: dict[Any, str] = {
     _T.view: "view",
@@ -199,12 +222,14 @@ def _to_target(args: tuple, kwargs: dict) -> tuple[str | None, tuple, dict]:
 class HostReadRecorder(TorchFunctionMode):
     """Tracks which CPU tensors stand for device tensors and records every host read of one."""
 
-    def __init__(self) -> None:
+    def __init__(self, real_device: str | None = None) -> None:
         super().__init__()
         self.reads: list[HostRead] = []
+        self.real_device = real_device  # None: CPU tensors stand for device tensors; "cuda": the real ones
         self._device: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._recording = True
         self._thread = threading.get_ident()
+        self._threads: set[int] = set()  # threads started while recording (they enter the mode themselves)
 
     # ---- device tensors ------------------------------------------------------------------------------------
     def on_device(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -213,7 +238,11 @@ class HostReadRecorder(TorchFunctionMode):
         return tensor
 
     def is_device(self, value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and value in self._device
+        if not isinstance(value, torch.Tensor):
+            return False
+        if self.real_device is not None:
+            return value.device.type == self.real_device
+        return value in self._device
 
     def _any_device(self, args: tuple, kwargs: dict) -> bool:
         leaves, _ = tree_flatten((args, kwargs))
@@ -236,16 +265,43 @@ class HostReadRecorder(TorchFunctionMode):
         finally:
             self._recording = previous
 
+    def recording(self) -> bool:
+        """Whether a read made now, on this thread, counts (recording on; the run's thread or one it started)."""
+        ident = threading.get_ident()
+        return self._recording and (ident == self._thread or ident in self._threads)
+
     def record(self, op: str, skip: int = 2) -> None:
         """Record ``op`` at the innermost library frame above the caller (``skip`` frames up)."""
-        if not self._recording or threading.get_ident() != self._thread:
+        if not self.recording():
             return
+        if threading.get_ident() != self._thread:
+            op += " on a thread started in the step"
         site, stack = site_of(_library_frames(skip + 1))
         self.reads.append(HostRead(op, site, stack))
+
+    def traced(self, thread: threading.Thread) -> None:
+        """Make ``thread`` (not started yet) run under this recorder and count its reads."""
+        run = thread.run
+
+        def traced_run() -> None:
+            ident = threading.get_ident()
+            self._threads.add(ident)
+            try:
+                with self:
+                    run()
+            finally:
+                self._threads.discard(ident)
+
+        thread.run = traced_run  # type: ignore[method-assign]
 
     # ---- the mode ------------------------------------------------------------------------------------------
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
+        if getattr(func, "__module__", None) == "torch.distributed.distributed_c10d":
+            self._check_collective(func, args, kwargs)
+            return func(*args, **kwargs)
+        if self.real_device is not None:
+            return self._on_real_device(func, args, kwargs)
         # a device tensor says it is one (code branches on .device / .is_cuda)
         owner = getattr(func, "__self__", None)
         if owner is _DEVICE_GETTER or owner is _IS_CUDA_GETTER:
@@ -297,6 +353,26 @@ class HostReadRecorder(TorchFunctionMode):
             self._mark_all(out)
         return out
 
+    def _on_real_device(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """The real-device mode: nothing stood in for, every host read of a tensor on ``real_device`` recorded."""
+        if func is _T.cpu and self.is_device(args[0]):
+            self.record("device-to-host copy (.cpu())", skip=3)
+        elif func is _T.to and self.is_device(args[0]) and _to_target(args, kwargs)[0] == "cpu":
+            self.record("device-to-host copy (.to('cpu'))", skip=3)
+        elif func is _T.copy_ and len(args) >= 2 and self.is_device(args[1]) and not self.is_device(args[0]):
+            self.record("device-to-host copy (copy_ into a host tensor)", skip=3)
+        elif func not in (_T.cpu, _T.to, _T.copy_) and self._any_device(args, kwargs):
+            self._check_read(func, args, kwargs)  # (a frame deeper: only library frames name a site)
+        return func(*args, **kwargs)
+
+    def _check_collective(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        """A collective over a host tensor: NCCL, which the real run uses, takes device tensors only."""
+        if func.__name__ not in _COLLECTIVES:
+            return
+        leaves, _ = tree_flatten((args, kwargs))
+        if any(isinstance(leaf, torch.Tensor) and not self.is_device(leaf) for leaf in leaves):
+            self.record(f"host collective ({func.__name__} on a host tensor)", skip=3)
+
     def _check_read(self, func: Callable, args: tuple, kwargs: dict) -> None:
         if func in _VALUE_READS:
             self.record(f"host read ({_VALUE_READS[func]})", skip=3)
@@ -344,6 +420,10 @@ class HostReadRecorder(TorchFunctionMode):
                 self.record("host read (num_classes from a tensor: one_hot)", skip=4)
             elif classes == -1:
                 self.record("value-dependent shape (one_hot without num_classes)", skip=4)
+        elif func in _FROM_DATA:
+            data = args[1] if func is _T.new_tensor and len(args) > 1 else (args[0] if args else kwargs.get("data"))
+            if isinstance(data, (list, tuple)) and self._device_in(data):
+                self.record(f"host read (device scalars in a list: {_FROM_DATA[func]})", skip=4)
         elif func in (torch.tensor_split, _T.tensor_split):
             points = args[1] if len(args) > 1 else kwargs.get("indices_or_sections", kwargs.get("sections"))
             if self._device_in(points):
@@ -446,19 +526,59 @@ class _Stream(torch.Stream):
         return None
 
 
+def _watches(recorder: HostReadRecorder, real: dict[tuple[Any, str], Any]) -> dict[tuple[Any, str], Any]:
+    """What runs on the device and on the host alike: object collectives and threads started while recording.
+    ``real`` holds the originals (each watch calls through)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    def object_collective(name: str) -> Callable[..., Any]:
+        original = real[(c10d, name)]
+
+        @functools.wraps(original)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            recorder.record(f"object collective (torch.distributed.{name})")
+            with recorder.capturing(False):  # its own host copies are this one read
+                return original(*args, **kwargs)
+
+        return watched
+
+    start = real[(threading.Thread, "start")]
+
+    def thread_start(thread: threading.Thread) -> None:
+        if recorder.recording():
+            recorder.traced(thread)
+        start(thread)
+
+    patches: dict[tuple[Any, str], Any] = {(threading.Thread, "start"): thread_start}
+    for name in OBJECT_COLLECTIVES:
+        patches[(c10d, name)] = patches[(dist, name)] = object_collective(name)
+    return patches
+
+
 @contextlib.contextmanager
 def cuda_stand_ins(recorder: HostReadRecorder) -> Iterator[None]:
     """Host stand-ins for the ``torch.cuda`` calls Megatron makes around the captured work (streams, events,
-    the current device), and recording ``torch.cuda.synchronize`` / ``torch.distributed.barrier``."""
+    the current device), recording ``torch.cuda.synchronize`` / ``torch.distributed.barrier``, object collectives
+    and threads started while recording. With ``recorder.real_device`` nothing is stood in for: the synchronizing
+    calls, object collectives and threads are recorded and then run."""
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
+    keys = [(torch.cuda, "synchronize"), (dist, "barrier"), (threading.Thread, "start")]
+    keys += [(c10d, name) for name in OBJECT_COLLECTIVES]
+    real = {key: getattr(*key) for key in keys}
     default = _Stream(recorder)
 
     def synchronize(device: Any = None) -> None:
         recorder.record("synchronization (torch.cuda.synchronize)")
+        if recorder.real_device is not None:
+            real[(torch.cuda, "synchronize")](device)
 
     def barrier(*args: Any, **kwargs: Any) -> None:
         recorder.record("synchronization (torch.distributed.barrier)")
+        if recorder.real_device is not None:
+            real[(dist, "barrier")](*args, **kwargs)
 
     def stream_factory(*args: Any, **kwargs: Any) -> _Stream:
         return _Stream(recorder)
@@ -466,16 +586,17 @@ def cuda_stand_ins(recorder: HostReadRecorder) -> Iterator[None]:
     def event_factory(*args: Any, **kwargs: Any) -> _Event:
         return _Event(recorder)
 
-    patches: dict[tuple[Any, str], Any] = {
-        (torch.cuda, "Stream"): stream_factory,
-        (torch.cuda, "Event"): event_factory,
-        (torch.cuda, "current_stream"): lambda device=None: default,
-        (torch.cuda, "default_stream"): lambda device=None: default,
-        (torch.cuda, "stream"): lambda stream=None: contextlib.nullcontext(stream),
-        (torch.cuda, "current_device"): lambda: 0,
-        (torch.cuda, "synchronize"): synchronize,
-        (dist, "barrier"): barrier,
-    }
+    patches: dict[tuple[Any, str], Any] = {(torch.cuda, "synchronize"): synchronize, (dist, "barrier"): barrier}
+    if recorder.real_device is None:
+        patches.update({
+            (torch.cuda, "Stream"): stream_factory,
+            (torch.cuda, "Event"): event_factory,
+            (torch.cuda, "current_stream"): lambda device=None: default,
+            (torch.cuda, "default_stream"): lambda device=None: default,
+            (torch.cuda, "stream"): lambda stream=None: contextlib.nullcontext(stream),
+            (torch.cuda, "current_device"): lambda: 0,
+        })  # fmt: skip
+    patches.update(_watches(recorder, real))
     saved = {key: getattr(*key) for key in patches}
     try:
         for (owner, name), value in patches.items():

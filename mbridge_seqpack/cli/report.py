@@ -80,6 +80,7 @@ class CheckReport:
                 "target": self.target,
                 "ok": self.ok,
                 "determined": not self.undetermined,
+                "undetermined": self.undetermined_mechanisms(),
                 "derived": self.derived,
                 "rules": [
                     {"rule_id": r.rule.rule_id, "status": r.status, "violations": [v.to_dict() for v in r.violations]}
@@ -135,6 +136,11 @@ class CheckReport:
         for r in shown:
             lines += _rule_lines(r)
         lines.append(self.count_line())
+        mechanisms = self.undetermined_mechanisms()
+        if mechanisms:  # each on one line: what a "NOT DETERMINED" result was not able to run here
+            lines.append(f"not determined here ({len(mechanisms)}):")
+            for m in mechanisms:
+                lines += wrap(f"{m['rule_id']}: {m['not_run']}", "  ", hang="    ")
         if self.contents is not None:
             lines += wrap(self.contents, "pack contents: ", hang="  ")
         if self.megatron_ran:
@@ -143,6 +149,16 @@ class CheckReport:
         for note in self.notes:
             lines += wrap(note, "note: ", hang="  ")
         return "\n".join(lines)
+
+    def undetermined_mechanisms(self) -> list[dict[str, str]]:
+        """One entry per verdict not determined here: the rule and what could not run (a TE kernel, cuDNN's device
+        query, a parallel size the CPU world lacks, a capture run that stopped)."""
+        return [
+            {"rule_id": r.rule.rule_id, "not_run": v.not_run}
+            for r in self.results
+            for v in r.violations
+            if v.severity == "undetermined"
+        ]
 
     def count_line(self) -> str:
         """``98 rules: 95 ok, 3 n/a``: every rule, by status (a rule listed above counts once, under its mark)."""
