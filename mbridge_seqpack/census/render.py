@@ -202,8 +202,7 @@ def render_markdown(census: Census) -> str:
         "",
         "## Classes",
         "",
-        "- **guarded**: a config that reaches the site is rejected at `validate()` by the plugin rule(s) named "
-        "(ids in `PLANNED_RULE_IDS` are being written in parallel; see `census/rule_ids.py`).",
+        "- **guarded**: a config that reaches the site is rejected at `validate()` by the plugin rule(s) named.",
         "- **megatron_validates**: Megatron-Bridge's own config-time check (`ConfigContainer.validate()`, a config "
         "class's `validate()` / `__post_init__`, `runtime_config_update`) rejects every config that would reach it.",
         "- **unreachable**: no config reaches it, for the reason given (an internal invariant, a call contract of "
