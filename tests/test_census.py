@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_seqpack.census.census import Census, build, load_inventory, scan_path
-from mbridge_seqpack.census.files import LEFT_OUT, PATH_FILES, PathFile, site_packages
-from mbridge_seqpack.census.mapping import MAPPING
-from mbridge_seqpack.census.render import render_markdown
-from mbridge_seqpack.census.scanner import KINDS, scan_source
-from mbridge_seqpack.census.silent import UNCONSUMED_FIELD_RULES, all_mechanisms
-from mbridge_seqpack.rules.field_uses import FIELD_USES
+from devtools.census.census import Census, build, load_inventory, scan_path
+from devtools.census.files import LEFT_OUT, PATH_FILES, PathFile, site_packages
+from devtools.census.mapping import MAPPING
+from devtools.census.render import render_markdown
+from devtools.census.scanner import KINDS, scan_source
+from devtools.census.silent import UNCONSUMED_FIELD_RULES, all_mechanisms
+from devtools.field_uses import FIELD_USES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +41,27 @@ def test_docs_page_is_the_render(census: Census) -> None:
     assert (ROOT / "docs" / "failure-points.md").read_text() == render_markdown(census)
     evidence = (ROOT / "docs" / "evidence.md").read_text()
     assert f"({len(census.mapped)} sites in\n{len(PATH_FILES)} files)" in evidence
+
+
+def test_verdict_anchors_are_stable_names_not_positions(census: Census) -> None:
+    """A verdict's anchor is its name in the mapping or its first site's file and function: the sites of one file
+    gone (a file upgraded away), every verdict with no site there keeps its anchor."""
+    from dataclasses import replace
+
+    from devtools.census.render import _verdict_ids
+
+    ids = _verdict_ids(census)
+    assert len(set(ids.values())) == len(ids)
+    assert ids[id(next(m for m in census.mapped if m.site.qualname == "GPTSFTDatasetConfig.validate").verdict)] == (
+        "gpt-sft-validate"
+    )
+    from devtools.census.mapping.common import INVARIANT
+
+    assert ids[id(INVARIANT)] == "invariant"
+    gone = PATH_FILES[0].path
+    rest = replace(census, mapped=[m for m in census.mapped if m.site.file != gone])
+    kept = {id(m.verdict) for m in rest.mapped} - {id(m.verdict) for m in census.mapped if m.site.file == gone}
+    assert kept and {k: v for k, v in _verdict_ids(rest).items() if k in kept} == {k: ids[k] for k in kept}
 
 
 def test_every_rule_id_named_exists(census: Census) -> None:
@@ -211,8 +232,8 @@ def test_scanner_kinds_on_a_sample() -> None:
 
 def test_the_census_imports_no_megatron() -> None:
     code = (
-        "import sys; from mbridge_seqpack.census.__main__ import main; "
-        "import mbridge_seqpack.census.render, mbridge_seqpack.census.mapping; "
+        "import sys; from devtools.census.__main__ import main; "
+        "import devtools.census.render, devtools.census.mapping; "
         "assert not [m for m in sys.modules if m.startswith(('megatron', 'transformer_engine', 'torch'))], "
         "sorted(m for m in sys.modules if m.startswith(('megatron', 'transformer_engine', 'torch')))[:5]"
     )
