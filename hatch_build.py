@@ -1,4 +1,4 @@
-"""Hatchling build hook: compile the packer's C kernel (``mbridge_seqpack/packing/native/bfd.c``) into a shared
+"""Hatchling build hook: compile the packer's C kernel (``mbridge_seqpack/placement/bfd.c``) into a shared
 library loaded with ctypes. No Python C API, so one build serves any CPython: the wheel is tagged
 ``py3-none-manylinux_2_<N>_<arch>`` from the glibc symbol versions the library actually needs (2.17 at least), a tag
 package indexes accept. Without a C compiler the build still succeeds and the packer uses its pure-Python path,
@@ -15,8 +15,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path("mbridge_seqpack/packing/native/bfd.c")
-LIBRARY = Path("mbridge_seqpack/packing/native/_bfd.so")
+SOURCE = Path("mbridge_seqpack/placement/bfd.c")
+LIBRARY = Path("mbridge_seqpack/placement/_bfd.so")
 
 
 def compile_kernel(root: Path) -> Path | None:

@@ -34,9 +34,9 @@ def _rules() -> dict[str, int]:
 
 @cache
 def _census() -> dict[str, int]:
-    from mbridge_seqpack.census.files import PATH_FILES
+    from devtools.census.files import PATH_FILES
 
-    sites = json.loads((ROOT / "mbridge_seqpack" / "census" / "inventory.json").read_text())["sites"]
+    sites = json.loads((ROOT / "devtools" / "census" / "inventory.json").read_text())["sites"]
     return {"sites": sum(len(found) for found in sites.values()), "files": len(PATH_FILES)}  # files on the path
 
 

@@ -127,10 +127,7 @@ def pack_walk(pack_size: int = 8192, data_parallel: int = 8, micro_batches: int 
     """The walk of ``pack_jsonl`` over the embedded corpus (both splits), into a temporary directory."""
     import warnings
 
-    try:
-        from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    except ImportError:  # the layout before issue #34, to measure the walk it replaced
-        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl  # type: ignore[no-redef]
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 
     data = PACKAGE / "data"
     inputs = {

@@ -132,50 +132,12 @@ def test_the_walk_of_packs_input_goes_down_the_house() -> None:
     assert max(walk.entries().values()) == 2 and walk.returns == 2
 
 
-def test_former_packing_names_are_the_moved_modules() -> None:
-    """``mbridge_seqpack.packing.<old>`` imports keep working (users, docs, other branches): the same module object
-    as its new place, with a DeprecationWarning naming it; the package's own exports too."""
-    import importlib
-    import sys
-    import warnings
-
-    from mbridge_seqpack.packing import MOVED
-
-    assert {p.stem for p in (PACKAGE / "packing").glob("*.py")} == {"__init__"}  # nothing left behind but shims
-    for old, new in MOVED.items():
-        assert (PACKAGE.parent / (new.replace(".", "/") + ".py")).is_file(), new
-        sys.modules.pop(f"mbridge_seqpack.packing.{old}", None)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            module = importlib.import_module(f"mbridge_seqpack.packing.{old}")
-        assert module is importlib.import_module(new)
-        assert module.__spec__.name == new  # the alias did not rename the module
-        ours = [w for w in caught if "(issue #34)" in str(w.message)]  # first imports may warn of torch's own
-        assert [(w.category, str(w.message)) for w in ours] == [
-            (DeprecationWarning, f"mbridge_seqpack.packing.{old} moved to {new} (issue #34); import it from there")
-        ]
-        assert ours[0].filename == __file__  # it points at the importer
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from mbridge_seqpack.packing import PackingStats, pack_lengths, packing_stats
-        from mbridge_seqpack.packing.pipeline import PackOptions, pack_jsonl  # noqa: F401
-    from mbridge_seqpack.placement import packer
-
-    assert (pack_lengths, packing_stats, PackingStats) == (
-        packer.pack_lengths,
-        packer.packing_stats,
-        packer.PackingStats,
-    )
-    assert packer.native_kernel() is not None  # the C kernel stays in packing/native/, loaded from placement/
-
-
 def test_low_layers_do_not_import_the_command_line() -> None:
     graph = import_graph()
     for name, imports in graph.items():
         if name.startswith(
             (
                 "mbridge_seqpack.rules",
-                "mbridge_seqpack.packing",
                 "mbridge_seqpack.tokenization",
                 "mbridge_seqpack.placement",
                 "mbridge_seqpack.artifact",

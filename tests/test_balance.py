@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 
 from mbridge_seqpack.placement import pack_lengths
-from mbridge_seqpack.placement.balance import (
-    DEFAULT_COST,
-    CostModel,
-    balance_bins,
-    row_costs,
-    slot_order,
-    straggler_ratio,
-)
+from mbridge_seqpack.placement.balance import balance_bins
+from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs
+from mbridge_seqpack.placement.layout import slot_order, straggler_ratio
 
 
 def test_cost_model_from_a_megatron_bridge_provider(megatron_bridge: Any) -> None:

@@ -15,17 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mbridge_seqpack.placement import pack_lengths
-from mbridge_seqpack.placement.balance import (
-    DEFAULT_COST,
-    CostModel,
-    StepShape,
-    balance_bins,
-    row_costs,
-    slot_order,
-    step_ratios,
-    straggler_ratio,
-)
+from mbridge_seqpack.placement.balance import balance_bins
+from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs
 from mbridge_seqpack.placement.exchange import TOLERANCE, ExchangePass
+from mbridge_seqpack.placement.layout import StepShape, slot_order, step_ratios, straggler_ratio
 from mbridge_seqpack.placement.level import level_steps, refill
 from tests.test_balance import _embedded_lengths, _megatron_bridge_rows
 

@@ -20,7 +20,7 @@ from mbridge_seqpack.compose.mixins import (  # noqa: E402
     Parallelism,
     apply,
 )
-from mbridge_seqpack.nemo_run import SequencePacking, SequencePackingScriptArgs  # noqa: E402
+from mbridge_seqpack.integrations.nemo_run import SequencePacking, SequencePackingScriptArgs  # noqa: E402
 from tests.test_mixins import snapshot  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -53,10 +53,11 @@ def test_wheel_contents(wheel: Path) -> None:
     # the checkout's top-level recipes/ are what the wheel ships, file for file
     top_level = {f"mbridge_seqpack/recipes/packaged/{p.name}" for p in (ROOT / "recipes").glob("*.py")}
     assert top_level and {n for n in names if n.startswith("mbridge_seqpack/recipes/packaged/")} == top_level
-    assert not any(name.startswith(("tests/", "recipes/")) for name in names)
+    assert not any(name.startswith(("tests/", "recipes/", "devtools/", "scripts/")) for name in names)
+    assert not any(name.startswith(("mbridge_seqpack/census/", "mbridge_seqpack/packing/")) for name in names)
     assert "mbridge_seqpack_autoload.pth" in names  # the zero-code startup hook lands in site-packages
-    assert "mbridge_seqpack/packing/native/_bfd.so" in names  # the packer's C kernel, built by hatch_build.py
-    assert "mbridge_seqpack/packing/native/bfd.c" in names
+    assert "mbridge_seqpack/placement/_bfd.so" in names  # the packer's C kernel, built by hatch_build.py
+    assert "mbridge_seqpack/placement/bfd.c" in names
     assert "-py3-none-any" not in wheel.name  # a platform wheel, since it carries a compiled library
 
 
@@ -74,7 +75,7 @@ def test_the_wheel_is_manylinux_tagged_and_needs_no_newer_glibc(wheel: Path) -> 
         if line.startswith("Tag:")
     ]
     assert tags == [f"Tag: py3-none-manylinux_2_17_{arch}"]
-    library = zipfile.ZipFile(wheel).read("mbridge_seqpack/packing/native/_bfd.so")
+    library = zipfile.ZipFile(wheel).read("mbridge_seqpack/placement/_bfd.so")
     needed = {int(m) for m in re.findall(rb"GLIBC_2\.(\d+)", library)}
     assert needed and max(needed) <= 17
 

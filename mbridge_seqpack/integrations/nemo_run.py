@@ -39,7 +39,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MISSING_NEMO_RUN = (
-    "mbridge_seqpack.nemo_run needs NeMo-Run: pip install 'mbridge-seqpack[nemo-run]' (or pip install nemo-run)"
+    "mbridge_seqpack.integrations.nemo_run needs NeMo-Run: pip install 'mbridge-seqpack[nemo-run]' "
+    "(or pip install nemo-run)"
 )
 
 

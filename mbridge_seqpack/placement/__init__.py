@@ -3,7 +3,7 @@
 Lengths in, rows out; never a token, and nothing of the plugin above the core. ``rows.place_rows`` is the step
 ``pack`` calls; it runs the others one way down, each on what the one before returned:
 
-- ``packer``: best-fit decreasing bins (``pack_lengths``, exported here; the C kernel in ``packing/native/``);
+- ``packer``: best-fit decreasing bins (``pack_lengths``, exported here; the C kernel in ``bfd.c``);
 - ``balance``: the same number of rows re-dealt to equal cost (``balance_bins``);
 - ``layout``: ``StepShape`` (ranks, rows per rank per step, capacity, cost) and ``Layout`` (rows and the order
   the sampler reads them in; ``slot_order``);

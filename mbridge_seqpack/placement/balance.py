@@ -8,9 +8,6 @@ under Megatron-Bridge's shuffling samplers (``cyclic``; ``batch`` with its per-e
 epoch shuffles). What orders the rows into steps (``layout.slot_order``), levels the steps (``level``,
 ``exchange``) and writes each row where the sampler reads it (``sampler.file_layout``) comes after, in
 ``rows.place_rows``.
-
-The other names this module exported before ``placement/`` was cut by concern (issue #34) are re-exported from
-their owners for their importers.
 """
 
 from __future__ import annotations
@@ -20,31 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# the names this module held before placement/ was cut by concern (issue #34), re-exported for their importers
-from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs
-from mbridge_seqpack.placement.layout import StepShape, slot_order, step_ratios, straggler_ratio
+from mbridge_seqpack.placement.cost import CostModel
 from mbridge_seqpack.placement.packer import place
-from mbridge_seqpack.placement.record import BalanceRecord, BalanceReport, balance_report
-from mbridge_seqpack.placement.sampler import SAMPLERS, file_layout, read_order, read_order_digest
 
-__all__ = [
-    "CostModel",
-    "DEFAULT_COST",
-    "BalanceResult",
-    "balance_bins",
-    "slot_order",
-    "straggler_ratio",
-    "step_ratios",
-    "row_costs",
-    "SAMPLERS",
-    "read_order",
-    "read_order_digest",
-    "file_layout",
-    "StepShape",
-    "BalanceRecord",
-    "BalanceReport",
-    "balance_report",
-]
+__all__ = ["BalanceResult", "balance_bins"]
 
 
 @dataclass(frozen=True)

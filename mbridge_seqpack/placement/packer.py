@@ -4,7 +4,7 @@ Sequences are taken longest first (ties in a seeded order); each goes to the bin
 remaining space that holds it; bins with equal remaining space form a LIFO stack; a bin opens when none
 fits. Two implementations place every sequence identically (tested):
 
-- the C kernel (``packing/native/bfd.c``, built by the wheel's build hook, loaded with ctypes): a counting sort
+- the C kernel (``bfd.c`` beside this module, built by the wheel's build hook, loaded with ctypes): a counting sort
   and a 64-ary bitset over remaining-space values, O(n + capacity), at most 8 bytes per sequence of work memory
   (4 for the order, 4 per bin); ``pack_lengths`` groups the sequences by length and shuffles each group in
   place (seeded: ``tie_order``), so no step reads or writes memory at random over all sequences but the
@@ -43,8 +43,8 @@ OVERFLOW_POLICIES = ("error", "drop")
 
 
 NATIVE_ENV = "MBRIDGE_SEQPACK_NATIVE"
-#: built by hatch_build.py next to its source, which stays in the ``packing/native/`` of the wheel and the tree
-_KERNEL = Path(__file__).parents[1] / "packing" / "native" / "_bfd.so"
+#: built by hatch_build.py next to its source, ``bfd.c`` beside this module (in the wheel and the tree)
+_KERNEL = Path(__file__).parent / "_bfd.so"
 
 
 #: ``bfd_abi_version()`` of the kernel this module calls (2: ``relabel_all`` takes int32, skipped entries get -1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import (
+from devtools.census.mapping.common import (
     API_MISUSE,
     CHECKPOINT,
     ENVIRONMENT,
@@ -11,7 +11,7 @@ from mbridge_seqpack.census.mapping.common import (
     TE_PINNED,
     known_value,
 )
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
+from devtools.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MB = "megatron/bridge/"
 MC = "megatron/core/"

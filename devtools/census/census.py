@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from mbridge_seqpack.census.files import PATH_FILES, PathFile, site_packages
-from mbridge_seqpack.census.scanner import Site, scan_file
-from mbridge_seqpack.census.verdicts import Group, Override, Verdict
+from devtools.census.files import PATH_FILES, PathFile, site_packages
+from devtools.census.scanner import Site, scan_file
+from devtools.census.verdicts import Group, Override, Verdict
 
 __all__ = ["INVENTORY", "Mapped", "Unmapped", "Census", "scan_path", "load_inventory", "inventory_of", "build"]
 
@@ -119,7 +119,7 @@ def build(
     """Join the scan, the inventory and the verdicts; defaults: the installed files, ``inventory.json``, the
     census's own mapping."""
     if mapping is None:
-        from mbridge_seqpack.census.mapping import MAPPING
+        from devtools.census.mapping import MAPPING
 
         mapping = MAPPING
     sites = list(sites) if sites is not None else scan_path()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping import (
+from devtools.census.mapping import (
     attention,
     data,
     moe_mtp_ssm,

@@ -3,7 +3,7 @@ silent wrong training (no assert, no raise: the numbers are just wrong), and che
 cuBLAS / NCCL) that decide a config's fate. Each names the installed function that shows it (``needle`` is text
 that function's file holds, checked by ``tests/test_census.py``) and the verdict.
 
-The fields that ``rules/field_uses.py`` records as consumed nowhere are pulled in here too (one table of
+The fields that ``devtools/field_uses.py`` records as consumed nowhere are pulled in here too (one table of
 "fields -> consumers" for the project), each with the rule that guards it (:data:`UNCONSUMED_FIELD_RULES`).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mbridge_seqpack.census.verdicts import Verdict, guarded
-from mbridge_seqpack.rules.field_uses import FIELD_USES
+from devtools.census.verdicts import Verdict, guarded
+from devtools.field_uses import FIELD_USES
 
 __all__ = ["Mechanism", "MECHANISMS", "UNCONSUMED_FIELD_RULES", "all_mechanisms"]
 

@@ -2,7 +2,7 @@
 
 A rule about a field nothing consumes would reject configs that run (the eval-CP lesson): every field the rules
 read is listed here with the run-time code that uses it, and ``tests/test_field_uses.py`` checks that the cited
-file really names the field in the installed packages. ``python -m mbridge_seqpack.rules.field_uses`` prints
+file really names the field in the installed packages. ``python -m devtools.field_uses`` prints
 ``docs/field-audit.md``.
 """
 
@@ -682,7 +682,7 @@ def render_markdown() -> str:
     lines = [
         "# Fields the rules read, and where they are consumed at run time",
         "",
-        "Generated from `mbridge_seqpack/rules/field_uses.py` (`python -m mbridge_seqpack.rules.field_uses`);",
+        "Generated from `devtools/field_uses.py` (`python -m devtools.field_uses`);",
         "`tests/test_field_uses.py` checks that every field a rule names is listed and that each cited file of the",
         "installed Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 names it. Paths are under the `megatron` package.",
         "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import (
+from devtools.census.mapping.common import (
     API_MISUSE,
     DATA_CONTENT,
     ENVIRONMENT,
@@ -12,7 +12,7 @@ from mbridge_seqpack.census.mapping.common import (
     config_class,
     known_value,
 )
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
+from devtools.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MB = "megatron/bridge/"
 MC = "megatron/core/"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import API_MISUSE, ENVIRONMENT, INFERENCE, INVARIANT, LOGGING, TE_PINNED
-from mbridge_seqpack.census.verdicts import groups, guarded, site, unreachable, validated
+from devtools.census.mapping.common import API_MISUSE, ENVIRONMENT, INFERENCE, INVARIANT, LOGGING, TE_PINNED
+from devtools.census.verdicts import groups, guarded, site, unreachable, validated
 
 TE = "transformer_engine/pytorch/attention/dot_product_attention/"
 CPP = "transformer_engine/pytorch/cpp_extensions/"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import ARCHITECTURE, CHECKPOINT, INFERENCE, INVARIANT, LOGGING
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
+from devtools.census.mapping.common import ARCHITECTURE, CHECKPOINT, INFERENCE, INVARIANT, LOGGING
+from devtools.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MB = "megatron/bridge/"
 MC = "megatron/core/"

@@ -10,6 +10,6 @@ as text.
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.census import Census, build, scan_path
+from devtools.census.census import Census, build, scan_path
 
 __all__ = ["Census", "build", "scan_path"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.mapping.common import (
+from devtools.census.mapping.common import (
     API_MISUSE,
     CHECKPOINT,
     ENVIRONMENT,
@@ -11,7 +11,7 @@ from mbridge_seqpack.census.mapping.common import (
     SPEC_BUILD,
     TE_PINNED,
 )
-from mbridge_seqpack.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
+from devtools.census.verdicts import gap, groups, guarded, harmless, site, unreachable, validated
 
 MC = "megatron/core/"
 TE = "transformer_engine/pytorch/"

@@ -1,4 +1,4 @@
-"""``python -m mbridge_seqpack.census``: print ``docs/failure-points.md``.
+"""``python -m devtools.census``: print ``docs/failure-points.md``.
 
 ``--check`` prints every drift (unmapped site, stale entry) and exits 1 if there is any; ``--write-inventory``
 records the current scan as reviewed (run it only after mapping every new site, then re-render the page).
@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mbridge_seqpack.census.census import INVENTORY, build, inventory_of, scan_path
-from mbridge_seqpack.census.render import render_markdown
+from devtools.census.census import INVENTORY, build, inventory_of, scan_path
+from devtools.census.render import render_markdown
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mbridge_seqpack.census", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.census", description=__doc__)
     parser.add_argument("--check", action="store_true", help="print drift and exit 1 if the census is not clean")
     parser.add_argument("--write-inventory", action="store_true", help="record the current scan as reviewed")
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mbridge_seqpack.census.verdicts import harmless, unreachable, validated
+from devtools.census.verdicts import harmless, unreachable, validated
 
 #: a dataset / collate running in the data-loader process on host tensors
 HOST_DATA = harmless(
@@ -62,7 +62,7 @@ ARCHITECTURE = unreachable(
 def enum_gap(*fields: str) -> object:
     """A value outside a field's documented choices: dataclass ``Literal`` types are not enforced, so a typo in an
     override reaches the code that dispatches on it."""
-    from mbridge_seqpack.census.verdicts import gap
+    from devtools.census.verdicts import gap
 
     return gap(
         tuple(fields),
@@ -75,7 +75,7 @@ def enum_gap(*fields: str) -> object:
 
 def known_value(*fields: str) -> object:
     """A value outside a field's declared Literal choices, refused at validate() by the values rule."""
-    from mbridge_seqpack.census.verdicts import guarded
+    from devtools.census.verdicts import guarded
 
     return guarded(
         "config.known_values",
