@@ -1,12 +1,12 @@
 """Llama-3.1-8B long-context SFT: 32k/CP2, 64k/CP4, 128k/CP8, offline packed, TP2 + SP."""
 
-from mbridge_seqpack.recipes.kit import LLAMA31_CONTEXT, recipe
+from mbridge_seqpack.recipes.building_blocks import LLAMA31_CONTEXT, recipe
 
 
 def _long_context(seq_length, cp, global_batch_size, dataset_root, tokenizer_model):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import LongContext, OfflinePacking, Parallelism
-    from mbridge_seqpack.recipes.kit import llama31_8b_provider, sft_base
+    from mbridge_seqpack.recipes.building_blocks import llama31_8b_provider, sft_base
 
     cfg = sft_base(
         llama31_8b_provider(),

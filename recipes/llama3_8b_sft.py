@@ -1,6 +1,6 @@
 """Llama-3-8B SFT, offline packed at 8k (the embedded default), and its CUDA-graph variant."""
 
-from mbridge_seqpack.recipes.kit import LLAMA3_CONTEXT, recipe
+from mbridge_seqpack.recipes.building_blocks import LLAMA3_CONTEXT, recipe
 
 
 @recipe(
@@ -15,7 +15,7 @@ from mbridge_seqpack.recipes.kit import LLAMA3_CONTEXT, recipe
 def llama3_8b_sft_packed_8k(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking, Parallelism
-    from mbridge_seqpack.recipes.kit import llama3_8b_provider, sft_base
+    from mbridge_seqpack.recipes.building_blocks import llama3_8b_provider, sft_base
 
     cfg = sft_base(
         llama3_8b_provider(),
@@ -40,7 +40,7 @@ def llama3_8b_sft_packed_8k(dataset_root=None, tokenizer_model=None):
 def llama3_8b_sft_packed_8k_cuda_graphs(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking, PackedCudaGraphs, Parallelism
-    from mbridge_seqpack.recipes.kit import llama3_8b_provider, sft_base
+    from mbridge_seqpack.recipes.building_blocks import llama3_8b_provider, sft_base
 
     cfg = sft_base(
         llama3_8b_provider(),

@@ -1,6 +1,6 @@
 """Qwen2.5-VL-3B SFT with in-batch (collate-time) packing on Megatron-Bridge's synthetic VLM data."""
 
-from mbridge_seqpack.recipes.kit import QWEN25_VL_CONTEXT, recipe
+from mbridge_seqpack.recipes.building_blocks import QWEN25_VL_CONTEXT, recipe
 
 
 @recipe(
@@ -15,7 +15,7 @@ from mbridge_seqpack.recipes.kit import QWEN25_VL_CONTEXT, recipe
 def qwen25_vl_3b_sft_in_batch_4k(hf_processor_path="Qwen/Qwen2.5-VL-3B-Instruct"):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import InBatchPacking
-    from mbridge_seqpack.recipes.kit import qwen25_vl_3b_provider, vlm_sft_base
+    from mbridge_seqpack.recipes.building_blocks import qwen25_vl_3b_provider, vlm_sft_base
 
     cfg = vlm_sft_base(
         qwen25_vl_3b_provider(),

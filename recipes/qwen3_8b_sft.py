@@ -1,6 +1,6 @@
 """Qwen3-8B SFT, offline packed at 16k with CP2."""
 
-from mbridge_seqpack.recipes.kit import QWEN3_CONTEXT, recipe
+from mbridge_seqpack.recipes.building_blocks import QWEN3_CONTEXT, recipe
 
 
 @recipe(
@@ -14,7 +14,7 @@ from mbridge_seqpack.recipes.kit import QWEN3_CONTEXT, recipe
 def qwen3_8b_sft_16k_cp2(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import LongContext, OfflinePacking, Parallelism
-    from mbridge_seqpack.recipes.kit import qwen3_8b_provider, sft_base
+    from mbridge_seqpack.recipes.building_blocks import qwen3_8b_provider, sft_base
 
     cfg = sft_base(
         qwen3_8b_provider(),

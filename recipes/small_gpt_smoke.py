@@ -1,6 +1,6 @@
 """A ~100M-parameter GPT, offline packed at 4k, for single-GPU smoke runs on the embedded data."""
 
-from mbridge_seqpack.recipes.kit import recipe
+from mbridge_seqpack.recipes.building_blocks import recipe
 
 
 @recipe(
@@ -13,7 +13,7 @@ from mbridge_seqpack.recipes.kit import recipe
 def small_gpt_smoke_4k(dataset_root=None, tokenizer_model=None):
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(
         small_gpt_provider(4096),

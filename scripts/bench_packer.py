@@ -162,7 +162,7 @@ def embedded_lengths() -> np.ndarray:
     """Runtime lengths of the embedded corpus as the prompt/answer template tokenizes it (embedded tokenizer)."""
     from tokenizers import Tokenizer
 
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
     tok = Tokenizer.from_file(str(embedded_tokenizer_dir() / "tokenizer.json"))
     records = [json.loads(x) for x in (embedded_data_dir() / "training.jsonl").read_text().splitlines() if x.strip()]

@@ -65,7 +65,7 @@ REFERENCE = "megatron_bridge_all_cores"  # the pack every other one must hold th
 def _corpus(path: Path, copies: int, answers: str = "distinct") -> int:
     """The embedded corpus ``copies`` times, every prompt made distinct; every answer too, or (``repeated``) each
     answer the same in every copy (answers shared across examples: the pack encodes each distinct text once)."""
-    from mbridge_seqpack.recipes.kit import embedded_data_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
     rows = [json.loads(line) for line in (embedded_data_dir() / "training.jsonl").read_text().splitlines()]
     with open(path, "w") as out:
@@ -97,7 +97,7 @@ def _sequence_digests(path: Path) -> collections.Counter:
 
 def _pack(src: Path, out: Path, pack_size: int, *, balance: bool, batched: bool) -> dict:
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
 
     result = pack_jsonl(
         {"training": src},
@@ -133,7 +133,7 @@ def capture_texts(src: Path, work: Path, pack_size: int) -> dict:
 def _encoding(work: Path) -> Callable[[], None]:
     """The tokenizer alone on the recorded lists, as ``pack`` calls it, with a tokenizer loaded for this run (the
     lists and the tokenizer are loaded before the timing starts)."""
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.batched_tokens import _hf_tokenizer
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
@@ -154,7 +154,7 @@ def _megatron_bridge(src: Path, work: Path, pack_size: int, workers: int) -> Cal
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     return functools.partial(
@@ -194,7 +194,7 @@ def run_one(name: str, src: Path, work: Path, pack_size: int, repeats: int) -> d
     """``repeats`` runs of one contender in this process (the imports paid before the first), each in a fresh
     directory ``work/run<i>`` with a fresh digest cache, each beside one run of the tokenizer's encoding: wall and
     CPU seconds of both, and this process's peak RSS."""
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     load_megatron_tokenizer(embedded_tokenizer_dir())  # the imports, not timed

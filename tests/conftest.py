@@ -83,7 +83,7 @@ def packed_cfg(megatron_bridge):
     """Small GPT, GPT SFT offline packed at 4096, global batch 16: valid at world size 8."""
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
     return apply(cfg, OfflinePacking(pack_size=4096))
@@ -92,7 +92,7 @@ def packed_cfg(megatron_bridge):
 @pytest.fixture
 def unpacked_cfg(megatron_bridge):
     """Small GPT, GPT SFT without packing, global batch 16: valid at world size 8."""
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     return sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
 
@@ -102,7 +102,7 @@ def vlm_cfg(megatron_bridge):
     """Small GPT with Megatron-Bridge's mock VLM dataset, in-batch packed, micro batch 2, global 16."""
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
 
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16, micro_batch_size=2)
     cfg.dataset = MockVLMSFTDatasetConfig(
@@ -118,7 +118,7 @@ def qwen3vl_cfg(megatron_bridge):
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig
     from megatron.bridge.models.qwen_vl.qwen3_vl_provider import Qwen3VLModelProvider
 
-    from mbridge_seqpack.recipes.kit import sft_base
+    from mbridge_seqpack.recipes.building_blocks import sft_base
 
     provider = Qwen3VLModelProvider(
         num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
@@ -153,7 +153,7 @@ def energon_cfg(megatron_bridge):
     """Small GPT with an Energon dataset using online packing, valid at world size 8."""
     from megatron.bridge.data.builders.energon import EnergonDatasetConfig, QwenVLEnergonTaskEncoderConfig
 
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
     cfg.dataset = EnergonDatasetConfig(
@@ -174,7 +174,7 @@ def pretrain_cfg(megatron_bridge):
     batch 16: valid at world size 8."""
     from megatron.bridge.recipes.common import _pretrain_common
 
-    from mbridge_seqpack.recipes.kit import small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import small_gpt_provider
 
     cfg = _pretrain_common()
     cfg.model = small_gpt_provider(4096)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
 PACK = 2048
 

@@ -575,7 +575,7 @@ def _records() -> list[list[Any]]:
     attention rules' findings (``check``), on the case's declared stack."""
     import warnings
 
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -1128,7 +1128,7 @@ from megatron.core.transformer.enums import AttnBackend
 
 from mbridge_seqpack import apply
 from mbridge_seqpack.compose.mixins import OfflinePacking
-from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
 
 def flash_padded():

@@ -54,13 +54,13 @@ RECIPE_FILES = {
     ),
     "late_raise.py": (
         "def config():\n"
-        "    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider\n\n"
+        "    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider\n\n"
         "    cfg = sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
         "    raise KeyError('dataset_root')\n"
     ),
     "ok.py": (
         "def config():\n"
-        "    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider\n\n"
+        "    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider\n\n"
         "    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
     ),
 }

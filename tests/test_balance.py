@@ -15,7 +15,7 @@ from mbridge_seqpack.placement.layout import slot_order, straggler_ratio
 
 
 def test_cost_model_from_a_megatron_bridge_provider(megatron_bridge: Any) -> None:
-    from mbridge_seqpack.recipes.kit import llama3_8b_provider
+    from mbridge_seqpack.recipes.building_blocks import llama3_8b_provider
 
     assert CostModel.from_provider(llama3_8b_provider()) == DEFAULT_COST
     # Llama-3-8B: 2 * (4096*128*(2*32 + 2*8) + 3*4096*14336) per token; 2 * 32 * 128 per token pair
@@ -32,7 +32,7 @@ def test_straggler_ratio_reads_rows_as_the_single_sampler_does() -> None:
 def _embedded_lengths() -> np.ndarray:
     import json
 
-    from mbridge_seqpack.recipes.kit import embedded_data_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
     # runtime lengths of the embedded corpus as the prep tokenizes it are pinned in the pack tests; here the
     # character counts / 4 stand in (the balance only needs a realistic spread)

@@ -70,7 +70,7 @@ def test_a_recipes_managed_key_is_refused_where_megatron_bridges_builder_fails_o
     # the prep manages it also passes itself, so the recipe's value is a second one for the same keyword
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     data = tmp_path / "d.jsonl"

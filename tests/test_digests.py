@@ -17,7 +17,7 @@ from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 from mbridge_seqpack.artifact.store import date_back
 from mbridge_seqpack.digests import FileStamp, launch_sha256, remember, verified_sha256
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.rules import check
 
 DATA = embedded_data_dir()

@@ -424,7 +424,7 @@ def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: A
 def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: Any) -> None:  # noqa: F811
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     def build(packed: bool) -> Any:
@@ -460,7 +460,7 @@ def test_legacy_prompt_templates_are_refused_where_the_dataset_asserts(
     """Megatron-Bridge's builder over the JSONL split, as the packing prep and the unpacked run build it."""
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     try:
@@ -479,7 +479,7 @@ def test_legacy_prompt_templates_are_refused_where_the_dataset_asserts(
 def test_an_unknown_truncation_method_raises_at_the_first_truncated_example(tiny_pack: Any, unpacked_cfg: Any) -> None:  # noqa: F811
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     dataset = build_gpt_sft_split(
@@ -533,7 +533,7 @@ def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_load
     from megatron.bridge.training.state import TrainState
 
     from mbridge_seqpack.paths import set_path
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     pack = tiny_pack / "pack" / "training_64.idx.parquet"

@@ -218,7 +218,7 @@ def test_tp_overlap_userbuffers_take_one_token_count(packed_cfg: Any, tmp_path: 
     against that size, a GPU check): its packed collate gives variable-width rows unless pad_to_max_length."""
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
     from tests.mb_batches import PACK, mb_packed_collate_batches
 
@@ -329,7 +329,7 @@ def test_nvfp4_quantizes_sixteen_token_blocks(packed_cfg: Any) -> None:
 def val_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> tuple[Path, int]:
     """The embedded corpus packed at 4096 with its validation split, and that split's row count."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
     from mbridge_seqpack.rules.lifecycle import parquet_rows
 
     out = tmp_path_factory.mktemp("val_pack") / "pack"
@@ -359,7 +359,7 @@ def test_validation_split_smaller_than_its_global_batch_fails_at_the_first_evalu
     from megatron.bridge.data.loaders import cyclic_iter
     from megatron.bridge.data.samplers import build_pretraining_data_loader
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     pack, rows = val_pack

@@ -49,7 +49,7 @@ def snapshot(cfg: Any) -> dict[str, Any]:
 
 
 def _fresh(megatron_bridge: Any) -> Any:
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=16, micro_batch_size=2)
 

@@ -56,7 +56,7 @@ def _assign(cfg: Any, path: str, value: Any) -> None:
 def bases(megatron_bridge: Any) -> dict[str, Any]:
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import ContextParallel, OfflinePacking
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     packed = apply(
         sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16), OfflinePacking(pack_size=4096)

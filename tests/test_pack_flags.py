@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from mbridge_seqpack.cli.pack_flags import PACK_FLAGS
-from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 from tests.support.stderr_text import unwrap
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ pack, intact, when replacing one), and running the same ``pack`` again succeeds 
 lock file, which is harmless (its ``flock`` died with the killed process; the re-run took it).
 
 How a phase is hit: ``MBRIDGE_SEQPACK_STOP_AT=<phase>`` makes the pack stop itself (``SIGSTOP``) where the phase
-begins (artifact/phases.py), the test checks what the staging directory holds at that moment, then sends
+begins (artifact/pack_phases.py), the test checks what the staging directory holds at that moment, then sends
 ``SIGKILL``. Tokenizing on one machine is hit by polling the staging directory every millisecond until the
 spilled tokens grow. Local packs run in children of a fork server that imported Megatron-Bridge once; Ray packs
 run their driver in an actor of this module's cluster, whose workers import Megatron-Bridge once for all runs."""
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
-from mbridge_seqpack.artifact.phases import STOP_ENV
-from mbridge_seqpack.recipes.kit import embedded_data_dir
+from mbridge_seqpack.artifact.pack_phases import STOP_ENV
+from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
 pytestmark = pytest.mark.slow
 

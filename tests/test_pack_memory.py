@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mbridge_seqpack.artifact.row_tokens import gather_tokens
-from mbridge_seqpack.artifact.store import RowLayout, build_rows, column_checksums, write_split
+from mbridge_seqpack.artifact.store import RowSources, build_rows, column_checksums, write_split
 from mbridge_seqpack.placement.packer import pack_lengths
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
@@ -62,7 +62,7 @@ def test_streamed_write_equals_the_whole_table(tmp_path: Path) -> None:
 
 def test_batches_respect_rows_and_tokens() -> None:
     seqs = TokenizedSequences(np.zeros(0, np.int64), np.zeros(0, np.int8), np.arange(0, 1001, 10, dtype=np.int64))
-    layout = RowLayout.of(seqs, np.repeat(np.arange(25), 4))  # 25 rows of 4 sequences (40 tokens)
+    layout = RowSources.of(seqs, np.repeat(np.arange(25), 4))  # 25 rows of 4 sequences (40 tokens)
     assert list(layout.batches(max_rows=10, max_tokens=100)) == [(k, k + 2) for k in range(0, 24, 2)] + [(24, 25)]
     assert list(layout.batches(max_rows=10, max_tokens=10)) == [(k, k + 1) for k in range(25)]  # one row at least
     assert list(layout.batches(max_rows=10)) == [(0, 10), (10, 20), (20, 25)]
@@ -72,7 +72,7 @@ CHILD = """
 import gc, json, sys
 from pathlib import Path
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
 def status(key):
     for line in open("/proc/self/status"):

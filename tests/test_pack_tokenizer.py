@@ -185,7 +185,7 @@ RECIPE = """
 def chat_recipe():
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(
         small_gpt_provider(2048), seq_length=2048, global_batch_size=1, dataset_root={root!r}, tokenizer_model={tok!r}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from mbridge_seqpack.artifact.parquet_stitch import ArtifactError, encode_footer, read_footer, stitch_parquet
 from mbridge_seqpack.artifact.store import (
     ColumnDigests,
-    RowLayout,
+    RowSources,
     row_group_bounds,
     sealed_checksums,
     write_row_groups,
@@ -80,7 +80,7 @@ def test_a_split_written_in_parts_is_sealed_as_written_whole(tmp_path: Path) -> 
     bins = pack_lengths(seqs.lengths, 1024, seed=0)
     info = {"split": "training", "n": 1}
     whole = write_split(tmp_path / "whole.parquet", seqs, bins, info, row_group_size=20)
-    layout = RowLayout.of(seqs, bins)
+    layout = RowSources.of(seqs, bins)
     bounds = row_group_bounds(layout, 20)
     assert len(bounds) > 3
     parts = [tmp_path / "p0.parquet", tmp_path / "p1.parquet", tmp_path / "p2.parquet"]

@@ -60,7 +60,7 @@ def _synthetic_corpus(path: Path, records: int) -> None:
 def test_a_synthetic_100k_corpus_is_the_local_pack(ray_cluster, tmp_path: Path) -> None:
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.pipeline.ray_engine import RayEngine
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
 
     corpus = tmp_path / "corpus.jsonl"
     _synthetic_corpus(corpus, 100_000)
@@ -78,7 +78,7 @@ def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(ray_cluster, tm
     """A worker's refusal reaches the driver as the local check words it: the input file, its line number."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.pipeline.ray_engine import RayEngine
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
     lines = (embedded_data_dir() / "training.jsonl").read_text().splitlines()
     lines[1500] = '{"input": "a", "output": 3}'

@@ -24,7 +24,7 @@ def test_docs_page_is_current() -> None:
 def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Callable[[int], list[str]]:
     """Overrides that point a config at a pack of the embedded training data made with ``pad_seq_to_mult``."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
     made: dict[int, Path] = {}
 
@@ -53,7 +53,7 @@ def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> C
 def val_pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> list[str]:
     """Overrides that point a config at a pack of the embedded training and validation data (pad_seq_to_mult 1)."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
     out = tmp_path_factory.mktemp("val_pack") / "p"
     data = embedded_data_dir()

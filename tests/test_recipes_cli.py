@@ -149,7 +149,7 @@ def test_cli_check_recipe_file(tmp_path: Path, megatron_bridge: Any, capsys: pyt
     recipe = tmp_path / "my_recipe.py"
     recipe.write_text(
         "def config():\n"
-        "    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider\n"
+        "    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider\n"
         "    return sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)\n"
     )
     assert main(["check", str(recipe), "--world-size", "4", "--rules-only"]) == 0
@@ -246,7 +246,7 @@ def test_cli_plan_marks_lengths_above_the_context_window(
     megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Llama-3-8B was trained to 8,192 positions (its HF max_position_embeddings): 16k rows are not "ok"."""
-    from mbridge_seqpack.recipes.kit import llama3_8b_provider
+    from mbridge_seqpack.recipes.building_blocks import llama3_8b_provider
 
     assert llama3_8b_provider().seq_length == 8192  # what the bridge maps max_position_embeddings to
     assert main(["plan", "--slots", "65536", "--lengths", "8192,16384", "--json"]) == 0

@@ -80,7 +80,7 @@ def test_global_batch_boundary_is_megatron_cores_calculator(packed_cfg: Any, gbs
 
 
 def _moe_cfg(megatron_bridge: Any, ep: int, etp: int | None) -> Any:
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=16)
     cfg.model.num_moe_experts = 16
@@ -161,7 +161,7 @@ def test_row_width_boundary_is_megatron_bridges_collate(packed_cfg: Any, tmp_pat
     from megatron.bridge.training.tokenizers.config import TokenizerConfig
     from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
 
     tok = build_tokenizer(
         TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(embedded_tokenizer_dir()))
@@ -338,7 +338,7 @@ def tiny_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) ->
     import json
 
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
 
     root = tmp_path_factory.mktemp("tiny_pack")
     source = root / "training.jsonl"
@@ -370,7 +370,7 @@ def test_dataset_kwargs_are_refused_where_megatron_bridges_builder_raises(
 ) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     pack = tiny_pack / "pack"
@@ -437,7 +437,7 @@ def test_only_the_packing_prep_takes_chat_template_out_of_the_builders_dataset_k
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
 
-    from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 
     kwargs = {"chat_template": "{{ messages }}", "add_eos": True}

@@ -955,7 +955,7 @@ def test_glm45_from_its_bridge_structure_opts_out_of_offline_packing(packed_cfg:
     """A small GLM-4.5-shaped config (QKV bias as GLM-4.5's own config.json has it) through GLM45Bridge."""
     from transformers import Glm4MoeConfig
 
-    from mbridge_seqpack.recipes.kit import provider_from_hf_config
+    from mbridge_seqpack.recipes.building_blocks import provider_from_hf_config
 
     provider = provider_from_hf_config(
         Glm4MoeConfig(

@@ -98,7 +98,7 @@ def test_a_pack_made_for_a_runner_launch_matches_the_config_it_launches(
     """``pack --recipe NAME`` seals the alignment the runner sets (lcm(2*CP, CP*TP under SP)), so the fingerprint rule
     accepts the pack for the config the runner builds; a pack made without modelling the runner does not match."""
     from mbridge_seqpack.cli.main import main
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
     from mbridge_seqpack.rules import check
 
     name, overrides = "llama32_1b_sft_1gpu_h100_bf16_config", ["model.context_parallel_size=2"]
@@ -185,7 +185,7 @@ def test_the_dataset_presets_are_megatron_bridges(megatron_bridge: Any) -> None:
 def test_a_pp_override_rebuilds_a_recipe_owned_pipeline_layout(restated: None, offline_hub: Any) -> None:
     """``sync_model_pipeline_layout``: a PP override rebuilds the layout from the provider's builder, unless the
     layout is overridden too; restated here, and run on a real config whose provider has a builder."""
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=4)
     calls = []

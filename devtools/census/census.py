@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 from devtools.census.files import PATH_FILES, PathFile, site_packages
 from devtools.census.scanner import Site, scan_file
-from devtools.census.verdicts import Group, Override, Verdict
+from devtools.census.verdicts import CensusVerdict, Group, Override
 
 __all__ = ["INVENTORY", "Mapped", "Unmapped", "Census", "scan_path", "load_inventory", "inventory_of", "build"]
 
@@ -28,7 +28,7 @@ Key = tuple[str, str, str, str, int]
 @dataclass(frozen=True)
 class Mapped:
     site: Site
-    verdict: Verdict
+    verdict: CensusVerdict
     group: Group
     override: Override | None
 
@@ -103,7 +103,9 @@ def inventory_of(sites: Iterable[Site]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _resolve(site: Site, candidates: list[Group]) -> tuple[Group, Verdict, Override | None, tuple[Override, ...]]:
+def _resolve(
+    site: Site, candidates: list[Group]
+) -> tuple[Group, CensusVerdict, Override | None, tuple[Override, ...]]:
     group = max(candidates, key=lambda g: g.specificity)
     hits = tuple(o for o in group.overrides if o.matches(site.kind, site.text))
     if hits:

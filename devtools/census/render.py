@@ -15,7 +15,7 @@ from devtools.census.files import LEFT_OUT, PATH_FILES, STAGES, package_of
 from devtools.census.scanner import KINDS
 from devtools.census.silent import KINDS as MECHANISM_KINDS
 from devtools.census.silent import all_mechanisms
-from devtools.census.verdicts import CLASSES, Verdict
+from devtools.census.verdicts import CLASSES, CensusVerdict
 
 __all__ = ["render_markdown"]
 
@@ -31,7 +31,7 @@ def _code(text: str) -> str:
     return f"`{text}`"
 
 
-def _verdict_text(v: Verdict) -> str:
+def _verdict_text(v: CensusVerdict) -> str:
     parts = [f"**{v.cls}**"]
     if v.rules:
         parts.append(", ".join(f"`{r}`" for r in v.rules))
@@ -76,7 +76,7 @@ def _by_kind(census: Census) -> list[str]:
 def _gap_table(gaps: list[Mapped]) -> list[str]:
     """One row per distinct gap verdict: its sites (file:line), the fields, what fails."""
     rows: dict[int, list[Mapped]] = defaultdict(list)
-    verdicts: dict[int, Verdict] = {}
+    verdicts: dict[int, CensusVerdict] = {}
     for m in gaps:
         rows[id(m.verdict)].append(m)
         verdicts[id(m.verdict)] = m.verdict
@@ -150,7 +150,7 @@ def _named_verdicts() -> dict[int, tuple[str, ...]]:
     for info in sorted(pkgutil.iter_modules(mapping.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{mapping.__name__}.{info.name}")
         for name, value in vars(module).items():
-            if isinstance(value, Verdict) and name.isupper():
+            if isinstance(value, CensusVerdict) and name.isupper():
                 names.setdefault(id(value), (_slug(name), _slug(f"{info.name}-{name}")))
     return names
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from devtools.census.verdicts import Verdict, guarded
+from devtools.census.verdicts import CensusVerdict, guarded
 from devtools.field_uses import FIELD_USES
 
 __all__ = ["Mechanism", "MECHANISMS", "UNCONSUMED_FIELD_RULES", "all_mechanisms"]
@@ -35,7 +35,7 @@ class Mechanism:
     function: str
     needle: str
     what: str
-    verdict: Verdict
+    verdict: CensusVerdict
 
 
 MB = "megatron/bridge/"

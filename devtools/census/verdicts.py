@@ -28,7 +28,7 @@ from typing import Literal
 
 __all__ = [
     "CLASSES",
-    "Verdict",
+    "CensusVerdict",
     "Override",
     "Group",
     "guarded",
@@ -45,7 +45,7 @@ CLASSES: tuple[VerdictClass, ...] = ("guarded", "megatron_validates", "unreachab
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CensusVerdict:
     """A class, the reason in words, and (by class) the rule ids, the Megatron check, the fields that reach it."""
 
     cls: VerdictClass
@@ -71,25 +71,25 @@ class Verdict:
             raise RuntimeError("only a gap is marked general")
 
 
-def guarded(rules: str | tuple[str, ...], reason: str, fields: tuple[str, ...] = ()) -> Verdict:
-    return Verdict("guarded", reason, (rules,) if isinstance(rules, str) else tuple(rules), tuple(fields))
+def guarded(rules: str | tuple[str, ...], reason: str, fields: tuple[str, ...] = ()) -> CensusVerdict:
+    return CensusVerdict("guarded", reason, (rules,) if isinstance(rules, str) else tuple(rules), tuple(fields))
 
 
-def validated(validator: str, reason: str, fields: tuple[str, ...] = ()) -> Verdict:
-    return Verdict("megatron_validates", reason, (), tuple(fields), validator)
+def validated(validator: str, reason: str, fields: tuple[str, ...] = ()) -> CensusVerdict:
+    return CensusVerdict("megatron_validates", reason, (), tuple(fields), validator)
 
 
-def unreachable(reason: str) -> Verdict:
-    return Verdict("unreachable", reason)
+def unreachable(reason: str) -> CensusVerdict:
+    return CensusVerdict("unreachable", reason)
 
 
-def harmless(reason: str, fields: tuple[str, ...] = ()) -> Verdict:
-    return Verdict("harmless", reason, (), tuple(fields))
+def harmless(reason: str, fields: tuple[str, ...] = ()) -> CensusVerdict:
+    return CensusVerdict("harmless", reason, (), tuple(fields))
 
 
-def gap(fields: tuple[str, ...], reason: str, *, general: bool = False) -> Verdict:
+def gap(fields: tuple[str, ...], reason: str, *, general: bool = False) -> CensusVerdict:
     """``general``: reachable and failing, but not specific to packed / variable-length / CP data."""
-    return Verdict("gap", reason, (), tuple(fields), general=general)
+    return CensusVerdict("gap", reason, (), tuple(fields), general=general)
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ class Override:
     of the site's normalized text (``ast.unparse``), ``kind`` narrows it to one site kind."""
 
     match: str
-    verdict: Verdict
+    verdict: CensusVerdict
     kind: str | None = None
 
     def matches(self, kind: str, text: str) -> bool:
         return self.match in text and (self.kind is None or self.kind == kind)
 
 
-def site(match: str, verdict: Verdict, kind: str | None = None) -> Override:
+def site(match: str, verdict: CensusVerdict, kind: str | None = None) -> Override:
     return Override(match, verdict, kind)
 
 
@@ -116,7 +116,7 @@ class Group:
 
     file: str
     qualname: str
-    verdict: Verdict
+    verdict: CensusVerdict
     overrides: tuple[Override, ...] = field(default=())
 
     def covers(self, qualname: str) -> bool:
@@ -133,14 +133,14 @@ class Group:
         return (int(exact), len(self.qualname))
 
 
-Entry = Verdict | tuple[Verdict, tuple[Override, ...]] | tuple[Verdict, Override]
+Entry = CensusVerdict | tuple[CensusVerdict, tuple[Override, ...]] | tuple[CensusVerdict, Override]
 
 
 def groups(file: str, table: dict[str, Entry]) -> tuple[Group, ...]:
     """A file's mapping, written as ``{qualname: verdict}`` or ``{qualname: (verdict, site(...), site(...))}``."""
     out = []
     for qualname, entry in table.items():
-        if isinstance(entry, Verdict):
+        if isinstance(entry, CensusVerdict):
             out.append(Group(file, qualname, entry))
         else:
             verdict, *overrides = entry

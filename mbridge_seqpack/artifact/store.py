@@ -28,7 +28,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_group_seal import seal_tiles
 from mbridge_seqpack.artifact.row_tokens import gather_tokens
 from mbridge_seqpack.digests import RACY_SECONDS, FileStamp, note_read
@@ -39,7 +39,7 @@ __all__ = [
     "Fingerprint",
     "FINGERPRINT_KEY",
     "ArtifactError",
-    "RowLayout",
+    "RowSources",
     "build_rows",
     "write_split",
     "write_row_groups",
@@ -273,7 +273,7 @@ def column_checksums(table_or_columns: Any) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class RowLayout:
+class RowSources:
     """Where every packed row's sequences come from: sequences of one bin in input order, bins in id order.
 
     Per-sequence and per-row arrays only (a few bytes per sequence); the tokens are gathered a batch of rows
@@ -288,7 +288,7 @@ class RowLayout:
     seq_start: np.ndarray  # every entry of ``order``: its start within its row
 
     @classmethod
-    def of(cls, seqs: TokenizedSequences, bins: np.ndarray) -> "RowLayout":
+    def of(cls, seqs: TokenizedSequences, bins: np.ndarray) -> "RowSources":
         placed = np.flatnonzero(bins >= 0)
         order = placed[np.lexsort((placed, bins[placed]))]  # by bin, then input index
         row_of = bins[order]
@@ -351,13 +351,13 @@ def _arrow_columns(values: dict[str, tuple]) -> dict[str, Any]:
 
 def build_rows(seqs: TokenizedSequences, bins: np.ndarray) -> dict[str, Any]:
     """Arrow columns of all packed rows at once (small packs, tests, benchmarks); ``write_split`` streams."""
-    return RowLayout.of(seqs, bins).columns(seqs)
+    return RowSources.of(seqs, bins).columns(seqs)
 
 
 class ColumnDigests:
-    """:func:`digest_columns` of the columns a :class:`RowLayout` writes, fed one batch at a time."""
+    """:func:`digest_columns` of the columns a :class:`RowSources` writes, fed one batch at a time."""
 
-    def __init__(self, layout: RowLayout) -> None:
+    def __init__(self, layout: RowSources) -> None:
         self.digests = {}
         for name in ("input_ids", "loss_mask", "seq_start_id", "sequence_index"):
             offsets = layout.token_offsets if name in ("input_ids", "loss_mask") else layout.seq_offsets
@@ -380,7 +380,7 @@ class ColumnDigests:
         return {name: digest.hexdigest() for name, digest in sorted(self.digests.items())}
 
 
-def row_group_bounds(layout: RowLayout, row_group_size: int = 500) -> list[tuple[int, int]]:
+def row_group_bounds(layout: RowSources, row_group_size: int = 500) -> list[tuple[int, int]]:
     """(first, end) rows of every row group ``write_split`` writes (at most ``row_group_size`` rows, as
     Megatron-Bridge's writer, and 1M tokens; one empty group for an empty split)."""
     return list(layout.batches(row_group_size)) if layout.num_rows else [(0, 0)]
@@ -388,7 +388,7 @@ def row_group_bounds(layout: RowLayout, row_group_size: int = 500) -> list[tuple
 
 def write_row_groups(
     path: Path,
-    layout: RowLayout,
+    layout: RowSources,
     seqs: TokenizedSequences,
     bounds: list[tuple[int, int]],
     info: dict[str, Any],
@@ -459,7 +459,7 @@ def write_split(
     path: Path, seqs: TokenizedSequences, bins: np.ndarray, info: dict[str, Any], row_group_size: int = 500
 ) -> dict[str, Any]:
     """Write one packed split (``info`` in the schema metadata), one row group at a time; returns its checksums."""
-    layout = RowLayout.of(seqs, bins)
+    layout = RowSources.of(seqs, bins)
     digests = ColumnDigests(layout)
     write_row_groups(path, layout, seqs, row_group_bounds(layout, row_group_size), info, digests)
     return sealed_checksums(path, digests)

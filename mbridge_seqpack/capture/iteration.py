@@ -268,8 +268,8 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
     from megatron.core.full_cuda_graph import FullCudaGraphWrapper
     from megatron.core.pipeline_parallel.schedules import forward_backward_no_pipelining
 
+    from mbridge_seqpack.capture.cpu_world import cpu_world
     from mbridge_seqpack.capture.kernels import kernel_stand_ins
-    from mbridge_seqpack.capture.world import cpu_world
     from mbridge_seqpack.thd import inject
 
     run = IterationRun()

@@ -115,6 +115,7 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
     MoE); ``moe:<dispatcher>:<mode>`` (that dispatcher and capacity mode, as a config sets them). A model the one-rank
     CPU world cannot build, or a TE kernel without a stand-in, gives ``not run`` with what stopped it."""
     from mbridge_seqpack.capture.conditions import moe_variant_settings
+    from mbridge_seqpack.capture.cpu_world import cpu_world
     from mbridge_seqpack.capture.iteration import (
         build_step,
         first_line,
@@ -124,7 +125,6 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
         probe_config,
     )
     from mbridge_seqpack.capture.kernels import kernel_stand_ins
-    from mbridge_seqpack.capture.world import cpu_world
 
     settings = _scope_settings(modules)
     if kind == "moe":
@@ -220,8 +220,8 @@ def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     from megatron.core.models.hybrid.hybrid_block import HybridStack
     from megatron.core.process_groups_config import ProcessGroupCollection
 
+    from mbridge_seqpack.capture.cpu_world import cpu_world
     from mbridge_seqpack.capture.iteration import WIDTH, packed_batches, probe_config
-    from mbridge_seqpack.capture.world import cpu_world
 
     settings = {**_scope_settings(modules), "model.is_hybrid_model": True}
     try:

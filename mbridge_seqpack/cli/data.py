@@ -169,7 +169,7 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
     """Megatron-Bridge's own packed location for ``cfg``, when the pack is made from the config's JSONL and the
     dataset root is not the package's embedded sample (never written into)."""
     from mbridge_seqpack.artifact.builder_location import builder_location
-    from mbridge_seqpack.recipes.kit import embedded_data_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
     if args.input or args.validation:
         return None  # another file than the builder would prepare from: a pack there would be stale for the config
@@ -190,7 +190,7 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
 def cmd_pack(args: argparse.Namespace) -> int:
     from mbridge_seqpack.cli.pack_flags import check_flag_combinations, fill_input_defaults
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.kit import embedded_data_dir, embedded_tokenizer_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 
     # `pack --recipe X key=value [INPUT]`: the positionals are overrides, and at most one input file
     given = [item for item in [args.input, *args.overrides] if item is not None]

@@ -14,7 +14,7 @@ from typing import Callable
 from mbridge_seqpack.equivalence.setup import Setup
 from mbridge_seqpack.equivalence.signals import Token
 
-__all__ = ["COMPARISONS", "Finding", "Signals", "Verdict", "verdict", "verdict_of"]
+__all__ = ["COMPARISONS", "Finding", "Signals", "EquivalenceVerdict", "verdict", "verdict_of"]
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (labels, loss_mas
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EquivalenceVerdict:
     """The check's outcome for one setup: findings, what could not run here, and the seconds it took."""
 
     setup: Setup
@@ -180,7 +180,9 @@ def _not_run(setup: Setup) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def verdict(setup: Setup, comparisons: tuple[Callable[[Signals], Finding | None], ...] = COMPARISONS) -> Verdict:
+def verdict(
+    setup: Setup, comparisons: tuple[Callable[[Signals], Finding | None], ...] = COMPARISONS
+) -> EquivalenceVerdict:
     """Build, run and compare (uncached)."""
     from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
     from mbridge_seqpack.equivalence.signals import token_signals
@@ -205,10 +207,10 @@ def verdict(setup: Setup, comparisons: tuple[Callable[[Signals], Finding | None]
     notes = _not_run(setup)
     if refused:
         notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
-    return Verdict(setup, findings, notes, time.perf_counter() - started, effect)
+    return EquivalenceVerdict(setup, findings, notes, time.perf_counter() - started, effect)
 
 
 @functools.lru_cache(maxsize=256)
-def verdict_of(setup: Setup) -> Verdict:
+def verdict_of(setup: Setup) -> EquivalenceVerdict:
     """The verdict for ``setup``, computed once per process (the setup is the cache key)."""
     return verdict(setup)

@@ -1,5 +1,5 @@
 """The MoE router over the packed micro batches: Megatron-Core's own ``TopKRouter`` (transformer/moe/router.py),
-built from the config's router settings on CPU in the project's one-rank gloo world (capture/world.py).
+built from the config's router settings on CPU in the project's one-rank gloo world (capture/cpu_world.py).
 
 Each token's router input is a fixed vector of its token id, so a sample's real tokens give the router the same
 inputs packed and unpacked. The router runs twice per micro batch, as Megatron-Bridge 0.6.2 calls it (no
@@ -99,7 +99,7 @@ def _one_pass(config: Any, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[
 
 def router_effect(router: Router, run: Run) -> RouterEffect:
     """Route every packed micro batch with and without its padding; the differences, summed over micro batches."""
-    from mbridge_seqpack.capture.world import cpu_world
+    from mbridge_seqpack.capture.cpu_world import cpu_world
 
     generator = torch.Generator().manual_seed(7)
     table = torch.randn((VOCAB + 64, HIDDEN), generator=generator)

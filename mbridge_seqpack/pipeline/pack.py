@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.artifact.seal_key import seal_key
 from mbridge_seqpack.artifact.store import (

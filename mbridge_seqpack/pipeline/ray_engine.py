@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mbridge_seqpack.artifact.phases import reached
+from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_tokens import read_segments
 from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets
@@ -357,10 +357,10 @@ class RayEngine:
     ) -> dict[str, Any]:
         """Write one split's file from the workers, a part per worker, joined into one file and sealed."""
         from mbridge_seqpack.artifact.parquet_stitch import stitch_parquet
-        from mbridge_seqpack.artifact.store import ColumnDigests, RowLayout, row_group_bounds, sealed_checksums
+        from mbridge_seqpack.artifact.store import ColumnDigests, RowSources, row_group_bounds, sealed_checksums
 
         ray = self.ray
-        layout = RowLayout.of(seqs, bins)
+        layout = RowSources.of(seqs, bins)
         bounds = row_group_bounds(layout)
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         cuts = _balanced_cuts(layout, bounds, min(cpus, len(bounds)))

@@ -5,9 +5,9 @@ Lengths in, rows out; never a token, and nothing of the plugin above the core. `
 
 - ``packer``: best-fit decreasing bins (``pack_lengths``, exported here; the C kernel in ``bfd.c``);
 - ``balance``: the same number of rows re-dealt to equal cost (``balance_bins``);
-- ``layout``: ``StepShape`` (ranks, rows per rank per step, capacity, cost) and ``Layout`` (rows and the order
+- ``layout``: ``StepShape`` (ranks, rows per rank per step, capacity, cost) and ``RowSchedule`` (rows and the order
   the sampler reads them in; ``slot_order``);
-- ``level`` and ``exchange``: steps that take a ``Layout`` and return one (refill, spreads, trades);
+- ``level`` and ``exchange``: steps that take a ``RowSchedule`` and return one (refill, spreads, trades);
 - ``sampler``: where each row is written so that Megatron-Bridge's sampler reads that order;
 - ``record``: the ``BalanceRecord`` a pack writes and the ``BalanceReport`` ``inspect`` computes;
 - ``cost``: the row-cost model, the one owner of a row's cost and a step's ratio, under all of them.

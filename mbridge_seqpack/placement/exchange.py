@@ -14,7 +14,7 @@ them). Worst step first:
 
 A spread never slows the step's slowest rank. Every give and take candidate is scored by the exact change of
 the two steps' ratios; the best is applied if it lowers their sum. Rows stay within the capacity and the
-per-row sequence cap, and none empties. :func:`exchange` is the step: a :class:`~layout.Layout` in, one out.
+per-row sequence cap, and none empties. :func:`exchange` is the step: a :class:`~layout.RowSchedule` in, one out.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from mbridge_seqpack.placement.cost import row_costs
-from mbridge_seqpack.placement.layout import Layout, StepShape
+from mbridge_seqpack.placement.layout import RowSchedule, StepShape
 
 __all__ = ["ExchangePass", "exchange"]
 
@@ -350,7 +350,7 @@ class ExchangePass:
         return applied
 
 
-def exchange(layout: Layout) -> Layout:
+def exchange(layout: RowSchedule) -> RowSchedule:
     """One pass of exchanges over ``layout``'s order: a layout of the exchanged rows in the same order, or
     ``layout`` itself when no exchange lowers the summed step ratios."""
     trades = ExchangePass(layout.lengths, layout.bins, layout.num_bins, layout.shape, layout.order)

@@ -3,7 +3,7 @@
 ``slot_order`` gives the order: rows of similar cost share a step (global batch), each step's rows are split over
 the ranks by LPT, and the steps come in a seeded random order (Megatron-Bridge's own prep writes rows in
 first-fit-decreasing order: similar rows adjacent, but the longest sequences all at the start of training).
-Leveling (``level.level``) and its exchanges (``exchange.exchange``) are steps that take a :class:`Layout` and
+Leveling (``level.level``) and its exchanges (``exchange.exchange``) are steps that take a :class:`RowSchedule` and
 return one; the row costs of a layout come from ``cost.py``, computed once per layout, and its step ratios
 (slowest rank / mean rank of each step) from the functions here.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from mbridge_seqpack.placement.cost import CostModel, row_costs
 
-__all__ = ["StepShape", "Layout", "slot_order", "step_ratios", "straggler_ratio", "reshuffled_ratio"]
+__all__ = ["StepShape", "RowSchedule", "slot_order", "step_ratios", "straggler_ratio", "reshuffled_ratio"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def reshuffled_ratio(costs: np.ndarray, dp: int, micro_batches: int) -> float:
 
 
 @dataclass(frozen=True, eq=False)
-class Layout:
+class RowSchedule:
     """Rows (``bins[i]``: the row of sequence ``i``, -1 dropped) read in ``order`` (step ``k`` holds
     ``order[k * rows_per_step :]``, row ``j`` of a step goes to rank ``j % dp``; the rows after the last full step
     are the reservoir) by ``shape``'s ranks."""
@@ -102,21 +102,21 @@ class Layout:
     @classmethod
     def in_slot_order(
         cls, lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, *, seed: int = 0
-    ) -> "Layout":
+    ) -> "RowSchedule":
         """``bins`` read in ``slot_order`` of their costs."""
         costs = row_costs(lengths, bins, num_bins, shape.cost)
         layout = cls(lengths, bins, num_bins, shape, slot_order(costs, shape.dp, shape.micro_batches, seed=seed))
         layout.__dict__["costs"] = costs  # the cached_property's slot: computed once, here
         return layout
 
-    def with_bins(self, bins: np.ndarray, order: np.ndarray | None = None) -> "Layout":
+    def with_bins(self, bins: np.ndarray, order: np.ndarray | None = None) -> "RowSchedule":
         """The same shape with other rows (and ``order``, default this one's)."""
-        return Layout(self.lengths, bins, self.num_bins, self.shape, self.order if order is None else order)
+        return RowSchedule(self.lengths, bins, self.num_bins, self.shape, self.order if order is None else order)
 
-    def regrouped(self, *, seed: int = 0) -> "Layout":
+    def regrouped(self, *, seed: int = 0) -> "RowSchedule":
         """These rows in ``slot_order`` of their costs."""
         order = slot_order(self.costs, self.shape.dp, self.shape.micro_batches, seed=seed)
-        layout = Layout(self.lengths, self.bins, self.num_bins, self.shape, order)
+        layout = RowSchedule(self.lengths, self.bins, self.num_bins, self.shape, order)
         layout.__dict__["costs"] = self.costs
         return layout
 

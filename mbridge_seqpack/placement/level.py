@@ -33,7 +33,7 @@ import numpy as np
 
 from mbridge_seqpack.placement.cost import row_costs
 from mbridge_seqpack.placement.exchange import TOLERANCE, exchange
-from mbridge_seqpack.placement.layout import Layout, StepShape
+from mbridge_seqpack.placement.layout import RowSchedule, StepShape
 from mbridge_seqpack.placement.packer import place
 
 __all__ = ["level", "level_steps", "refill"]
@@ -44,7 +44,7 @@ FILLER_FRACTION = 1 / 16
 ROUNDS = 3
 
 
-def level(layout: Layout, *, seed: int = 0) -> Layout:
+def level(layout: RowSchedule, *, seed: int = 0) -> RowSchedule:
     """``layout`` (rows in their slot order) leveled for even steps: the rows and the order the sampler should
     read them in.
 
@@ -58,7 +58,7 @@ def level(layout: Layout, *, seed: int = 0) -> Layout:
     if not (layout.step_ratios > 1 + TOLERANCE).any():
         return layout  # every step within 0.1% of even already (exchange.TOLERANCE)
     before, reshuffled = layout.ratio, layout.reshuffled_ratio()
-    kept: tuple[float, Layout] | None = None  # (gain, layout) of the best start so far
+    kept: tuple[float, RowSchedule] | None = None  # (gain, layout) of the best start so far
     for start in _starts(layout):
         leveled = start.regrouped(seed=seed)
         for _ in range(ROUNDS):  # exchanges, then regroup by cost where that is better
@@ -79,11 +79,11 @@ def level_steps(
     lengths: np.ndarray, bins: np.ndarray, num_bins: int, shape: StepShape, *, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`level` of ``bins`` in their slot order, as ``(bins, order)``."""
-    leveled = level(Layout.in_slot_order(lengths, bins, num_bins, shape, seed=seed), seed=seed)
+    leveled = level(RowSchedule.in_slot_order(lengths, bins, num_bins, shape, seed=seed), seed=seed)
     return leveled.bins, leveled.order
 
 
-def _starts(layout: Layout) -> Iterator[Layout]:
+def _starts(layout: RowSchedule) -> Iterator[RowSchedule]:
     """The layouts the exchanges start from: the rows as they came, then (micro batch 1, no sequence cap) refilled,
     which gives the exchanges room where the rows are full but costs more moves."""
     yield layout

@@ -5,7 +5,7 @@ One way down, each step a function of what the one before returned:
 1. ``packer.pack_lengths``: best-fit decreasing bins (a sequence longer than ``max_seq_length`` refused, or
    dropped where Megatron-Bridge's prep drops it);
 2. ``balance.balance_bins``: the same number of rows, re-dealt to equal cost;
-3. ``layout.Layout.in_slot_order``: rows of similar cost share a step, split over the ranks by LPT;
+3. ``layout.RowSchedule.in_slot_order``: rows of similar cost share a step, split over the ranks by LPT;
 4. ``level.level`` (with ``exchange.exchange``): a layout in, a leveled layout out;
 5. ``sampler.file_layout``: each row written where the sampler reads it in its first epoch; the
    ``record.BalanceRecord`` of what was done, and the packing statistics of the rows (``PlacedRows``: all that
@@ -24,7 +24,7 @@ import numpy as np
 from mbridge_seqpack.errors import InputError
 from mbridge_seqpack.placement.balance import balance_bins
 from mbridge_seqpack.placement.cost import row_costs
-from mbridge_seqpack.placement.layout import Layout, StepShape, straggler_ratio
+from mbridge_seqpack.placement.layout import RowSchedule, StepShape, straggler_ratio
 from mbridge_seqpack.placement.level import level
 from mbridge_seqpack.placement.packer import pack_lengths, packing_stats
 from mbridge_seqpack.placement.record import BalanceRecord
@@ -67,7 +67,7 @@ def place_rows(lengths: np.ndarray, request: RowRequest, *, balance: bool, sourc
     shape, seed = request.shape, request.seed
     before = row_costs(lengths, bins, int(bins.max()) + 1, shape.cost)
     result = balance_bins(lengths, bins, shape.capacity, shape.cost, seed=seed, max_per_bin=shape.max_per_bin)
-    leveled = level(Layout.in_slot_order(lengths, result.bins, result.num_bins, shape, seed=seed), seed=seed)
+    leveled = level(RowSchedule.in_slot_order(lengths, result.bins, result.num_bins, shape, seed=seed), seed=seed)
     layout = file_layout(leveled.order, request.sampler, request.sampler_seed)  # the sampler reads `order` (epoch 0)
     position = np.empty_like(layout)
     position[layout] = np.arange(layout.size)
@@ -110,7 +110,12 @@ def _bins(lengths: np.ndarray, request: RowRequest, source: Any) -> np.ndarray:
 
 
 def _record(
-    leveled: Layout, layout: np.ndarray, before: np.ndarray, rebalanced: bool, extra_rows: int, request: RowRequest
+    leveled: RowSchedule,
+    layout: np.ndarray,
+    before: np.ndarray,
+    rebalanced: bool,
+    extra_rows: int,
+    request: RowRequest,
 ) -> BalanceRecord:
     """What the metadata records of the placement: the cost spread before and after, the straggler ratios as the
     sampler reads the rows in its first epoch and (mean) in epochs 1-4."""

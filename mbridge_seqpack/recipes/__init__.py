@@ -1,10 +1,11 @@
-"""Recipes: the registry of packaged recipes and the loader for user recipe files (this module), the kit the
-recipes are written with (``kit``: providers built offline, SFT bases, the ``@recipe`` marker), building a
-target as Megatron-Bridge's runner does (``targets``) and its pre-launch fixes (``runner``); the recipe files
-themselves are the checkout's top-level ``recipes/`` (shipped in the wheel as ``packaged/``).
+"""Recipes: the registry of packaged recipes and the loader for user recipe files (this module), the building
+blocks recipes are written with (``building_blocks``: providers built offline, SFT bases, the ``@recipe``
+marker), building a target as Megatron-Bridge's runner does (``targets``) and its pre-launch fixes (``runner``);
+the recipe files themselves are the checkout's top-level ``recipes/`` (shipped in the wheel as ``packaged/``).
 
-Packaged recipes are plain Python files whose functions are marked with :func:`mbridge_seqpack.recipes.kit.recipe`.
-They import Megatron-Bridge inside their function bodies, so listing recipes stays fast.
+Packaged recipes are plain Python files whose functions are marked with
+:func:`mbridge_seqpack.recipes.building_blocks.recipe`. They import Megatron-Bridge inside their function bodies,
+so listing recipes stays fast.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from mbridge_seqpack.errors import UsageError
-from mbridge_seqpack.recipes.kit import RecipeInfo
+from mbridge_seqpack.recipes.building_blocks import RecipeInfo
 
 __all__ = ["recipes_dir", "list_recipes", "recipe_info", "build_recipe", "load_recipe_target"]
 

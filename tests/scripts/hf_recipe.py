@@ -7,7 +7,7 @@ def hf_smoke():
 
     from mbridge_seqpack import apply
     from mbridge_seqpack.compose.mixins import OfflinePacking
-    from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
     cfg = sft_base(small_gpt_provider(4096), seq_length=4096, global_batch_size=8)
     cfg.dataset.dataset_root = None

@@ -30,7 +30,7 @@ __all__ = [
     "world_size_of",
     "offline",
     "judge",
-    "Verdict",
+    "RecipeVerdict",
     "cp2_variant",
     "packed_variant",
     "run_zoo",
@@ -142,7 +142,7 @@ def offline() -> Iterator[None]:
 
 
 @dataclass
-class Verdict:
+class RecipeVerdict:
     """What Megatron-Bridge and the plugin say about one built config."""
 
     recipe: str
@@ -234,7 +234,7 @@ def _base_checkpoint() -> str:
     return tempfile.mkdtemp(prefix="zoo_base_ckpt_")
 
 
-def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any], int]) -> Verdict:
+def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any], int]) -> RecipeVerdict:
     """Build one config and record both verdicts (the plugin's via ``check``, every rule); ``world_size`` may be
     a function of the built config."""
     from mbridge_seqpack.rules import RuleContext, evaluate
@@ -244,12 +244,12 @@ def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any],
             warnings.simplefilter("ignore")
             cfg = build()
     except Exception as exc:  # noqa: BLE001
-        return Verdict(name, 0, built=False, build_error=f"{type(exc).__name__}: {exc}"[:300])
+        return RecipeVerdict(name, 0, built=False, build_error=f"{type(exc).__name__}: {exc}"[:300])
     if callable(world_size):
         world_size = world_size(cfg)
     if getattr(cfg, "peft", None) is not None and cfg.checkpoint.pretrained_checkpoint is None:
         cfg.checkpoint.pretrained_checkpoint = _base_checkpoint()  # every PEFT user points at a base model
-    verdict = Verdict(name, world_size, built=True)
+    verdict = RecipeVerdict(name, world_size, built=True)
     with restored_environ():
         verdict.mb_error = _mb_verdict(name, cfg, world_size)
     verdict.mb_accepts = not verdict.mb_error
@@ -311,12 +311,12 @@ def _is_unpacked_gpt_sft(cfg: Any) -> bool:
     return isinstance(cfg.dataset, GPTSFTDatasetConfig) and not cfg.dataset.enable_offline_packing
 
 
-def run_zoo() -> dict[str, list[Verdict]]:
+def run_zoo() -> dict[str, list[RecipeVerdict]]:
     """Every recipe as shipped; every accepted fine-tuning recipe at doubled CP; unpacked GPT SFT recipes
     with packing switched on."""
-    shipped: list[Verdict] = []
-    cp2: list[Verdict] = []
-    packed: list[Verdict] = []
+    shipped: list[RecipeVerdict] = []
+    cp2: list[RecipeVerdict] = []
+    packed: list[RecipeVerdict] = []
     with offline():
         for fn in discover():
             name = recipe_id(fn)
