@@ -18,7 +18,7 @@ from mbridge_seqpack.capture.recorder import OBJECT_COLLECTIVES, HostReadRecorde
 
 @pytest.fixture(scope="module")
 def one_rank() -> Iterator[None]:
-    """A one-rank gloo world, as the capture runs have (capture/world.py)."""
+    """A one-rank gloo world, as the capture runs have (capture/cpu_world.py)."""
     created = not dist.is_initialized()
     if created:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -136,7 +136,7 @@ def test_fix_offers_the_overrides_that_match_the_pack(
     """A pack of 2048-token rows aligned to 4, named by path in a 4k recipe: --fix makes the config read it as it
     was made (the length owned by dataset.seq_length, the model's following), and the result checks clean."""
     from mbridge_seqpack.cli.main import main
-    from mbridge_seqpack.recipes.kit import embedded_data_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
     data = embedded_data_dir()
     argv = ["pack", str(data / "training.jsonl"), "--validation", str(data / "validation.jsonl")]
