@@ -19,7 +19,7 @@ from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
-from mbridge_seqpack.rules.artifacts import content_plan
+from mbridge_seqpack.rules.artifact import content_plan
 from mbridge_seqpack.tokenization.sequences import InputError
 from tests.support.stderr_text import unwrap
 

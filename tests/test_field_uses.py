@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.field_uses import FIELD_USES, render_markdown
-from mbridge_seqpack.rules.types import FIELD_TYPES
+from mbridge_seqpack.rules.field_types import FIELD_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "mbridge_seqpack" / "rules"

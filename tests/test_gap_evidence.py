@@ -93,7 +93,7 @@ def test_mamba_heads_and_groups_split_exactly_where_megatron_core_asserts(
     MambaContextParallel.__init__'s CP asserts, over a grid; then the rule on a real config for each refusal kind."""
     import megatron.core.ssm.mamba_mixer as mamba_mixer
 
-    from mbridge_seqpack.rules.ssm import mamba_split_problem
+    from mbridge_seqpack.rules.mamba import mamba_split_problem
 
     monkeypatch.setattr(mamba_mixer, "HAVE_MAMBA_SSM", True)
     seen = set()
@@ -367,7 +367,7 @@ def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any
     from megatron.core.fp8_utils import get_fp8_recipe
     from megatron.core.transformer.moe.moe_utils import apply_router_token_dropping, topk_routing_with_score_function
 
-    from mbridge_seqpack.rules.values import declared_choices
+    from mbridge_seqpack.rules.config import declared_choices
 
     config = _config()
     config.fp8, config.fp8_recipe = "e4m3", "mxfp9"

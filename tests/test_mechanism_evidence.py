@@ -130,7 +130,7 @@ def test_the_dataset_mask_costs_eight_bytes_per_token_pair_while_built(pretrain_
     from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
     from torch.profiler import ProfilerActivity, profile
 
-    from mbridge_seqpack.rules.pretraining import mask_host_bytes
+    from mbridge_seqpack.rules.dataset import mask_host_bytes
 
     seq = 512
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -144,7 +144,7 @@ def test_the_dataset_mask_costs_eight_bytes_per_token_pair_while_built(pretrain_
     # NVIDIA-NeMo/Megatron-Bridge#3555: 4096 tokens, a 455-dataset blend, ~32 workers per node -> a RAM ramp to OOM
     assert mask_host_bytes(4096, 4, 455, 8) > 200 * 2**30
     assert mask_host_bytes(4096, 2, 1, 8) < 64 * 2**30  # the shipped 4k/8k recipes stay quiet
-    from mbridge_seqpack.rules.pretraining import _blend_size
+    from mbridge_seqpack.rules.dataset import _blend_size
 
     assert _blend_size(pretrain_cfg.dataset) == 1  # mock data
     pretrain_cfg.dataset.blend_per_split = [(["a", "b", "c"], None), None, None]
@@ -256,7 +256,7 @@ def test_registered_vlm_collates_refuse_in_batch_packing(processor: str, vlm_cfg
     """DirectSFTDataset binds the collate registered for the processor type; both refuse packing at the first batch."""
     from megatron.bridge.data.collators.registry import resolve_model_collate
 
-    from mbridge_seqpack.rules.families import _refusing_collate_families
+    from mbridge_seqpack.rules.vlm import _refusing_collate_families
 
     assert processor in _refusing_collate_families().values()  # both provider modules import here
     examples = [{"conversation": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}] * 2
@@ -330,7 +330,7 @@ def val_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> 
     """The embedded corpus packed at 4096 with its validation split, and that split's row count."""
     from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
     from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
-    from mbridge_seqpack.rules.lifecycle import parquet_rows
+    from mbridge_seqpack.rules.shared import parquet_rows
 
     out = tmp_path_factory.mktemp("val_pack") / "pack"
     data = embedded_data_dir()

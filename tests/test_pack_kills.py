@@ -66,7 +66,7 @@ def _nothing_accepted(root: Path, previous: bytes | None) -> None:
 
     from mbridge_seqpack.artifact.store import ArtifactError
     from mbridge_seqpack.rules import check
-    from mbridge_seqpack.rules.artifacts import content_plan
+    from mbridge_seqpack.rules.artifact import content_plan
 
     builder, cfg = _location(root)
     target = Path(builder.train_path_packed)

@@ -937,14 +937,14 @@ def test_modes_exclusive_on_a_custom_dataset_with_both_flags(packed_cfg: Any) ->
 
 
 def test_thd_mcore_version_rule(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mbridge_seqpack.rules import parallelism
+    from mbridge_seqpack.rules import cp
 
     set_path(packed_cfg, "model.context_parallel_size", 2)
     from mbridge_seqpack.compose.mixins import derive
 
     derive(packed_cfg)
     assert check(packed_cfg, world_size=8) == []  # the installed Megatron-Core (0.19.2) has THD CP
-    monkeypatch.setattr(parallelism, "_mcore_version", lambda: (0, 17, 1))
+    monkeypatch.setattr(cp, "_mcore_version", lambda: (0, 17, 1))
     (v,) = check(packed_cfg, world_size=8)
     assert v.rule_id == "cp.thd_mcore_version"
     assert v.fields == {"megatron.core.__version__": "0.17.1", "model.context_parallel_size": 2}

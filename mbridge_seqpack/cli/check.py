@@ -77,8 +77,8 @@ def check_target(
     from mbridge_seqpack.cli.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
     from mbridge_seqpack.rules.attention_backend import verdict_notes, verdict_summary
+    from mbridge_seqpack.rules.config import TYPES_RULE_ID
     from mbridge_seqpack.rules.te_attention import declared
-    from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
     launch = build_launch(target, overrides, config_file, runner=runner, runner_args=runner_options)
     world, source = world_and_source(world_size, launch, launcher)
@@ -99,7 +99,7 @@ def check_target(
         report.derived["attention"] = verdict_summary(attention)
         report.notes += verdict_notes(attention, cfg.model)
     if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
-        from mbridge_seqpack.rules.artifacts import content_plan
+        from mbridge_seqpack.rules.artifact import content_plan
 
         report.contents = content_plan(cfg).summary()
     if megatron:

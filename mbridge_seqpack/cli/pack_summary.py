@@ -30,8 +30,8 @@ def row_warnings(cfg: Any, world_size: int | None, directory: Path, pack_size: i
     line each that fails, with its fix as an override."""
     from mbridge_seqpack.artifact.store import split_paths
     from mbridge_seqpack.rules.context import RuleContext
-    from mbridge_seqpack.rules.lifecycle import packed_split_rows
-    from mbridge_seqpack.rules.prep import train_split_rows
+    from mbridge_seqpack.rules.eval import packed_split_rows
+    from mbridge_seqpack.rules.offline import train_split_rows
 
     pointed = copy.deepcopy(cfg)
     specs = pointed.dataset.offline_packing_specs

@@ -50,8 +50,8 @@ def _set_fixed_width(ctx: Any) -> None:
 def _align_variable_rows(ctx: Any) -> None:
     """Variable-width GPT SFT rows are rounded up to ``dataset_kwargs['pad_seq_length_to_mult']``: keep it
     a multiple of the row alignment (CP shards, SP splits) and of what FP8 GEMMs need per shard."""
-    from mbridge_seqpack.rules.offline import GPT_SFT_ROW_MULTIPLE
-    from mbridge_seqpack.rules.precision import fp8_row_multiple
+    from mbridge_seqpack.rules.fp8 import fp8_row_multiple
+    from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE
 
     need = math.lcm(ctx.topology.row_alignment, fp8_row_multiple(ctx))
     if ctx.pad_to_max_length or need == 1 or not ctx.dataset_is("gpt_sft"):

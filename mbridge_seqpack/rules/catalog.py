@@ -1,4 +1,4 @@
-"""The rule catalog: every rule module, imported in catalog order, and the runner.
+"""The rule catalog: every family module (one per rule-id prefix), in catalog order, and the runner.
 
 ``config.types`` runs first: when a field the rules read has the wrong type, the other rules are reported as
 "skipped" rather than run on values they cannot interpret.
@@ -8,75 +8,58 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from mbridge_seqpack.rules import (  # each module registers its rules on import
-    artifacts,
+from mbridge_seqpack.rules import (  # noqa: F401  one family module per rule-id prefix, each registers its rules on import
+    artifact,
     attention,
     batch,
-    comm,
+    collate,
+    config,
+    cp,
     cuda_graphs,
+    dataset,
+    determinism,
     energon,
     equivalence,
-    families,
+    eval,
+    fixed_width,
+    fp8,
+    gdn,
+    gpt_sft,
     in_batch,
-    layers,
-    lifecycle,
-    models,
+    mamba,
+    model,
     moe,
+    mtp,
     offline,
-    parallelism,
-    precision,
-    prep,
+    packing,
+    pipeline,
     pretraining,
     process_groups,
+    resume,
     rope,
-    schedules,
-    sft_kwargs,
-    ssm,
-    types,
-    values,
+    seq_length,
+    te,
+    tp_comm_overlap,
+    vlm,
 )
+from mbridge_seqpack.rules.config import TYPES_RULE_ID
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import Rule, RuleResult, registered, run_rule
-from mbridge_seqpack.rules.types import TYPES_RULE_ID
 
 __all__ = ["all_rules", "evaluate", "render_markdown"]
 
 
-#: the catalog order: by module as listed above (whatever imported a module first), then as registered there
-MODULE_ORDER = (
-    types,
-    parallelism,
-    attention,
-    offline,
-    precision,
-    in_batch,
-    batch,
-    cuda_graphs,
-    models,
-    energon,
-    artifacts,
-    pretraining,
-    comm,
-    families,
-    equivalence,
-    lifecycle,
-    values,
-    prep,
-    ssm,
-    rope,
-    moe,
-    schedules,
-    sft_kwargs,
-    layers,
-    process_groups,
-)
+def family(entry: Rule) -> str:
+    """The rule's family: its id's prefix, which is also the name of the module that registers it (the registry
+    refuses any other)."""
+    return entry.rule_id.partition(".")[0]
 
 
 def all_rules() -> list[Rule]:
-    """Every rule, in catalog order (independent of which rule module happened to be imported first)."""
-    rank = {module.__name__: index for index, module in enumerate(MODULE_ORDER)}
+    """Every rule, in catalog order: ``config`` first (its ``config.types`` gates every other rule), then by family
+    name, then as registered in the family's module (independent of which module happened to be imported first)."""
     rules = registered()
-    return sorted(rules, key=lambda r: (rank.get(r.fn.__module__, len(rank)), rules.index(r)))
+    return sorted(rules, key=lambda r: (family(r) != "config", family(r), rules.index(r)))
 
 
 def evaluate(ctx: RuleContext, rules: Iterable[Rule] | None = None) -> list[RuleResult]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, UNDETERMINED, Violation
+from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.graph_paths import (
     COMPUTED_FULL,
@@ -451,107 +451,5 @@ def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
             "static cu_seqlens are sized from the pack metadata (max_samples_per_bin, dataset_max_seqlen); "
             + ("it is not set" if meta is None else "the file does not exist"),
             fix=f"cfg.{SPECS}.packed_metadata_path = '<metadata JSON written with the pack, e.g. {guess}>'",
-        )
-    ]
-
-
-@rule(
-    "fixed_width.gpt_sft_pipeline",
-    "GPT SFT with PP>1 outside the 'batch' dataloader needs dataset_kwargs['pad_to_max_length']=True.",
-    severity=ERROR,
-    evidence=(
-        "With PP>1 and variable_seq_lengths=False, megatron/core/pipeline_parallel/schedules.py get_tensor_shapes "
-        "sizes every p2p buffer from the seq_length training/train.py passes: the width of the current global batch "
-        "for dataloader_type='batch' (data/batch_utils.py prepare_finetuning_batch, Megatron-Bridge's SFT default), "
-        "else model.seq_length, while data/packing/gpt_sft.py and data/datasets/gpt_sft.py collate_fn emit rows only "
-        "as wide as their content."
-    ),
-)
-def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
-    topo = ctx.topology
-    if not ctx.dataset_is("gpt_sft") or topo.pp <= 1 or getattr(ctx.model, "variable_seq_lengths", False) is True:
-        return None
-    if getattr(ctx.dataset, "dataloader_type", None) == "batch":
-        return None  # the training loop takes each global batch's own width
-    if ctx.pad_to_max_length:
-        return []
-    return [
-        Violation(
-            {
-                ctx.pad_to_max_length_path: False,
-                "model.pipeline_model_parallel_size": topo.pp,
-                "dataset.dataloader_type": getattr(ctx.dataset, "dataloader_type", None),
-            },
-            "pipeline stages exchange activations through buffers of seq_length tokens; variable-width rows "
-            "do not fit them",
-            assignments=ctx.pad_to_max_length_fix(),
-        )
-    ]
-
-
-@rule(
-    "fixed_width.gpt_sft_experts",
-    "GPT SFT with EP>1: Megatron-Bridge pads rows to full width for expert parallelism on its other datasets.",
-    severity=ADVISORY,
-    evidence=(
-        "training/config.py ConfigContainer.validate sets pad_to_max_length=True for EP>1 on DirectHF/Energon/"
-        "MockVLM datasets; no Megatron-Core code fails on variable-width rows with EP>1 for the alltoall/allgather "
-        "dispatchers (they take any token count), so for GPT SFT this is a consistency/performance advisory; "
-        "HybridEP, which does need equal counts, is moe.hybridep_uneven_inputs."
-    ),
-)
-def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
-    topo = ctx.topology
-    if not ctx.dataset_is("gpt_sft") or topo.ep <= 1:
-        return None
-    if ctx.pad_to_max_length:
-        return []
-    return [
-        Violation(
-            {ctx.pad_to_max_length_path: False, "model.expert_model_parallel_size": topo.ep},
-            "Megatron-Bridge pads rows to full width under expert parallelism for its HF/VLM datasets; GPT SFT "
-            "rows stay variable-width",
-            assignments=ctx.pad_to_max_length_fix(),
-        )
-    ]
-
-
-@rule(
-    "moe.hybridep_uneven_inputs",
-    "HybridEP dispatch over variable-width GPT SFT rows needs moe_hybridep_pad_uneven_dispatch_inputs.",
-    severity=ERROR,
-    evidence=(
-        "megatron/core/transformer/moe/token_dispatcher.py _HybridEPManager.setup_metadata: 'HybridEP dispatch "
-        "expects equal per-rank input sizes' and pads to the group maximum only when "
-        "moe_hybridep_pad_uneven_dispatch_inputs is set; Megatron-Bridge 0.6.2 sets it itself only for THD "
-        "packing without CUDA graphs (models/transformer_config.py _enable_safe_hybridep_dispatch). Unequal "
-        "token counts across the EP group hang HybridEP's buffer all-gather or corrupt routing "
-        "(deepseek-ai/DeepEP#604)."
-    ),
-)
-def hybridep_uneven_inputs(ctx: RuleContext) -> list[Violation] | None:
-    model = ctx.model
-    if (
-        getattr(model, "moe_token_dispatcher_type", None) != "flex"
-        or getattr(model, "moe_flex_dispatcher_backend", None) != "hybridep"
-        or ctx.topology.ep <= 1
-        or not ctx.dataset_is("gpt_sft")
-    ):
-        return None
-    if getattr(model, "moe_hybridep_pad_uneven_dispatch_inputs", False) or ctx.pad_to_max_length:
-        return []
-    if (ctx.offline_packing or ctx.in_batch_packing) and getattr(model, "cuda_graph_impl", "none") in (None, "none"):
-        return []  # Megatron-Bridge turns the padding on for THD packing without CUDA graphs
-    return [
-        Violation(
-            {
-                "model.moe_flex_dispatcher_backend": "hybridep",
-                "model.expert_model_parallel_size": ctx.topology.ep,
-                ctx.pad_to_max_length_path: False,
-                "model.moe_hybridep_pad_uneven_dispatch_inputs": False,
-            },
-            "each EP rank dispatches its own micro batch, as wide as its longest row; HybridEP expects the same "
-            "token count on every rank and hangs or mis-routes otherwise",
-            assignments={"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
         )
     ]

@@ -68,38 +68,3 @@ def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
             assignments={"model.cuda_graph_impl": "none"},
         )
     ]
-
-
-@rule(
-    "pipeline.variable_shapes_interleaved_pp2",
-    "Variable sequence lengths (in-batch packing sets them under PP) cannot use the interleaved schedule at PP=2.",
-    severity=ERROR,
-    evidence=(
-        "models/transformer_config.py sets variable_seq_lengths=True for in-batch packing with PP>1; "
-        "megatron/core/pipeline_parallel/p2p_communication.py P2PCommunicator._communicate_shapes puts "
-        "[send_prev, recv_prev, send_next, recv_next] into one tagless batch_isend_irecv. At PP=2 the previous "
-        "and the next rank are the same peer, so the interleaved (VPP) schedule's bidirectional exchange pairs the "
-        "two shapes crosswise: activations are received with swapped shapes, silently, until backward fails on a "
-        "shape mismatch (NVIDIA/Megatron-LM#5100, #5271)."
-    ),
-)
-def variable_shapes_interleaved_pp2(ctx: RuleContext) -> list[Violation] | None:
-    topo = ctx.topology
-    variable = getattr(ctx.model, "variable_seq_lengths", False) is True or (ctx.in_batch_packing and topo.pp > 1)
-    if not variable or topo.pp != 2:
-        return None
-    vpp = getattr(ctx.model, "virtual_pipeline_model_parallel_size", None)
-    if vpp is None or vpp <= 1:
-        return []
-    return [
-        Violation(
-            {
-                "model.pipeline_model_parallel_size": 2,
-                "model.virtual_pipeline_model_parallel_size": vpp,
-                "dataset.enable_in_batch_packing": ctx.in_batch_packing,
-            },
-            "with one peer on both sides, the interleaved schedule's shape exchange crosses the received shapes; "
-            "use the non-interleaved schedule (or PP >= 3)",
-            assignments={"model.virtual_pipeline_model_parallel_size": None},
-        )
-    ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import row_widths, width_fix
@@ -196,3 +196,97 @@ def router_options(ctx: RuleContext) -> list[Violation] | None:
             )
         )
     return found
+
+
+def _router_counts_tokens(model: Any) -> list[str]:
+    """The router terms that average over every token they get (aux losses, z-loss, expert bias, capacity)."""
+    found = []
+    coeff = getattr(model, "moe_aux_loss_coeff", 0.0)
+    coeffs = coeff if isinstance(coeff, (list, tuple)) else [coeff]
+    if any(isinstance(c, (int, float)) and c > 0 for c in coeffs):
+        found.append("moe_aux_loss_coeff")
+    if getattr(model, "moe_z_loss_coeff", None):
+        found.append("moe_z_loss_coeff")
+    if getattr(model, "moe_router_enable_expert_bias", False):
+        found.append("moe_router_enable_expert_bias")
+    if getattr(model, "moe_expert_capacity_factor", None) is not None:
+        found.append("moe_expert_capacity_factor")
+    return found
+
+
+@rule(
+    "moe.router_counts_padding",
+    "MoE routers count the padding of full-width rows in their load-balancing statistics.",
+    severity=ADVISORY,
+    evidence=(
+        "megatron/core/transformer/moe/router.py TopKRouter.routing excludes padding from the aux / z losses, "
+        "expert-bias counts and token totals only when given padding_mask (moe/moe_utils.py "
+        "switch_load_balancing_loss_func, z_loss_func, get_tokens_per_expert_and_token_count); "
+        "megatron/core/models/gpt/gpt_model.py GPTModel.forward takes padding_mask, but "
+        "megatron/bridge/training/gpt_step.py _forward_step_common never passes one, so pad tokens are routed and "
+        "counted like text (and take expert capacity). Rows padded to full width (pad_to_max_length, which "
+        "Megatron-Bridge sets itself under PP>1 / EP>1 for HF/VLM datasets) can be mostly padding. Nothing fails; "
+        "the balance statistics are skewed: an advisory. Packed rows are computed instead by "
+        "equivalence.router_padding (an error: the unpacked sequences it compares with have no padding), so this "
+        "rule leaves them to it."
+    ),
+)
+def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
+    experts = getattr(ctx.model, "num_moe_experts", None)
+    # packed rows: equivalence.router_padding routes them through Megatron-Core's router and measures the padding
+    if not isinstance(experts, int) or experts <= 1 or ctx.any_packing or not ctx.fixed_width_rows:
+        return None
+    terms = _router_counts_tokens(ctx.model)
+    if not terms:
+        return []
+    return [
+        Violation(
+            {"model.num_moe_experts": experts, ctx.pad_to_max_length_path: True, "router terms": terms},
+            "every row is padded to seq_length and Megatron-Bridge gives the router no padding_mask: pad tokens "
+            "count in the load-balancing loss, expert bias and capacity like text",
+            fix="pack the rows (dataset.enable_offline_packing / enable_in_batch_packing) or leave them "
+            "variable-width where the layout allows; Megatron-Bridge 0.6.2 has no setting that masks padding in the "
+            "router",
+        )
+    ]
+
+
+@rule(
+    "moe.hybridep_uneven_inputs",
+    "HybridEP dispatch over variable-width GPT SFT rows needs moe_hybridep_pad_uneven_dispatch_inputs.",
+    severity=ERROR,
+    evidence=(
+        "megatron/core/transformer/moe/token_dispatcher.py _HybridEPManager.setup_metadata: 'HybridEP dispatch "
+        "expects equal per-rank input sizes' and pads to the group maximum only when "
+        "moe_hybridep_pad_uneven_dispatch_inputs is set; Megatron-Bridge 0.6.2 sets it itself only for THD "
+        "packing without CUDA graphs (models/transformer_config.py _enable_safe_hybridep_dispatch). Unequal "
+        "token counts across the EP group hang HybridEP's buffer all-gather or corrupt routing "
+        "(deepseek-ai/DeepEP#604)."
+    ),
+)
+def hybridep_uneven_inputs(ctx: RuleContext) -> list[Violation] | None:
+    model = ctx.model
+    if (
+        getattr(model, "moe_token_dispatcher_type", None) != "flex"
+        or getattr(model, "moe_flex_dispatcher_backend", None) != "hybridep"
+        or ctx.topology.ep <= 1
+        or not ctx.dataset_is("gpt_sft")
+    ):
+        return None
+    if getattr(model, "moe_hybridep_pad_uneven_dispatch_inputs", False) or ctx.pad_to_max_length:
+        return []
+    if (ctx.offline_packing or ctx.in_batch_packing) and getattr(model, "cuda_graph_impl", "none") in (None, "none"):
+        return []  # Megatron-Bridge turns the padding on for THD packing without CUDA graphs
+    return [
+        Violation(
+            {
+                "model.moe_flex_dispatcher_backend": "hybridep",
+                "model.expert_model_parallel_size": ctx.topology.ep,
+                ctx.pad_to_max_length_path: False,
+                "model.moe_hybridep_pad_uneven_dispatch_inputs": False,
+            },
+            "each EP rank dispatches its own micro batch, as wide as its longest row; HybridEP expects the same "
+            "token count on every rank and hangs or mis-routes otherwise",
+            assignments={"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
+        )
+    ]

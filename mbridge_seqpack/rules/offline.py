@@ -1,46 +1,15 @@
-"""Offline (pre-packed, micro batch 1) packing rules: flags, pack size, alignment, sequence lengths."""
+"""Offline (pre-packed, micro batch 1) packing rules: flags, pack size, alignment, sequence lengths, and offline
+packs as Megatron-Bridge's GPT SFT builder makes and reads them (what its rank-0 prep and its packed dataset refuse
+after the model is built)."""
 
 from __future__ import annotations
 
-import difflib
 import math
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
-
-ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
-GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16), data/datasets/gpt_sft.py
-
-
-@rule(
-    "packing.modes_exclusive",
-    "Offline packing and in-batch packing are mutually exclusive.",
-    severity=ERROR,
-    evidence=(
-        "training/config.py ConfigContainer.validate raises ValueError 'enable_offline_packing and "
-        "enable_in_batch_packing are mutually exclusive.'"
-    ),
-)
-def modes_exclusive(ctx: RuleContext) -> list[Violation] | None:
-    if not (ctx.offline_packing or ctx.in_batch_packing):
-        return None
-    if not (ctx.offline_packing and ctx.in_batch_packing):
-        return []
-    fix = (
-        {"dataset.enable_in_batch_packing": False}
-        if ctx.train.micro_batch_size == 1
-        else {"dataset.enable_offline_packing": False, SPECS: None}
-    )
-    return [
-        Violation(
-            {"dataset.enable_offline_packing": True, "dataset.enable_in_batch_packing": True},
-            "offline packing (micro batch 1, pre-packed rows) and in-batch packing (micro batch > 1, packed at "
-            "collate) cannot both be on",
-            assignments=fix,
-        )
-    ]
+from mbridge_seqpack.rules.row_widths import _alignment_fields, row_width_violations
 
 
 @rule(
@@ -211,31 +180,6 @@ def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
-    "seq_length.model_matches_dataset",
-    "model.seq_length == dataset.seq_length.",
-    severity=ERROR,
-    evidence=(
-        "training/config.py ConfigContainer.validate asserts 'Please ensure sequence length configuration in "
-        "model config and dataset config match.'"
-    ),
-)
-def model_matches_dataset(ctx: RuleContext) -> list[Violation] | None:
-    data_seq = getattr(ctx.dataset, "seq_length", None)
-    if data_seq is None:
-        return None
-    if data_seq == ctx.model.seq_length:
-        return []
-    return [
-        Violation(
-            {"model.seq_length": ctx.model.seq_length, "dataset.seq_length": data_seq},
-            "the dataset emits rows of dataset.seq_length tokens; the model (RoPE, CP chunks) is sized for "
-            "model.seq_length",
-            assignments={"dataset.seq_length": ctx.model.seq_length},
-        )
-    ]
-
-
-@rule(
     "offline.max_single_within_pack",
     "max_single_sequence_length <= packed_sequence_size.",
     severity=ERROR,
@@ -258,15 +202,6 @@ def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
             assignments={f"{SPECS}.max_single_sequence_length": size},
         )
     ]
-
-
-def _alignment_fields(ctx: RuleContext, *, with_tp: bool = True) -> dict[str, object]:
-    topo = ctx.topology
-    fields: dict[str, object] = {"model.context_parallel_size": topo.cp}
-    if with_tp:
-        fields["model.tensor_model_parallel_size"] = topo.tp
-        fields["model.sequence_parallel"] = topo.sequence_parallel
-    return fields
 
 
 @rule(
@@ -297,12 +232,6 @@ def alignment_multiple(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
-def _pad_seq_length_to_mult(ctx: RuleContext) -> int:
-    """The variable-width row multiple of GPT SFT's packed collate (``dataset_kwargs``, default 16)."""
-    kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
-    return int(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE))
-
-
 @rule(
     "offline.row_width_alignment",
     "The packed row width must be divisible by lcm(2*CP if CP>1, CP*TP if SP): packed_sequence_size for "
@@ -328,136 +257,141 @@ def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     )
 
 
-def row_width_violations(ctx: RuleContext, need: int, why: str) -> list[Violation]:
-    """Packed rows whose width is not a multiple of ``need``: fixed-width rows are packed_sequence_size wide,
-    variable-width rows min(packed_sequence_size, the longest row rounded up to pad_seq_length_to_mult)."""
-    size = ctx.specs.packed_sequence_size
-    fix: dict[str, object] = {}
-    fields: dict[str, object] = {f"{SPECS}.packed_sequence_size": size}
-    if size % need:
-        new = round_up(size, need)
-        fix.update({f"{SPECS}.packed_sequence_size": new, "model.seq_length": new})
-        if hasattr(ctx.dataset, "seq_length"):
-            fix["dataset.seq_length"] = new
-    if not ctx.pad_to_max_length:
-        mult = _pad_seq_length_to_mult(ctx)
-        if mult % need:
-            fields[ROW_MULT] = mult
-            fix[ROW_MULT] = math.lcm(mult, need)
-    if not fix:
-        return []
-    width = (
-        "packed_sequence_size"
-        if ctx.pad_to_max_length
-        else ("min(packed_sequence_size, longest row rounded up to pad_seq_length_to_mult)")
-    )
-    return [
-        Violation(
-            {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
-            f"each packed row ({width} tokens wide) {why}, so its width must be a multiple of {need}",
-            assignments=fix,
-        )
-    ]
+def _pack_will_be_made(ctx: RuleContext) -> bool:
+    """Whether the builder's rank-0 prep will pack the training split: no existing pack at the explicit path (or at
+    the builder's default location)."""
+    from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
+
+    from mbridge_seqpack.artifact.builder_location import builder_location
+
+    spec = getattr(ctx.specs, "packed_train_data_path", None)
+    if spec is not None:
+        if not is_packed_parquet_spec(str(spec)):
+            return False  # a legacy .npy path: the prep skips it (and warns)
+        try:
+            return not resolve_packed_parquet_paths(str(spec))
+        except ValueError:
+            return True
+    location = builder_location(ctx.cfg)
+    return location is None or not location.split_path("training").is_file()
 
 
 @rule(
-    "gpt_sft.row_width_alignment",
-    "Unpacked GPT SFT rows must be divisible by lcm(2*CP if CP>1, CP*TP if SP): dataset_kwargs"
-    "['pad_seq_length_to_mult'] for variable-width rows, and the seq_length a truncated row is cut to.",
+    "offline.pad_multiple_within_length",
+    "offline_packing_specs.pad_seq_to_mult may not exceed the longest sequence the prep keeps (max_single_sequence_"
+    "length, else dataset.seq_length).",
     severity=ERROR,
     evidence=(
-        "data/datasets/gpt_sft.py GPTSFTDataset.collate_fn pads each batch to min(max_seq_length, "
-        "ceil(longest, pad_seq_length_to_mult)) (GPTSFTChatDataset: max(16, pad_seq_length_to_mult)); nothing in "
-        "0.6.2 ties that multiple to CP or TP (NVIDIA-NeMo/Megatron-Bridge#2642: CP=16 needs 32). "
-        "megatron/core/utils.py get_batch_on_this_cp_rank views each row as 2*CP chunks and "
-        "tensor_parallel/mappings.py _split_along_first_dim asserts divisibility by TP under SP."
+        "megatron/bridge/data/packing/offline.py tokenize_dataset (run by GPTSFTDatasetBuilder.prepare_packed_data "
+        "on rank 0 when the pack does not exist yet, after the model is built) raises ValueError 'max_seq_length (N) "
+        "must be at least the effective padding multiple (M).' when pad_seq_to_mult > max_seq_length, which the "
+        "builder passes as max_single_sequence_length or seq_length (run on CPU). PackedSequenceSpecs checks only "
+        "that the multiple is positive."
     ),
 )
-def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
-    need = ctx.topology.row_alignment
-    if not ctx.dataset_is("gpt_sft") or ctx.offline_packing or ctx.in_batch_packing or need == 1:
+def pad_multiple_within_length(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.offline_packing or ctx.specs is None or not ctx.dataset_is("gpt_sft"):
         return None
-    fields: dict[str, object] = {}
-    fix: dict[str, object] = {}
-    seq = getattr(ctx.dataset, "seq_length", None)
-    two_cp = 2 * ctx.topology.cp if ctx.topology.cp > 1 else 1
-    if isinstance(seq, int) and seq % need and seq % two_cp == 0:  # cp.seq_length_divisible reports the rest
-        fields["dataset.seq_length"] = seq
-        fix.update({"dataset.seq_length": round_up(seq, need), "model.seq_length": round_up(seq, need)})
-    if not ctx.pad_to_max_length:
-        mult = _pad_seq_length_to_mult(ctx)
-        kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
-        effective = max(GPT_SFT_ROW_MULTIPLE, mult) if kwargs.get("chat") else mult
-        if effective % need:
-            fields[ROW_MULT] = mult
-            fix[ROW_MULT] = math.lcm(effective, need)
-    if not fields:
+    mult = ctx.specs.pad_seq_to_mult or 1
+    single = ctx.specs.max_single_sequence_length
+    longest = single or ctx.dataset.seq_length
+    if mult <= longest or not _pack_will_be_made(ctx):
         return []
+    field = f"{SPECS}.max_single_sequence_length" if single else "dataset.seq_length"
+    seq = ctx.dataset.seq_length
+    if single and mult <= seq:
+        fix: dict[str, object] = {f"{SPECS}.max_single_sequence_length": None}  # keep sequences up to seq_length
+    else:
+        align = ctx.topology.sequence_alignment  # the least THD CP needs (offline.alignment_multiple)
+        fix = {f"{SPECS}.pad_seq_to_mult": align}
+        if single and align > single:
+            fix[f"{SPECS}.max_single_sequence_length"] = None
     return [
         Violation(
-            {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
-            "each batch is as wide as its longest row rounded up to pad_seq_length_to_mult (at most seq_length), "
-            f"then split across CP ranks and, with sequence parallelism, TP ranks, so it must be a multiple of {need}",
+            {f"{SPECS}.pad_seq_to_mult": mult, field: longest},
+            f"the prep pads every sequence to a multiple of {mult} but keeps sequences of at most {longest} tokens: "
+            "it raises before packing, on rank 0 after the model is built",
             assignments=fix,
         )
     ]
 
 
 @rule(
-    "gpt_sft.dataset_kwargs_accepted",
-    "dataset.dataset_kwargs of a GPT SFT dataset may hold only keyword arguments its dataset class takes, and none "
-    "that Megatron-Bridge's builder passes itself.",
+    "offline.no_p_tuning",
+    "Offline packed splits refuse dataset_kwargs['virtual_tokens'] > 0 (P-Tuning).",
     severity=ERROR,
     evidence=(
-        "data/builders/gpt_sft.py build_gpt_sft_split pops its own keys from dataset_kwargs and passes the rest as "
-        "keyword arguments to GPTSFTDataset / GPTSFTChatDataset, or with offline packing GPTSFTPackedParquetDataset "
-        "(which adds return_cu_seqlen): an unknown key raises TypeError 'unexpected keyword argument', a key it "
-        "passes itself (seed, max_seq_length, file_path, ...) 'got multiple values for keyword argument'. "
-        "chat_template is popped only by data/packing/offline.py tokenize_dataset, which GPTSFTDatasetBuilder.build "
-        "runs on rank 0 alone and only when the pack does not exist yet. "
-        "GPTSFTDatasetConfig.validate checks neither, and training/setup.py builds the datasets after the model "
-        "and optimizer."
+        "megatron/bridge/data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ (the base of the packed Parquet "
+        "dataset build_gpt_sft_split makes for an offline pack) asserts 'P-Tuning with packed sequence is not "
+        "supported.' when virtual_tokens (passed through from dataset_kwargs) is not 0: the training split fails "
+        "when the datasets are built, after the model (run on CPU). The unpacked GPTSFTDataset takes the key, so "
+        "gpt_sft.dataset_kwargs_accepted lets it through."
     ),
 )
-def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.tokenization.dataset_kwargs import (
-        DATASET_KWARGS,
-        PACKED_BY_BUILDER,
-        PACKED_DATASET_KWARGS,
-        PASSED_BY_BUILDER,
-        POPPED_BY_BUILDER,
-    )
-
+def no_p_tuning(ctx: RuleContext) -> list[Violation] | None:
     kwargs = getattr(ctx.dataset, "dataset_kwargs", None)
-    if not ctx.dataset_is("gpt_sft") or not isinstance(kwargs, dict):
+    if not ctx.offline_packing or not ctx.dataset_is("gpt_sft") or not isinstance(kwargs, dict):
         return None
-    packed = ctx.offline_packing
-    # chat_template: only the prep pops it (tokenize_dataset), on rank 0 and only when it packs
-    taken = {*DATASET_KWARGS, *POPPED_BY_BUILDER, *(PACKED_DATASET_KWARGS if packed else ())} - {"chat_template"}
-    passed = {*PASSED_BY_BUILDER, *(PACKED_BY_BUILDER if packed else ())}
-    dataset = "GPTSFTPackedParquetDataset" if packed else "GPTSFTDataset"
-    found = []
-    for key in kwargs:
-        if key in taken:
-            continue
-        path = f"dataset.dataset_kwargs.{key}"
-        near = difflib.get_close_matches(str(key), sorted(taken), n=1)
-        hint = f" (did you mean {near[0]!r}? set it with ++dataset.dataset_kwargs.{near[0]}=...)" if near else ""
-        if key in passed:
-            why = f"build_gpt_sft_split passes {key!r} to {dataset} itself, so this is a second value: TypeError"
-        elif key == "chat_template":
-            why = (
-                f"{dataset} takes no keyword 'chat_template' (only rank 0's packing prep pops it from "
-                f"dataset_kwargs): TypeError on every other rank, and on rank 0 too once the pack exists"
-            )
-            hint = " and give the template to the tokenizer: tokenizer.chat_template=..."
-        else:
-            why = f"{dataset} takes no keyword {key!r}: TypeError"
-        found.append(
-            Violation(
-                {path: kwargs[key]},
-                f"{why} when the datasets are built, after the model is on the GPUs",
-                fix=f"remove it: ~{path}{hint}",
-            )
+    tokens = kwargs.get("virtual_tokens", 0)
+    if not tokens:
+        return []
+    return [
+        Violation(
+            {"dataset.dataset_kwargs.virtual_tokens": tokens, "dataset.enable_offline_packing": True},
+            "the packed dataset asserts that no virtual (P-Tuning) tokens are prepended: packed rows hold several "
+            "sequences and no prefix slots",
+            assignments={"dataset.dataset_kwargs.virtual_tokens": 0},
         )
-    return found
+    ]
+
+
+@rule(
+    "offline.train_split_rows",
+    "A packed training split must hold at least one global batch of rows (or dataset.max_train_samples must ask for "
+    "that many samples).",
+    severity=ERROR,
+    evidence=(
+        "megatron/bridge/data/loaders.py build_train_valid_test_data_loaders raises RuntimeError 'Not enough train "
+        "samples for a single global batch: train dataset size (N) < global batch size (G)' when the loaders are "
+        "built, after the model and optimizer, whenever drop_last holds (dataset.drop_last, the default, without "
+        "train.num_epochs) and the dataloader is not 'external' (run on CPU over a packed split). The packed "
+        "dataset's length is its rows (data/packing/parquet.py), or dataset.max_train_samples when set (its "
+        "samples mapping repeats the rows in shuffled epochs). eval.packed_split_rows checks the validation split."
+    ),
+)
+def train_split_rows(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
+
+    dataset = ctx.dataset
+    if ctx.specs is None or not ctx.offline_packing or not ctx.dataset_is("gpt_sft"):
+        return None
+    if getattr(ctx.train, "num_epochs", None) is not None or not getattr(dataset, "drop_last", True):
+        return None
+    if getattr(dataset, "dataloader_type", None) == "external":
+        return None
+    files = packed_split_files(ctx, "training")
+    rows = parquet_rows(files) if files else None
+    gbs = ctx.train.global_batch_size
+    if rows is None or not isinstance(gbs, int):
+        return None
+    samples = getattr(dataset, "max_train_samples", None)
+    length = samples if isinstance(samples, int) and samples > 0 else rows
+    if length >= gbs:
+        return []
+    iters = getattr(ctx.train, "train_iters", None)
+    wanted = gbs * iters if isinstance(iters, int) and iters > 0 else gbs
+    return [
+        Violation(
+            {
+                f"{SPECS}.packed_train_data_path": str(ctx.specs.packed_train_data_path or files[0]),
+                "training rows": rows,
+                "dataset.max_train_samples": samples,
+                "train.global_batch_size": gbs,
+            },
+            f"the packed training split holds {rows} rows and one global batch takes {gbs}: the data loaders refuse "
+            "it when they are built, after the model",
+            fix=f"cfg.dataset.max_train_samples = {wanted} (the samples the run consumes: the rows repeat in shuffled "
+            "epochs), or pack more data, or lower cfg.train.global_batch_size",
+            assignments={"dataset.max_train_samples": wanted},
+        )
+    ]

@@ -50,13 +50,20 @@ _CATALOG: list[Rule] = []
 
 
 def rule(rule_id: str, summary: str, *, severity: Severity, evidence: str) -> Callable[[RuleFn], RuleFn]:
-    """Register ``fn`` under ``rule_id``; ids are unique and keep registration order."""
+    """Register ``fn`` under ``rule_id``; ids are unique and keep registration order, and the id's prefix names the
+    module ``fn`` is defined in (one family, one module)."""
     if severity not in SEVERITIES:
         raise RuntimeError(f"rule {rule_id!r}: severity must be one of {SEVERITIES}, got {severity!r}")
     if not evidence.strip():
         raise RuntimeError(f"rule {rule_id!r}: every rule states its evidence")
 
     def register(fn: RuleFn) -> RuleFn:
+        module = fn.__module__.rpartition(".")[2]
+        if module != rule_id.partition(".")[0]:
+            raise RuntimeError(
+                f"rule {rule_id!r} is registered in {fn.__module__}: a rule lives in the family module its id's "
+                f"prefix names (rules/{rule_id.partition('.')[0]}.py)"
+            )
         if any(r.rule_id == rule_id for r in _CATALOG):
             raise RuntimeError(f"duplicate rule id {rule_id!r}")
         _CATALOG.append(Rule(rule_id, summary, fn, severity, " ".join(evidence.split())))

@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mbridge_seqpack.errors import Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.topology import round_up
 
-__all__ = ["RowWidths", "row_widths", "width_fix"]
+__all__ = ["RowWidths", "row_widths", "width_fix", "row_width_violations"]
 
 GPT_SFT_ROW_MULTIPLE = 16  # GPTSFTDataset(pad_seq_length_to_mult=16)
+
+
 ROW_MULT = "dataset.dataset_kwargs.pad_seq_length_to_mult"
 
 
@@ -111,3 +114,50 @@ def width_fix(ctx: RuleContext, fields: dict[str, object], need: int) -> dict[st
             if path != "dataset.seq_length" and hasattr(ctx.dataset, "seq_length"):
                 fix["dataset.seq_length"] = size
     return fix
+
+
+def _alignment_fields(ctx: RuleContext, *, with_tp: bool = True) -> dict[str, object]:
+    topo = ctx.topology
+    fields: dict[str, object] = {"model.context_parallel_size": topo.cp}
+    if with_tp:
+        fields["model.tensor_model_parallel_size"] = topo.tp
+        fields["model.sequence_parallel"] = topo.sequence_parallel
+    return fields
+
+
+def _pad_seq_length_to_mult(ctx: RuleContext) -> int:
+    """The variable-width row multiple of GPT SFT's packed collate (``dataset_kwargs``, default 16)."""
+    kwargs = getattr(ctx.dataset, "dataset_kwargs", None) or {}
+    return int(kwargs.get("pad_seq_length_to_mult", GPT_SFT_ROW_MULTIPLE))
+
+
+def row_width_violations(ctx: RuleContext, need: int, why: str) -> list[Violation]:
+    """Packed rows whose width is not a multiple of ``need``: fixed-width rows are packed_sequence_size wide,
+    variable-width rows min(packed_sequence_size, the longest row rounded up to pad_seq_length_to_mult)."""
+    size = ctx.specs.packed_sequence_size
+    fix: dict[str, object] = {}
+    fields: dict[str, object] = {f"{SPECS}.packed_sequence_size": size}
+    if size % need:
+        new = round_up(size, need)
+        fix.update({f"{SPECS}.packed_sequence_size": new, "model.seq_length": new})
+        if hasattr(ctx.dataset, "seq_length"):
+            fix["dataset.seq_length"] = new
+    if not ctx.pad_to_max_length:
+        mult = _pad_seq_length_to_mult(ctx)
+        if mult % need:
+            fields[ROW_MULT] = mult
+            fix[ROW_MULT] = math.lcm(mult, need)
+    if not fix:
+        return []
+    width = (
+        "packed_sequence_size"
+        if ctx.pad_to_max_length
+        else ("min(packed_sequence_size, longest row rounded up to pad_seq_length_to_mult)")
+    )
+    return [
+        Violation(
+            {**fields, ctx.pad_to_max_length_path: ctx.pad_to_max_length, **_alignment_fields(ctx)},
+            f"each packed row ({width} tokens wide) {why}, so its width must be a multiple of {need}",
+            assignments=fix,
+        )
+    ]

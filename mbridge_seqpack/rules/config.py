@@ -1,13 +1,12 @@
-"""``config.known_values``: fields whose value Megatron's code dispatches on, outside the choices the declaring class
-lists.
+"""``config.types``: every field the rules read has a type the rules (and Megatron) can interpret.
 
-Dataclass ``Literal`` annotations are not enforced, so a typo in an override (``model.normalization=RMSnorm``,
-``dataset.dataloader_type=batched``) survives ``validate()`` and fails where the value is dispatched on: when the
-model or the data loader is built, or at the first forward. The allowed values are read from the annotations of the
-classes that declare the field (Megatron-Core's TransformerConfig / ModelParallelConfig, Megatron-Bridge's dataset
-configs; the union over the config's class hierarchy, so a subclass that narrows or widens the type rejects nothing
-its parents allow), never restated here. Only fields whose dispatch raises on an unknown value are checked, and
-each only where the code that dispatches on it runs.
+Overrides, YAML merges and hand edits can leave ``'4'`` where 4 belongs, ``None`` or ``0`` in a batch size,
+or a plain dict where ``PackedSequenceSpecs`` belongs. Megatron-Bridge then fails with a bare TypeError /
+AttributeError deep inside ``validate()`` (e.g. ``'4' <= 0`` in ``PackedSequenceSpecs``, ``None > 1`` in the
+micro-batch checks, ``specs.packed_sequence_size`` on a dict). This rule runs before every other rule and
+names the field, its value and type, and the value to use; the other rules are then reported "skipped".
+Where Megatron-Bridge has its own clear message for a value (``train.micro_batch_size=None`` /
+``global_batch_size=None``: "must be set ..."), the value is accepted here so that message shows.
 """
 
 from __future__ import annotations
@@ -20,9 +19,28 @@ from typing import Any, Callable
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import type_problems
 from mbridge_seqpack.rules.registry import rule
 
-__all__ = ["KNOWN_VALUE_FIELDS", "declared_choices"]
+__all__ = ["TYPES_RULE_ID", "KNOWN_VALUE_FIELDS", "declared_choices"]
+
+TYPES_RULE_ID = "config.types"
+
+
+@rule(
+    TYPES_RULE_ID,
+    "Every field the rules read holds a value of the type Megatron-Bridge expects.",
+    severity=ERROR,
+    evidence="Megatron-Bridge 0.6.2 compares these fields numerically or reads their attributes in "
+    "training/config.py ConfigContainer.validate (e.g. `self.train.micro_batch_size > 1`, "
+    "data/packing/config.py PackedSequenceSpecs.__post_init__ `self.pad_seq_to_mult <= 0`), which raise "
+    "TypeError/AttributeError on a string, a dict or 0; pad_seq_to_mult=None passes PackedSequenceSpecs but "
+    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; "
+    "training/train.py asserts train.manual_gc_interval >= 0 when training starts; a string 'false' is truthy and "
+    "silently turns flags on.",
+)
+def config_types(ctx: RuleContext) -> list[Violation]:
+    return type_problems(ctx)
 
 
 def _moe(ctx: RuleContext) -> bool:

@@ -1,47 +1,14 @@
-"""Layer settings Megatron-Core refuses when the layer is built or first runs, outside packing: multi-token
-prediction under uniform full recompute with more than one layer a unit, and Transformer Engine attention whose
-query-key layer scaling disagrees with the environment variable TE reads."""
+"""``te.*``: Transformer Engine attention whose query-key layer scaling disagrees with the environment variable TE
+reads."""
 
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.attention import _env_value
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.shared import _env_value
 
 QK_SCALING_ENV = "NVTE_APPLY_QK_LAYER_SCALING"
-
-
-@rule(
-    "mtp.full_recompute_layers",
-    "Multi-token prediction under uniform full recompute needs recompute_num_layers=1.",
-    severity=ERROR,
-    evidence=(
-        "megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer._checkpointed_forward (taken "
-        "when recompute_granularity='full' in training) asserts 'recompute_num_layers must be 1 for MTP recompute' "
-        "for recompute_method='uniform' at the first forward (run on CPU); TransformerConfig bounds "
-        "recompute_num_layers by the "
-        "decoder's layers, not the MTP layers'."
-    ),
-)
-def mtp_full_recompute_layers(ctx: RuleContext) -> list[Violation] | None:
-    m = ctx.model
-    if ctx.mtp_layers == 0 or getattr(m, "recompute_granularity", None) != "full":
-        return None
-    if getattr(m, "recompute_method", None) != "uniform" or getattr(m, "recompute_num_layers", None) in (None, 1):
-        return []
-    return [
-        Violation(
-            {
-                "model.mtp_num_layers": ctx.mtp_layers,
-                "model.recompute_granularity": "full",
-                "model.recompute_method": "uniform",
-                "model.recompute_num_layers": m.recompute_num_layers,
-            },
-            "each MTP layer is recomputed as a unit of one layer: the first forward asserts",
-            assignments={"model.recompute_num_layers": 1},
-        )
-    ]
 
 
 @rule(

@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
-from mbridge_seqpack.rules.offline import row_width_violations
+from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
+from mbridge_seqpack.rules.row_widths import row_width_violations
 
 #: tokens each rank's GEMM input must hold a multiple of, per TE FP8 recipe (Megatron-Core's fp8_recipe names) and
 #: FP4 recipe (fp4_recipe "nvfp4": 16-token blocks)
@@ -180,47 +179,3 @@ def mxfp8_attention_sequence(ctx: RuleContext) -> list[Violation] | None:
             )
         )
     return found
-
-
-@rule(
-    "tp_comm_overlap.mxfp8_tokens",
-    "TP communication overlap with MXFP8 needs each rank's tokens (seq_length x micro batch / CP / TP) a multiple of "
-    "128.",
-    severity=ERROR,
-    evidence=(
-        "transformer_engine/pytorch/module/base.py fill_userbuffers_buffer_for_all_gather raises ValueError "
-        "'Userbuffers requires MXFP8 tensor dims that are divisible by 128' for the MXFP8 all-gather of a userbuffer "
-        "TP GEMM input, at the first forward; the input holds seq_length x micro_batch / CP / TP tokens "
-        "(tp_comm_overlap.token_count keeps every micro batch at that count). fp8.packed_tokens_per_rank asks for the "
-        "32-token MXFP8 block only. Needs a GPU and userbuffers: cited."
-    ),
-)
-def mxfp8_userbuffer_tokens(ctx: RuleContext) -> list[Violation] | None:
-    if not ctx.tp_comm_overlap or ctx.fp8_recipe != "mxfp8":
-        return None
-    topo = ctx.topology
-    seq, mbs = ctx.model.seq_length, ctx.train.micro_batch_size
-    if not isinstance(mbs, int) or not isinstance(seq, int):
-        return None
-    need = 128 * topo.cp * topo.tp
-    if seq * mbs % need == 0:
-        return []
-    size = round_up(seq, need // math.gcd(need, mbs))
-    fix: dict[str, object] = {"model.seq_length": size}
-    if hasattr(ctx.dataset, "seq_length"):
-        fix["dataset.seq_length"] = size
-    if ctx.offline_packing and ctx.specs is not None:
-        fix[f"{SPECS}.packed_sequence_size"] = size
-    return [
-        Violation(
-            {
-                "model.seq_length": seq,
-                "train.micro_batch_size": mbs,
-                "model.context_parallel_size": topo.cp,
-                "model.tensor_model_parallel_size": topo.tp,
-            },
-            f"each rank's userbuffer holds seq_length x micro_batch / CP / TP = {seq * mbs / (topo.cp * topo.tp):g} "
-            "tokens, and the MXFP8 all-gather of its scales needs a multiple of 128",
-            assignments=fix,
-        )
-    ]

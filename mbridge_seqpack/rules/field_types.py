@@ -1,13 +1,4 @@
-"""``config.types``: every field the rules read has a type the rules (and Megatron) can interpret.
-
-Overrides, YAML merges and hand edits can leave ``'4'`` where 4 belongs, ``None`` or ``0`` in a batch size,
-or a plain dict where ``PackedSequenceSpecs`` belongs. Megatron-Bridge then fails with a bare TypeError /
-AttributeError deep inside ``validate()`` (e.g. ``'4' <= 0`` in ``PackedSequenceSpecs``, ``None > 1`` in the
-micro-batch checks, ``specs.packed_sequence_size`` on a dict). This rule runs before every other rule and
-names the field, its value and type, and the value to use; the other rules are then reported "skipped".
-Where Megatron-Bridge has its own clear message for a value (``train.micro_batch_size=None`` /
-``global_batch_size=None``: "must be set ..."), the value is accepted here so that message shows.
-"""
+"""The type each field the rules read must hold (``FIELD_TYPES``) and the problems ``config.types`` reports."""
 
 from __future__ import annotations
 
@@ -19,11 +10,9 @@ from typing import Any, Callable
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.registry import rule
 
-__all__ = ["TYPES_RULE_ID", "FIELD_TYPES", "type_problems"]
+__all__ = ["FieldType", "FIELD_TYPES", "type_problems"]
 
-TYPES_RULE_ID = "config.types"
 _MISSING = object()
 
 
@@ -45,18 +34,36 @@ class FieldType:
 
 
 POSITIVE_INT = FieldType("a positive integer", lambda v: _is_int(v) and v > 0, 1)
+
+
 OPTIONAL_POSITIVE_INT = FieldType("a positive integer or null", lambda v: v is None or (_is_int(v) and v > 0), None)
+
+
 OPTIONAL_NON_NEGATIVE_INT = FieldType(
     "a non-negative integer or null", lambda v: v is None or (_is_int(v) and v >= 0), None
 )
+
+
 ANY_INT = FieldType("an integer", _is_int, -1)
+
+
 NON_NEGATIVE_INT = FieldType("a non-negative integer", lambda v: _is_int(v) and v >= 0, 0)
+
+
 BOOL = FieldType("true or false", _is_bool, False)
+
+
 OPTIONAL_STR = FieldType("a string or null", lambda v: v is None or isinstance(v, str), None)
+
+
 OPTIONAL_PATH = FieldType(
     "a path string or null", lambda v: v is None or isinstance(v, (str,)) or hasattr(v, "__fspath__"), None
 )
+
+
 OPTIONAL_MAPPING = FieldType("a mapping (dict) or null", lambda v: v is None or isinstance(v, Mapping), None)
+
+
 CP_COMM_TYPE = FieldType(
     "null, a string (p2p, a2a, all_gather, a2a+p2p) or a list of those per layer",
     lambda v: (
@@ -66,6 +73,8 @@ CP_COMM_TYPE = FieldType(
     ),
     None,
 )
+
+
 OPTIONAL_INT_LIST = FieldType(
     "null or a list of positive integers",
     lambda v: v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)),
@@ -74,11 +83,16 @@ OPTIONAL_INT_LIST = FieldType(
 
 
 MAPPING = FieldType("a mapping (dict)", lambda v: isinstance(v, Mapping), {})
+
+
 #: None lets Megatron-Bridge's own 'must be defined' assertion (GPTDatasetConfig.finalize) speak
 OPTIONAL_BOOL = FieldType("true, false or null", lambda v: v is None or _is_bool(v), None)
+
+
 OPTIONAL_MICRO_BATCH = FieldType(
     "a positive integer (null lets Megatron-Bridge report it)", lambda v: v is None or (_is_int(v) and v > 0), 1
 )
+
 
 # dotted path -> type; a path whose parent is missing or None is not checked (the rules do not read it).
 FIELD_TYPES: dict[str, FieldType] = {
@@ -232,19 +246,3 @@ def type_problems(ctx: RuleContext) -> list[Violation]:
             )
         )
     return found
-
-
-@rule(
-    TYPES_RULE_ID,
-    "Every field the rules read holds a value of the type Megatron-Bridge expects.",
-    severity=ERROR,
-    evidence="Megatron-Bridge 0.6.2 compares these fields numerically or reads their attributes in "
-    "training/config.py ConfigContainer.validate (e.g. `self.train.micro_batch_size > 1`, "
-    "data/packing/config.py PackedSequenceSpecs.__post_init__ `self.pad_seq_to_mult <= 0`), which raise "
-    "TypeError/AttributeError on a string, a dict or 0; pad_seq_to_mult=None passes PackedSequenceSpecs but "
-    "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; "
-    "training/train.py asserts train.manual_gc_interval >= 0 when training starts; a string 'false' is truthy and "
-    "silently turns flags on.",
-)
-def config_types(ctx: RuleContext) -> list[Violation]:
-    return type_problems(ctx)

@@ -1,10 +1,10 @@
-"""Model-feature rules: MTP and per-family packing opt-outs."""
+"""Multi-token prediction: packing and CP with MTP, and MTP under uniform full recompute with more than one layer a
+unit."""
 
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -79,54 +79,32 @@ def mtp_packed_context_parallel(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
-    "model.offline_packing_opt_out",
-    "Qwen3-Next and GLM-4.5 do not support offline packing.",
-    severity=ADVISORY,
+    "mtp.full_recompute_layers",
+    "Multi-token prediction under uniform full recompute needs recompute_num_layers=1.",
+    severity=ERROR,
     evidence=(
-        "Megatron-Bridge 0.6.2 ships Qwen3-Next and GLM-4.5 SFT/PEFT recipes with offline packing off and a "
-        "docstring 'Packed sequence is NOT supported' (recipes/qwen/h100/qwen3_next.py, "
-        "recipes/glm/h100/glm45.py); no Megatron code fails on it (megatron/core/ssm/gated_delta_net/gdn.py "
-        "takes THD cu_seqlens)."
+        "megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer._checkpointed_forward (taken "
+        "when recompute_granularity='full' in training) asserts 'recompute_num_layers must be 1 for MTP recompute' "
+        "for recompute_method='uniform' at the first forward (run on CPU); TransformerConfig bounds "
+        "recompute_num_layers by the "
+        "decoder's layers, not the MTP layers'."
     ),
 )
-def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
-    if not ctx.offline_packing:
+def mtp_full_recompute_layers(ctx: RuleContext) -> list[Violation] | None:
+    m = ctx.model
+    if ctx.mtp_layers == 0 or getattr(m, "recompute_granularity", None) != "full":
         return None
-    family = detect_model_family(ctx.model)
-    if family not in (QWEN3_NEXT, GLM45):
+    if getattr(m, "recompute_method", None) != "uniform" or getattr(m, "recompute_num_layers", None) in (None, 1):
         return []
     return [
         Violation(
-            {"model": type(ctx.model).__name__, "model family": family, "dataset.enable_offline_packing": True},
-            f"Megatron-Bridge ships {family} fine-tuning with offline packing off: packed sequences are not "
-            "supported for this family",
-            assignments={"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None},
-        )
-    ]
-
-
-@rule(
-    "model.in_batch_packing_opt_out",
-    "Qwen3.5-VL does not support in-batch packing.",
-    severity=ADVISORY,
-    evidence=(
-        "Megatron-Bridge 0.6.2 ships every Qwen3.5-VL recipe with enable_in_batch_packing=False and "
-        "defer_in_batch_packing_to_step=True (recipes/qwen_vl/h100/qwen35_vl.py); its step "
-        "models/qwen_vl/qwen3_vl_step.py raises ValueError on collate-packed batches, but which step runs is "
-        "not part of the config."
-    ),
-)
-def in_batch_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
-    if not ctx.in_batch_packing:
-        return None
-    family = detect_model_family(ctx.model)
-    if family != QWEN35_VL:
-        return []
-    return [
-        Violation(
-            {"model": type(ctx.model).__name__, "model family": family, "dataset.enable_in_batch_packing": True},
-            "Megatron-Bridge 0.6.2 ships every Qwen3.5-VL recipe with in-batch packing off (its gated-delta-net "
-            "layers do not take packed boundaries)",
-            assignments={"dataset.enable_in_batch_packing": False},
+            {
+                "model.mtp_num_layers": ctx.mtp_layers,
+                "model.recompute_granularity": "full",
+                "model.recompute_method": "uniform",
+                "model.recompute_num_layers": m.recompute_num_layers,
+            },
+            "each MTP layer is recomputed as a unit of one layer: the first forward asserts",
+            assignments={"model.recompute_num_layers": 1},
         )
     ]

@@ -1,14 +1,14 @@
-"""Communication settings that fix the token count or the CP algorithm: Transformer Engine's userbuffer TP overlap,
-Megatron-Core's hybrid context parallelism, and the CP communication types Transformer Engine implements."""
+"""Transformer Engine's userbuffer TP overlap: the token count it fixes, for every precision."""
 
 from __future__ import annotations
 
-import difflib
+import math
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.topology import round_up
 
 
 def _overlap_fix(ctx: RuleContext) -> dict[str, Any]:
@@ -90,84 +90,44 @@ def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
 
 
 @rule(
-    "cp.hybrid_context_parallel",
-    "model.hybrid_context_parallel does not run in Megatron-Bridge 0.6.2.",
+    "tp_comm_overlap.mxfp8_tokens",
+    "TP communication overlap with MXFP8 needs each rank's tokens (seq_length x micro batch / CP / TP) a multiple of "
+    "128.",
     severity=ERROR,
     evidence=(
-        "megatron/core/pipeline_parallel/schedules.py forward_backward_no_pipelining hands the step to "
-        "hybrid_cp_schedule.py hybrid_context_parallel_forward_backward, which reads next(data_iterator) as "
-        "(batch, sample_id_groups) (data[1]); Megatron-Bridge's iterators yield dicts (its loaders have no "
-        "HybridCPDataLoaderWrapper), so the first step raises KeyError: 1 (run on CPU). With PP>1 the pipelined "
-        "schedules never read the flag and training runs with plain CP, except that "
-        "megatron/core/parallel_state.py initialize_model_parallel asserts 'Hybrid context parallel requires an "
-        "even number of ranks' in each DP x CP group."
+        "transformer_engine/pytorch/module/base.py fill_userbuffers_buffer_for_all_gather raises ValueError "
+        "'Userbuffers requires MXFP8 tensor dims that are divisible by 128' for the MXFP8 all-gather of a userbuffer "
+        "TP GEMM input, at the first forward; the input holds seq_length x micro_batch / CP / TP tokens "
+        "(tp_comm_overlap.token_count keeps every micro batch at that count). fp8.packed_tokens_per_rank asks for the "
+        "32-token MXFP8 block only. Needs a GPU and userbuffers: cited."
     ),
 )
-def hybrid_context_parallel(ctx: RuleContext) -> list[Violation] | None:
-    if not getattr(ctx.model, "hybrid_context_parallel", False):
+def mxfp8_userbuffer_tokens(ctx: RuleContext) -> list[Violation] | None:
+    if not ctx.tp_comm_overlap or ctx.fp8_recipe != "mxfp8":
         return None
     topo = ctx.topology
-    dp = topo.data_parallel
-    fields = {"model.hybrid_context_parallel": True, "model.pipeline_model_parallel_size": topo.pp}
-    if topo.pp == 1:
-        why = "the non-pipelined schedule hands it to the hybrid-CP scheduler, which unpacks each batch as a tuple"
-        why += " and gets Megatron-Bridge's dict: KeyError at the first step"
-    elif dp is not None and (dp * topo.cp) % 2:
-        fields |= {"model.context_parallel_size": topo.cp, "data_parallel_size": dp}
-        why = f"initialize_model_parallel asserts an even DP x CP group ({dp} x {topo.cp})"
-    else:
-        return []  # ignored by the pipelined schedules: plain CP (docs/upstream.md)
-    return [Violation(fields, why, assignments={"model.hybrid_context_parallel": False})]
-
-
-#: the values transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
-#: attn_forward_func_with_cp dispatches on ("a2a+p2p" degrades to p2p or a2a by group sizes)
-KNOWN_CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
-
-
-def _known_spelling(value: str) -> str:
-    """The Transformer Engine name a misspelt value most likely means (``allgather`` -> ``all_gather``)."""
-    squashed = {known.replace("_", ""): known for known in KNOWN_CP_COMM_TYPES}
-    key = value.strip().lower().replace("-", "").replace("_", "").replace(" ", "")
-    if key in squashed:
-        return squashed[key]
-    near = difflib.get_close_matches(value.strip().lower(), KNOWN_CP_COMM_TYPES, n=1)
-    return near[0] if near else "p2p"
-
-
-@rule(
-    "cp.comm_type_known",
-    "With CP>1 every model.cp_comm_type value is one Transformer Engine implements: p2p, all_gather, a2a, a2a+p2p.",
-    severity=ERROR,
-    evidence=(
-        "megatron/core/transformer/transformer_config.py only checks that cp_comm_type is a string (or a list of "
-        "num_layers); megatron/core/extensions/transformer_engine.py TEDotProductAttention passes it on, and "
-        "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py attn_forward_func_with_cp "
-        "raises ValueError 'Unsupported communication type' for anything else at the first forward (run on CPU: "
-        "'allgather' raises, 'all_gather' dispatches). Megatron-Core's DSA attention normalises 'allgather' itself "
-        "(experimental_attention_variant/dsa_layout.py), so DSA models are not checked."
-    ),
-)
-def comm_type_known(ctx: RuleContext) -> list[Violation] | None:
-    if ctx.topology.cp <= 1 or getattr(ctx.model, "experimental_attention_variant", None) == "dsa":
+    seq, mbs = ctx.model.seq_length, ctx.train.micro_batch_size
+    if not isinstance(mbs, int) or not isinstance(seq, int):
         return None
-    value = getattr(ctx.model, "cp_comm_type", None)
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    unknown = sorted({v for v in values if v is not None and v not in KNOWN_CP_COMM_TYPES})
-    if not unknown:
+    need = 128 * topo.cp * topo.tp
+    if seq * mbs % need == 0:
         return []
-    if isinstance(value, (list, tuple)):
-        fixed: Any = [v if v is None or v in KNOWN_CP_COMM_TYPES else _known_spelling(v) for v in value]
-    else:
-        fixed = _known_spelling(value)
+    size = round_up(seq, need // math.gcd(need, mbs))
+    fix: dict[str, object] = {"model.seq_length": size}
+    if hasattr(ctx.dataset, "seq_length"):
+        fix["dataset.seq_length"] = size
+    if ctx.offline_packing and ctx.specs is not None:
+        fix[f"{SPECS}.packed_sequence_size"] = size
     return [
         Violation(
             {
-                "model.cp_comm_type": value if isinstance(value, str) else list(value),
-                "model.context_parallel_size": ctx.topology.cp,
+                "model.seq_length": seq,
+                "train.micro_batch_size": mbs,
+                "model.context_parallel_size": topo.cp,
+                "model.tensor_model_parallel_size": topo.tp,
             },
-            f"Transformer Engine knows {', '.join(KNOWN_CP_COMM_TYPES)}; {', '.join(map(repr, unknown))} passes "
-            "model build and raises 'Unsupported communication type' at the first forward",
-            assignments={"model.cp_comm_type": fixed},
+            f"each rank's userbuffer holds seq_length x micro_batch / CP / TP = {seq * mbs / (topo.cp * topo.tp):g} "
+            "tokens, and the MXFP8 all-gather of its scales needs a multiple of 128",
+            assignments=fix,
         )
     ]

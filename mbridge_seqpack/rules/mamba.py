@@ -1,5 +1,5 @@
-"""State-space layers (Mamba, gated delta net) against packed rows and the parallel layout: what Megatron-Core's
-``MambaMixer``, ``MambaContextParallel`` and ``GatedDeltaNet`` assert when they are built or first run."""
+"""Mamba layers against packed rows and the parallel layout: what Megatron-Core's ``MambaMixer`` and
+``MambaContextParallel`` assert when they are built or first run, and the per-token sequence index they need."""
 
 from __future__ import annotations
 
@@ -9,29 +9,10 @@ from typing import Any
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.shared import MAMBA, hybrid_layer_counts
 
-MAMBA, GDN = "M", "G"  # megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols
 #: MambaMixer's default expand (hybrid_layer_specs.py builds it without one): d_inner = expand * hidden_size
 MAMBA_EXPAND = 2
-
-
-def hybrid_layer_counts(model: Any) -> dict[str, int]:
-    """Layers by type symbol a hybrid provider builds (main pattern and MTP depths), by Megatron-Core's own parser of
-    ``hybrid_layer_pattern`` (HybridModelProvider.finalize moves the deprecated override pattern there; provide()
-    passes the pattern alone, never the deprecated ratios); {} for other providers, no pattern, or a pattern
-    Megatron will refuse itself."""
-    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
-    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
-
-    if not isinstance(model, HybridModelProvider):
-        return {}
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    if not isinstance(pattern, str):
-        return {}
-    try:
-        return dict(get_hybrid_layer_counts(pattern))
-    except (AssertionError, ValueError):
-        return {}
 
 
 def _is_falcon_h1(model: Any) -> bool:
@@ -44,14 +25,6 @@ def _is_falcon_h1(model: Any) -> bool:
 def has_mamba_layers(model: Any) -> bool:
     """Whether the model builds Megatron-Core MambaMixer layers (a hybrid 'M' layer, or Falcon-H1's)."""
     return _is_falcon_h1(model) or hybrid_layer_counts(model).get(MAMBA, 0) > 0
-
-
-def has_gdn_layers(model: Any) -> bool:
-    """Gated delta net layers: a GPT stack with ``experimental_attention_variant='gated_delta_net'`` (Qwen3-Next,
-    Qwen3.5, Qwen3.5-VL; models/gpt/experimental_attention_variant_module_specs.py) or 'G' in a hybrid pattern."""
-    if getattr(model, "experimental_attention_variant", None) == "gated_delta_net":
-        return True
-    return hybrid_layer_counts(model).get(GDN, 0) > 0
 
 
 def mamba_heads(model: Any) -> tuple[int, int] | None:
@@ -198,27 +171,42 @@ def mamba_cp_needs_rmsnorm(ctx: RuleContext) -> list[Violation] | None:
     ]
 
 
+def _has_mamba_layers(model: Any) -> bool:
+    """Whether a hybrid provider builds Mamba layers: 'M' in its layer pattern (before any MTP part), or no pattern
+    and attention/MLP ratios that leave layers to Mamba (megatron/core/models/hybrid/hybrid_layer_allocation.py)."""
+    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
+    if isinstance(pattern, str):
+        return "M" in pattern.split("/")[0]
+    ratios = (getattr(model, "hybrid_attention_ratio", 0.0) or 0.0) + (getattr(model, "hybrid_mlp_ratio", 0.0) or 0.0)
+    return ratios < 1.0
+
+
 @rule(
-    "gdn.packing_deterministic",
-    "Gated delta net layers over packed rows cannot run with deterministic_mode.",
+    "mamba.packing_needs_hybrid",
+    "Packed rows through Mamba layers need model.is_hybrid_model=True (else SSM state flows across documents).",
     severity=ERROR,
     evidence=(
-        "megatron/core/ssm/gated_delta_net/gdn.py GatedDeltaNet.forward asserts 'Packed sequence does not support "
-        "deterministic mode.' whenever packed_seq_params (THD) is passed and config.deterministic_mode is set (run on "
-        "CPU): the first forward of every GDN layer (Qwen3-Next, Qwen3.5, Qwen3.5-VL, hybrid 'G' layers) over "
-        "offline, in-batch (also deferred to qwen3_vl_step) or Energon packed rows fails."
+        "megatron/bridge/training/gpt_step.py _forward_step_common (also vlm_step.py, llava_step.py) sets "
+        "packed_seq_params total_tokens only when config.is_hybrid_model; megatron/core/packed_seq_params.py "
+        "PackedSeqParams.__post_init__ builds seq_idx only from total_tokens, and "
+        "megatron/core/ssm/mamba_mixer.py MambaMixer._ssm_training passes packed_seq_params.seq_idx to "
+        "mamba_split_conv1d_scan_combined: with seq_idx None the scan and conv carry state from one document into "
+        "the next, silently. HybridModelProvider (and MambaModelProvider) default is_hybrid_model to False; "
+        "Megatron-Bridge's Nemotron-H bridge and recipes set it."
     ),
 )
-def gdn_packing_deterministic(ctx: RuleContext) -> list[Violation] | None:
-    flags = ctx.packing_flags
-    if not flags or not has_gdn_layers(ctx.model):
+def packing_needs_hybrid(ctx: RuleContext) -> list[Violation] | None:
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+
+    if not ctx.any_packing or not isinstance(ctx.model, HybridModelProvider) or not _has_mamba_layers(ctx.model):
         return None
-    if not getattr(ctx.model, "deterministic_mode", False):
+    if getattr(ctx.model, "is_hybrid_model", False):
         return []
     return [
         Violation(
-            {"model.deterministic_mode": True, "model": type(ctx.model).__name__, **flags},
-            "gated delta net layers refuse packed sequences in deterministic mode: the first forward asserts",
-            assignments={"model.deterministic_mode": False},
+            {"model": type(ctx.model).__name__, "model.is_hybrid_model": False, **ctx.packing_flags},
+            "without is_hybrid_model the step gives the packed params no total_tokens, so no seq_idx: Mamba's scan "
+            "and convolution run through every document boundary of a packed row",
+            assignments={"model.is_hybrid_model": True},
         )
     ]
