@@ -79,12 +79,13 @@ class Walk:
 
 
 def _room(filename: str) -> str | None:
-    """``placement/balance`` for a plugin file, None for any other code."""
+    """``placement/balance`` for a plugin file, None for any other code and for ``textout`` (the progress bars and
+    text for people: the data does not pass through them)."""
     try:
         relative = Path(filename).resolve().relative_to(PACKAGE)
     except ValueError:
         return None
-    return str(relative.with_suffix(""))
+    return None if relative.with_suffix("").as_posix() == "textout" else str(relative.with_suffix(""))
 
 
 def trace_walk(run: Callable[[], Any]) -> Walk:

@@ -80,12 +80,11 @@ def test_no_circles_between_packages() -> None:
 #: the pack path's packages, top to bottom, and what each may import of the plugin (issue #34): the data of ``pack``
 #: moves down; tokenization and placement know nothing of each other, of the artifact or of what drives them
 PACK_PATH = {
-    "pipeline": {"tokenization", "placement", "artifact", "digests", "errors"},
+    "pipeline": {"tokenization", "placement", "artifact", "digests", "errors", "textout"},
     "artifact": {"tokenization", "placement", "digests", "errors", "ranks", "textout"},
     "placement": {"errors"},
-    "tokenization": {"digests", "errors"},
+    "tokenization": {"digests", "errors", "textout"},  # textout: the progress bar, text for people
     "digests": set(),
-    "packing": set(),  # the former home: old module names resolved at run time (importlib), no import of its own
 }
 
 
@@ -159,3 +158,11 @@ def test_composition_never_reaches_up_to_the_recipes() -> None:
         if name.startswith("mbridge_seqpack.compose"):
             assert not [i for i in imports if i.startswith("mbridge_seqpack.recipes")], name
     assert "mbridge_seqpack.recipes.targets" in graph["mbridge_seqpack.cli.plan"]
+
+
+def test_the_analysis_engines_know_no_rule() -> None:
+    """#40: TE's backend selection, its fixed support rules and the layout arithmetic are engines the rules, the
+    command line and recipes ask; they import nothing of rules/ (so a rule module is only rules)."""
+    packages = package_graph()
+    assert "rules" not in packages["analysis"]
+    assert {"rules", "cli", "recipes"} <= {name for name, imports in packages.items() if "analysis" in imports}

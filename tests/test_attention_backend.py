@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
+from mbridge_seqpack.analysis import attention_backend as ab
+from mbridge_seqpack.analysis import te_attention as te
 from mbridge_seqpack.rules import RuleContext
-from mbridge_seqpack.rules import attention_backend as ab
-from mbridge_seqpack.rules import te_attention as te
 
 pytestmark = pytest.mark.slow
 
@@ -646,7 +646,7 @@ def _held(text: str, data: bytes) -> bool:
 
 
 def test_cited_texts_are_the_binary_s() -> None:
-    from mbridge_seqpack.rules import te_fused_rules as fr
+    from mbridge_seqpack.analysis import te_fused_rules as fr
 
     data = fr.so_path().read_bytes()
     assert all(_held(text, data) for text in TE_TEXTS)
@@ -658,7 +658,7 @@ def test_cited_texts_are_the_binary_s() -> None:
 def test_drift_shows_a_planted_change() -> None:
     """The installed binary's bytes, edited: a cited text changed (the sm90 gate made sm100), a new message piece
     in the v2 function's pool, a new cudnn-frontend deterministic-algorithm reject."""
-    from mbridge_seqpack.rules import te_fused_rules as fr
+    from mbridge_seqpack.analysis import te_fused_rules as fr
 
     data = fr.so_path().read_bytes()
     assert data.count(b"s sm90 or later.") == 1

@@ -26,8 +26,8 @@ __all__ = ["run_megatron_validation", "check_target", "cmd_check", "add_check_co
 
 def gpu_arch_arg(text: str) -> str:
     """``--gpu-arch``: checked (no Megatron import) and passed on as written."""
+    from mbridge_seqpack.analysis.te_attention import parse_arch
     from mbridge_seqpack.errors import UsageError
-    from mbridge_seqpack.rules.te_attention import parse_arch
 
     try:
         parse_arch(text)
@@ -73,12 +73,12 @@ def check_target(
 ) -> Any:
     """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), run the rule catalog and
     (optionally) Megatron-Bridge's validation. Attention backends are judged for ``gpu_arch``, else the GPU the
-    target's name says (``rules/te_attention.py``)."""
+    target's name says (``analysis/te_attention.py``)."""
+    from mbridge_seqpack.analysis.attention_backend import verdict_notes, verdict_summary
+    from mbridge_seqpack.analysis.te_attention import declared
     from mbridge_seqpack.cli.report import CheckReport, derived_values
     from mbridge_seqpack.rules import RuleContext, evaluate
-    from mbridge_seqpack.rules.attention_backend import verdict_notes, verdict_summary
     from mbridge_seqpack.rules.config import TYPES_RULE_ID
-    from mbridge_seqpack.rules.te_attention import declared
 
     launch = build_launch(target, overrides, config_file, runner=runner, runner_args=runner_options)
     world, source = world_and_source(world_size, launch, launcher)
@@ -128,9 +128,9 @@ def collapsed(overrides: Sequence[str]) -> list[str]:
 
 def cmd_fix(args: argparse.Namespace) -> int:
     """``check --fix``: one converged override set that clears every violation, to paste after the others."""
+    from mbridge_seqpack.analysis.te_attention import declared
     from mbridge_seqpack.overrides import converged_fix
     from mbridge_seqpack.rules import check
-    from mbridge_seqpack.rules.te_attention import declared
 
     launch = build_launch(
         args.target, args.overrides, args.config_file, runner=args.runner, runner_args=runner_args(args)

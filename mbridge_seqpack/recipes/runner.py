@@ -359,7 +359,7 @@ def _sync_offline_packing_alignment(config: ConfigContainer) -> None:
         specs = dataset.offline_packing_specs = PackedSequenceSpecs(**specs)
     if getattr(dataset, "seq_length", None) is not None:
         specs.packed_sequence_size = dataset.seq_length
-    from mbridge_seqpack.rules.topology import alignment_multiple  # the runner's lcm(2*CP, CP*TP if SP) formula
+    from mbridge_seqpack.analysis.topology import alignment_multiple  # the runner's lcm(2*CP, CP*TP if SP) formula
 
     tp = getattr(config.model, "tensor_model_parallel_size", 1)
     sp = bool(getattr(config.model, "sequence_parallel", False))

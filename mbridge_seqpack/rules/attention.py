@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.attention_backend import (
+from mbridge_seqpack.analysis.attention_backend import (
     BACKEND_ENV,
     claims,
     mcore_backend_env,
@@ -15,6 +14,7 @@ from mbridge_seqpack.rules.attention_backend import (
     training_env,
     undetermined_violation,
 )
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.cp import a2a_heads_divisible
 from mbridge_seqpack.rules.registry import rule
@@ -27,10 +27,10 @@ from mbridge_seqpack.rules.registry import rule
     evidence=(
         "transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend, called here "
         "unchanged on the AttentionParams DotProductAttention.forward builds for each kind of layer "
-        "(rules/attention_backend.py: THD and pad_between_seqs from Megatron-Bridge's batches, CP size and comm "
+        "(analysis/attention_backend.py: THD and pad_between_seqs from Megatron-Bridge's batches, CP size and comm "
         "type, window, softmax, determinism, FP8 attention, the NVTE_* variables Megatron-Core's "
-        "_set_attention_backend leaves) on the target GPU (rules/te_attention.py: architecture, cuDNN, flash-attn "
-        "declared; TE's fixed FusedAttention rules applied as data, rules/te_fused_rules.py; cuDNN's own support "
+        "_set_attention_backend leaves) on the target GPU (analysis/te_attention.py: architecture, cuDNN, flash-attn "
+        "declared; TE's fixed FusedAttention rules applied as data, analysis/te_fused_rules.py; cuDNN's own support "
         "query assumed to accept); when it leaves none, "
         "dot_product_attention.py DotProductAttention.forward raises 'No dot product attention backend is "
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "

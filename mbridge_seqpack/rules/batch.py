@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
 
 
 def _layout_fields(ctx: RuleContext) -> dict[str, int]:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _seq_length_fix
-from mbridge_seqpack.rules.topology import round_up
 
 
 @rule(

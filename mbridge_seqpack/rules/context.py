@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
-from mbridge_seqpack.rules.topology import Topology
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -78,16 +78,16 @@ class RuleContext:
         """Core-attention classes of the layer spec that are not Transformer Engine's (resolved once per check:
         three attention rules ask), and Megatron-Core's own when ``provide()`` swaps it in for
         ``attention_backend=local``."""
-        from mbridge_seqpack.rules.attention_backend import local_attention_swap
+        from mbridge_seqpack.analysis.attention_backend import local_attention_swap
         from mbridge_seqpack.rules.model_family import non_te_core_attention
 
         return non_te_core_attention(self.model) + local_attention_swap(self.model)
 
     @cached_property
     def attention_verdict(self) -> Any:
-        """Transformer Engine's own backend selection for each kind of layer (``rules/attention_backend.py``),
-        computed once per check on the target GPU stack (``rules/te_attention.py``)."""
-        from mbridge_seqpack.rules.attention_backend import verdict_of
+        """Transformer Engine's own backend selection for each kind of layer (``analysis/attention_backend.py``),
+        computed once per check on the target GPU stack (``analysis/te_attention.py``)."""
+        from mbridge_seqpack.analysis.attention_backend import verdict_of
 
         return verdict_of(self.cfg, non_te=self.non_te_core_attention)
 

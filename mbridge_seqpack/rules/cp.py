@@ -8,8 +8,7 @@ import difflib
 import math
 from typing import Any
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.attention_backend import (
+from mbridge_seqpack.analysis.attention_backend import (
     SWA_REFUSING_COMM_TYPES,
     claims,
     decisive_reasons,
@@ -18,11 +17,12 @@ from mbridge_seqpack.rules.attention_backend import (
     softmax_type,
     window_layers,
 )
+from mbridge_seqpack.analysis.topology import round_up
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _seq_length_fix
-from mbridge_seqpack.rules.topology import round_up
 
 
 @rule(
@@ -284,7 +284,7 @@ def _windowed_cp_comm_type(model: Any) -> str:
     severity=ERROR,
     evidence=(
         "decided by Transformer Engine's own transformer_engine/pytorch/attention/dot_product_attention/utils.py "
-        "get_attention_backend, run on the layers' AttentionParams (rules/attention_backend.py): it disables "
+        "get_attention_backend, run on the layers' AttentionParams (analysis/attention_backend.py): it disables "
         "FusedAttention for CP with a non-vanilla softmax_type unless cp_comm_type is a2a, FlashAttention for any "
         "non-vanilla softmax and UnfusedDotProductAttention under CP, so DotProductAttention.forward raises 'No "
         "dot product attention backend is available' (NVIDIA-NeMo/Megatron-Bridge#2298, "

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.attention_backend import (
+from mbridge_seqpack.analysis.attention_backend import (
     NONDETERMINISTIC_ENV,
 )
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _env_value

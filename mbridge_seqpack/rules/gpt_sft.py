@@ -14,11 +14,11 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE, ROW_MULT, _alignment_fields, _pad_seq_length_to_mult
-from mbridge_seqpack.rules.topology import round_up
 
 
 @rule(

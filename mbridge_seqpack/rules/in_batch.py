@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.graph_paths import FULL_ITER_READ, TE_SAMPLES, graph_path
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
 
 
 @rule(

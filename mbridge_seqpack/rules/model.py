@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.attention_backend import (
+from mbridge_seqpack.analysis.attention_backend import (
     LOCAL_SUFFIX,
 )
+from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.registry import rule

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
 
 
 def _group_problem(micro_batches: int, group: int, pp: int) -> str | None:

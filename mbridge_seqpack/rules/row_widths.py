@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
-from mbridge_seqpack.rules.topology import round_up
 
 __all__ = ["RowWidths", "row_widths", "width_fix", "row_width_violations"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.rules.attention_backend import (
+from mbridge_seqpack.analysis.attention_backend import (
     env_value,
 )
 from mbridge_seqpack.rules.context import RuleContext

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.topology import round_up
 
 
 def _overlap_fix(ctx: RuleContext) -> dict[str, Any]:

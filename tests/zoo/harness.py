@@ -253,7 +253,7 @@ def judge(name: str, build: Callable[[], Any], world_size: int | Callable[[Any],
     with restored_environ():
         verdict.mb_error = _mb_verdict(name, cfg, world_size)
     verdict.mb_accepts = not verdict.mb_error
-    from mbridge_seqpack.rules.te_attention import declared
+    from mbridge_seqpack.analysis.te_attention import declared
 
     with _on_gpu(name), declared(recipe=name):  # attention backends judged on the GPU the recipe names
         results = evaluate(RuleContext.build(copy.deepcopy(cfg), world_size))

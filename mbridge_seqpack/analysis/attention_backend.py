@@ -1,5 +1,5 @@
 """The attention backend Transformer Engine will pick for each kind of layer of a config, computed by TE's own
-``get_attention_backend`` (``rules/te_attention.py``) on the ``AttentionParams`` its ``DotProductAttention.forward``
+``get_attention_backend`` (``analysis/te_attention.py``) on the ``AttentionParams`` its ``DotProductAttention.forward``
 would build at the first training step.
 
 What the params are made of, and from where:
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mbridge_seqpack.rules.te_attention import nvte_environ
+from mbridge_seqpack.analysis.te_attention import nvte_environ
 
 __all__ = [
     "SWA_REFUSING_COMM_TYPES",
@@ -321,7 +321,7 @@ def _dtype(precision: _Precision) -> Any:
 
 def _pad_between_seqs(cfg: Any) -> tuple[bool, bool, tuple[tuple[str, Any], ...], int]:
     """(THD, pad_between_seqs, the fields deciding it, the row width) for the batches Megatron-Bridge builds."""
-    from mbridge_seqpack.rules.topology import alignment_multiple
+    from mbridge_seqpack.analysis.topology import alignment_multiple
 
     dataset, model = cfg.dataset, cfg.model
     seq_length = int(getattr(dataset, "seq_length", None) or getattr(model, "seq_length", 0) or 0)
@@ -587,7 +587,7 @@ class AttentionVerdict:
 
 
 def _select_all(inputs: Inputs, kinds: list[LayerKind], target: Any) -> tuple[KindVerdict, ...]:
-    from mbridge_seqpack.rules.te_attention import select
+    from mbridge_seqpack.analysis.te_attention import select
 
     env = dict(inputs.env)
     found = []
@@ -612,7 +612,7 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
     if unreadable:
         return AttentionVerdict(target, None, (), layers, unreadable)
     try:
-        from mbridge_seqpack.rules.te_attention import resolve_target
+        from mbridge_seqpack.analysis.te_attention import resolve_target
 
         target = target if target is not None else resolve_target()
         inputs = inputs_of(cfg)
@@ -622,7 +622,7 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
     except (ValueError, TypeError, AttributeError, AssertionError) as exc:  # e.g. get_fp8_recipe's own refusal
         reason = f"the attention config cannot be read as Megatron-Core reads it: {type(exc).__name__}: {exc}"
         return AttentionVerdict(target, None, (), layers, reason)
-    from mbridge_seqpack.rules.te_attention import alternatives
+    from mbridge_seqpack.analysis.te_attention import alternatives
 
     others = tuple((label, _select_all(inputs, kinds, other)) for label, other in alternatives(target))
     if inputs.batch_bound is not None:

@@ -344,7 +344,7 @@ def _cudnn_assumed(target: Target, **fused_attn_kwargs: Any) -> tuple[int, str]:
     from transformer_engine.pytorch.constants import DType
     from transformer_engine.pytorch.cpp_extensions.fused_attn import FusedAttnBackend
 
-    from mbridge_seqpack.rules.te_fused_rules import first_reject, query_of
+    from mbridge_seqpack.analysis.te_fused_rules import first_reject, query_of
 
     dtype = fused_attn_kwargs["qkv_dtype"]
     if dtype not in (DType.kFloat8E4M3, DType.kFloat8E5M2, DType.kBFloat16, DType.kFloat16):
