@@ -23,6 +23,7 @@ from mbridge_seqpack import check
 from mbridge_seqpack.analysis import attention_backend as ab
 from mbridge_seqpack.analysis import te_attention as te
 from mbridge_seqpack.rules import RuleContext
+from tests.support.stderr_text import unwrap
 
 pytestmark = pytest.mark.slow
 
@@ -1166,7 +1167,7 @@ def test_check_gpu_arch_flag_and_recipe_name(
     with pytest.raises(SystemExit) as exit_info:
         main(["check", target, "--gpu-arch", "sm9x"])
     assert exit_info.value.code == 2
-    assert "--gpu-arch must name a GPU architecture" in capsys.readouterr().err
+    assert "--gpu-arch must name a GPU architecture" in unwrap(capsys.readouterr().err)
 
 
 # ---- on a GPU: nothing assumed -------------------------------------------------------------------------------------

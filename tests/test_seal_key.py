@@ -13,6 +13,7 @@ import pytest
 
 from mbridge_seqpack.artifact.seal_key import ENTRY_HMAC, KEY_ENV, KEY_FILE_ENV, KEYED
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, column_checksums, entry_digest
+from tests.support.stderr_text import unwrap
 from tests.test_artifacts import _pack, _pack_rule, _small_jsonl
 
 pytestmark = pytest.mark.slow
@@ -165,7 +166,7 @@ def test_the_key_file_flag_keys_the_pack_and_a_short_key_is_refused(
         )
         == 2
     )
-    assert "the seal key has 3 bytes; use at least 16" in capsys.readouterr().err
+    assert "the seal key has 3 bytes; use at least 16" in unwrap(capsys.readouterr().err)
     assert not out.exists()
     (tmp_path / "good.key").write_text(KEY + "\n")
     argv = [
