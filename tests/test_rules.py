@@ -1023,3 +1023,38 @@ def test_a_mask_need_beyond_any_node_is_an_error_naming_the_figure(pretrain_cfg:
         "any machine"
     )
     assert v.assignments == {"dataset.create_attention_mask": False}
+
+
+def test_each_rule_id_prefix_names_its_one_module() -> None:
+    """One family, one module: every rule lives in ``rules/<prefix>.py`` for its id's prefix, and that module holds
+    only that family (so a family's rules are found by their id); ``config`` runs first, then families by name."""
+    from pathlib import Path
+
+    from mbridge_seqpack.rules.catalog import all_rules, family
+
+    rules = all_rules()
+    assert [
+        (r.rule_id, r.fn.__module__) for r in rules if r.fn.__module__ != f"mbridge_seqpack.rules.{family(r)}"
+    ] == []
+    order = [family(r) for r in rules]
+    assert rules[0].rule_id == "config.types"
+    assert order == sorted(order, key=lambda name: (name != "config", name))
+    modules = Path(__file__).resolve().parents[1] / "mbridge_seqpack" / "rules"
+    holding = {p.stem for p in modules.glob("*.py") if "@rule(" in p.read_text() and p.stem != "registry"}
+    assert holding == set(order)
+
+
+def test_a_rule_outside_its_family_module_is_refused() -> None:
+    from mbridge_seqpack.errors import ERROR
+    from mbridge_seqpack.rules.registry import registered, rule
+
+    def misplaced(ctx: Any) -> None:
+        return None
+
+    misplaced.__module__ = "mbridge_seqpack.rules.offline"
+    before = registered()
+    with pytest.raises(
+        RuntimeError, match=r"'cp.misplaced' is registered in mbridge_seqpack.rules.offline.*rules/cp.py"
+    ):
+        rule("cp.misplaced", "A rule in the wrong module.", severity=ERROR, evidence="none needed")(misplaced)
+    assert registered() == before
