@@ -82,7 +82,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
     if verdict is None:
         return None
-    findings = verdict.of("labels", "loss_mask", "attention")
+    findings = verdict.of("labels", "loss_mask", "attention", "loss")
     if not findings:
         return []
     setup = verdict.setup
@@ -90,7 +90,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     assignments: dict[str, Any] = {}
     if setup.mode == "offline" and not setup.answer_only_loss:
         fields["dataset.dataset_kwargs.answer_only_loss"] = False
-        if _passes(setup, ("labels", "loss_mask", "attention"), answer_only_loss=True):
+        if _passes(setup, ("labels", "loss_mask", "attention", "loss"), answer_only_loss=True):
             assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
     if not assignments:
         assignments = _no_packing(ctx)
