@@ -83,7 +83,10 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     (
         "offline_chat_full_loss",
         {"chat": True, "answer_only_loss": False},
-        [("loss_mask", "9 tokens the unpacked run does not train get loss packed")],
+        [
+            ("loss_mask", "9 tokens the unpacked run does not train get loss packed"),
+            ("loss", "4 of 5 sequences get another loss sum or token count; the step reports lm loss 1.5 vs 1.462"),
+        ],
     ),
     (
         "offline_moe_aux",
@@ -216,7 +219,17 @@ MUTANT_CASES = {
     "loss_mask": ("setup", {"chat": True, "answer_only_loss": False}),
     "mtp": ("setup", {"pad_seq_to_mult": 16, "mtp_layers": 1}),
     "router": ("setup", {"router": _router()}),
+    "loss": ("mutant", {}),
 }
+
+
+def _unmasked_loss(loss_mask: Any, output_tensor: Any, **_: Any) -> Any:
+    """A mutant of masked_next_token_loss: no loss-mask multiplication, every position counted."""
+    import torch
+
+    losses = output_tensor.reshape(-1).float()
+    count = torch.tensor(losses.numel(), dtype=torch.int)
+    return losses.sum(), count, {"lm loss": torch.stack([losses.sum(), count.float()])}
 
 
 @pytest.mark.parametrize("name", list(MUTANT_CASES))
@@ -225,14 +238,31 @@ def test_each_comparison_alone_catches_its_case(megatron: Any, name: str) -> Non
     from mbridge_seqpack.equivalence import compare
 
     kind, data = MUTANT_CASES[name]
-    without = tuple(c for c in compare.COMPARISONS if c.__name__ != name)
-    assert len(without) == len(compare.COMPARISONS) - 1
-    if kind == "hand":
+    # a trained-token difference also moves the loss counts: the loss comparison is left out of the others' cases
+    comparisons = tuple(c for c in compare.COMPARISONS if c.__name__ != "loss" or name == "loss")
+    without = tuple(c for c in comparisons if c.__name__ != name)
+    assert len(without) == len(comparisons) - 1
+    if kind == "mutant":
+        from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
+        from mbridge_seqpack.equivalence.loss import loss_signal
+        from mbridge_seqpack.equivalence.signals import token_signals
+
+        setup = _setup(pad_seq_to_mult=4, fixed_width=False)
+        packed, unpacked = packed_run(setup), unpacked_run(setup)
+        signals = compare.Signals(
+            setup,
+            token_signals(setup, packed),
+            token_signals(setup, unpacked),
+            loss=(loss_signal(setup, packed, _unmasked_loss), loss_signal(setup, unpacked)),
+        )
+        assert [f.signal for c in comparisons if (f := c(signals))] == [name]
+        assert [c(signals) for c in without] == [None] * len(without)
+    elif kind == "hand":
         signals = _hand_signals(data)
         assert [f.signal for c in compare.COMPARISONS if (f := c(signals))] == [name]
         assert [c(signals) for c in without] == [None] * len(without)
     else:
-        assert [f.signal for f in compare.verdict(_setup(**data)).findings] == [name]
+        assert [f.signal for f in compare.verdict(_setup(**data), comparisons).findings] == [name]
         assert compare.verdict(_setup(**data), without).findings == ()
 
 
@@ -307,7 +337,10 @@ def test_labels_rule_on_chat_full_loss(packed_cfg: Any) -> None:
     assert _ids(found) == ["equivalence.labels"]
     (v,) = found
     assert v.fields[f"{KW}.answer_only_loss"] is False
-    assert v.fields["measured"] == "9 tokens the unpacked run does not train get loss packed"
+    assert v.fields["measured"] == (
+        "9 tokens the unpacked run does not train get loss packed; 4 of 5 sequences get another loss sum or token "
+        "count; the step reports lm loss 1.5 vs 1.462"
+    )
     assert v.assignments == {f"{KW}.answer_only_loss": True}
     _apply(packed_cfg, v.assignments)
     assert check(packed_cfg, world_size=8) == []

@@ -6,7 +6,9 @@ runs; a test runs the verdict with one comparison removed to show each one alone
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,14 +16,14 @@ from typing import Callable
 from mbridge_seqpack.equivalence.setup import Setup
 from mbridge_seqpack.equivalence.signals import Token
 
-__all__ = ["COMPARISONS", "Finding", "Signals", "EquivalenceVerdict", "verdict", "verdict_of"]
+__all__ = ["COMPARISONS", "Finding", "Signals", "SignalComparison", "verdict", "verdict_of"]
 
 
 @dataclass(frozen=True)
 class Finding:
     """One training signal that differs packed vs unpacked: which, how many of how many, and in words."""
 
-    signal: str  # "labels" | "loss_mask" | "attention" | "mtp" | "router"
+    signal: str  # "labels" | "loss_mask" | "attention" | "mtp" | "router" | "loss"
     count: int
     total: int
     effect: str
@@ -36,6 +38,7 @@ class Signals:
     packed: list[list[Token]]
     unpacked: list[list[Token]]
     router: object | None = None
+    loss: tuple[object, object] | None = None  # (packed, unpacked) LossSignal
 
 
 def _pairs(s: Signals):
@@ -150,11 +153,39 @@ def router(s: Signals) -> Finding | None:
     return Finding("router", effect.routed_padding, effect.routed, "; ".join(parts))
 
 
-COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (labels, loss_mask, attention, mtp, router)
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def loss(s: Signals) -> Finding | None:
+    """Per sample the loss sum and token count masked_next_token_loss gives, the step's reported loss, and (where
+    packed and unpacked micro batches hold the same sequences, or the loss is per token) the loss backward runs on."""
+    if s.loss is None:
+        return None
+    packed, unpacked = s.loss
+    pairs = list(zip(packed.per_sample, unpacked.per_sample))
+    bad = [i for i, ((ps, pc), (us, uc)) in enumerate(pairs) if pc != uc or not _close(ps, us)]
+    parts, example = [], ""
+    if bad:
+        i = bad[0]
+        (ps, pc), (us, uc) = pairs[i]
+        parts.append(f"{len(bad)} of {len(pairs)} sequences get another loss sum or token count")
+        example = f"sample {i + 1}: loss sum {ps:.4g} over {pc} tokens packed, {us:.4g} over {uc} unpacked"
+    if not _close(packed.reported, unpacked.reported):
+        parts.append(f"the step reports lm loss {packed.reported:.4g} vs {unpacked.reported:.4g}")
+    same_groups = s.setup.per_token_loss or s.setup.mode == "in_batch"
+    if same_groups and not _close(packed.backward, unpacked.backward):
+        parts.append(f"the loss backward runs on is {packed.backward:.4g} vs {unpacked.backward:.4g}")
+    if not parts:
+        return None
+    return Finding("loss", len(bad), len(pairs), "; ".join(parts), example)
+
+
+COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (labels, loss_mask, attention, mtp, router, loss)
 
 
 @dataclass(frozen=True)
-class EquivalenceVerdict:
+class SignalComparison:
     """The check's outcome for one setup: findings, what could not run here, and the seconds it took."""
 
     setup: Setup
@@ -182,9 +213,10 @@ def _not_run(setup: Setup) -> tuple[str, ...]:
 
 def verdict(
     setup: Setup, comparisons: tuple[Callable[[Signals], Finding | None], ...] = COMPARISONS
-) -> EquivalenceVerdict:
+) -> SignalComparison:
     """Build, run and compare (uncached)."""
     from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
+    from mbridge_seqpack.equivalence.loss import loss_signal
     from mbridge_seqpack.equivalence.signals import token_signals
 
     started = time.perf_counter()
@@ -193,6 +225,7 @@ def verdict(
         setup,
         token_signals(setup, packed, pass_loss_mask=setup.vlm_step),
         token_signals(setup, unpacked, pass_loss_mask=setup.vlm_step),
+        loss=(loss_signal(setup, packed), loss_signal(setup, unpacked)),
     )
     effect, refused = None, ""
     if setup.router is not None and setup.router.counting_terms:
@@ -202,15 +235,15 @@ def verdict(
             effect = router_effect(setup.router, packed)
         except (AssertionError, ValueError) as exc:  # Megatron-Core refuses the settings: other rules name them
             refused = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        signals = Signals(setup, signals.packed, signals.unpacked, effect)
+        signals = dataclasses.replace(signals, router=effect)
     findings = tuple(f for f in (c(signals) for c in comparisons) if f is not None)
     notes = _not_run(setup)
     if refused:
         notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
-    return EquivalenceVerdict(setup, findings, notes, time.perf_counter() - started, effect)
+    return SignalComparison(setup, findings, notes, time.perf_counter() - started, effect)
 
 
 @functools.lru_cache(maxsize=256)
-def verdict_of(setup: Setup) -> EquivalenceVerdict:
+def verdict_of(setup: Setup) -> SignalComparison:
     """The verdict for ``setup``, computed once per process (the setup is the cache key)."""
     return verdict(setup)

@@ -73,7 +73,12 @@ def _not_run(verdict: Any) -> str:
     evidence=(
         f"{_HOW}. Compared per real token: the label, the loss mask and the sequence the token attends within as "
         "Transformer Engine reads PackedSeqParams (segment [cu_seqlens_q_padded[k], cu_seqlens_q_padded[k+1]), "
-        "real for its first cu_seqlens_q[k+1]-cu_seqlens_q[k] tokens; the kernel itself is CUDA only). Found this "
+        "real for its first cu_seqlens_q[k+1]-cu_seqlens_q[k] tokens; the kernel itself is CUDA only). Then the "
+        "loss: Megatron-Bridge's masked_next_token_loss (training/losses.py) and Megatron-Core's "
+        "forward_step_calc_loss (pipeline_parallel/schedules.py) over a fixed per-token stand-in loss (logits need "
+        "a model): per sequence the loss sum and token count, the lm loss the step reports (training/train.py "
+        "train_step: [sum, tokens] summed over micro batches), and with calculate_per_token_loss the loss backward "
+        "runs on. Found this "
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
@@ -82,7 +87,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
     if verdict is None:
         return None
-    findings = verdict.of("labels", "loss_mask", "attention")
+    findings = verdict.of("labels", "loss_mask", "attention", "loss")
     if not findings:
         return []
     setup = verdict.setup
@@ -90,7 +95,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     assignments: dict[str, Any] = {}
     if setup.mode == "offline" and not setup.answer_only_loss:
         fields["dataset.dataset_kwargs.answer_only_loss"] = False
-        if _passes(setup, ("labels", "loss_mask", "attention"), answer_only_loss=True):
+        if _passes(setup, ("labels", "loss_mask", "attention", "loss"), answer_only_loss=True):
             assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
     if not assignments:
         assignments = _no_packing(ctx)
