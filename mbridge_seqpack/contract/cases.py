@@ -34,7 +34,9 @@ class ValidateCase:
         from mbridge_seqpack.paths import set_path
         from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
 
-        cfg = apply(sft_base(small_gpt_provider(PACK), seq_length=PACK, global_batch_size=16), OfflinePacking(pack_size=PACK))
+        cfg = apply(
+            sft_base(small_gpt_provider(PACK), seq_length=PACK, global_batch_size=16), OfflinePacking(pack_size=PACK)
+        )
         for path, value in self.changes.items():
             set_path(cfg, path, value)
         return _Judged(cfg, self.world)

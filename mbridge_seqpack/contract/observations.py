@@ -142,7 +142,7 @@ class Context:
         return rows
 
     def packed_dataset(self, mult: int, *, pad_cu_seqlens: bool = False, max_num_samples: int | None = None) -> Any:
-        """Megatron-Bridge's ``GPTSFTPackedDataset`` over :meth:`packed_rows` (a ``.npy`` pack, every version reads)."""
+        """Megatron-Bridge's ``GPTSFTPackedDataset`` over :meth:`packed_rows` (a ``.npy`` pack, read by all)."""
         key = (mult, pad_cu_seqlens, max_num_samples)
         if key in self._datasets:
             return self._datasets[key]
@@ -337,7 +337,10 @@ def cp_partition_indices(ctx: Context) -> Any:
 
     _one_process_world()
     out: dict[str, Any] = {}
-    for label, cu in (("cu_seqlens 0,4,12,20", [0, 4, 12, 20]), ("cu_seqlens 0,8,20 padded 20,20", [0, 8, 20, 20, 20])):
+    for label, cu in (
+        ("cu_seqlens 0,4,12,20", [0, 4, 12, 20]),
+        ("cu_seqlens 0,8,20 padded 20,20", [0, 8, 20, 20, 20]),
+    ):
         for rank in (0, 1):
             try:
                 with _host_cuda():
