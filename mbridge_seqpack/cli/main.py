@@ -18,6 +18,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from mbridge_seqpack.cli.check import add_check_command
+from mbridge_seqpack.cli.contract import add_contract_command
 from mbridge_seqpack.cli.data import add_data_commands
 from mbridge_seqpack.cli.launch_line import strip_launcher
 from mbridge_seqpack.cli.plan import add_plan_command
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recipes_command(sub)
     add_plan_command(sub)
     add_data_commands(sub)
+    add_contract_command(sub)
     for command in (parser, *sub.choices.values()):  # before or after the command name
         command.add_argument(
             "-v",
