@@ -32,7 +32,7 @@ class ValidateCase:
         """The case's config; ``validate()`` on the returned object runs Megatron-Bridge's whole judgement."""
         from mbridge_seqpack.compose.mixins import OfflinePacking, apply
         from mbridge_seqpack.paths import set_path
-        from mbridge_seqpack.recipes.kit import sft_base, small_gpt_provider
+        from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
         cfg = apply(
             sft_base(small_gpt_provider(PACK), seq_length=PACK, global_batch_size=16), OfflinePacking(pack_size=PACK)

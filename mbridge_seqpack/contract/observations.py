@@ -110,7 +110,7 @@ class Context:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from mbridge_seqpack.recipes.kit import embedded_tokenizer_dir
+            from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
 
             config = find("megatron.bridge.training.tokenizers.config:TokenizerConfig")
             build = find("megatron.bridge.training.tokenizers.tokenizer:build_tokenizer")
@@ -392,7 +392,7 @@ def prep_pack(ctx: Context) -> Any:
 
     import numpy as np
 
-    from mbridge_seqpack.recipes.kit import embedded_data_dir
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
     try:
         prep = find("megatron.bridge.data.packing.offline:prepare_gpt_sft_packed_data")
@@ -438,13 +438,26 @@ def prep_pack(ctx: Context) -> Any:
     return out
 
 
+def _census_on_path() -> None:
+    """The census is a development tool (``devtools/`` beside ``scripts/``, not in the wheel): found from this
+    package's checkout; from a wheel the import fails and the observation is recorded as not run."""
+    import sys
+
+    import mbridge_seqpack
+
+    root = Path(mbridge_seqpack.__file__).resolve().parents[1]
+    if (root / "devtools" / "census").is_dir() and str(root) not in sys.path:
+        sys.path.append(str(root))
+
+
 def census_scan(ctx: Context) -> Any:
     """The census scan of this checkout's Megatron-Bridge files on the packed path (Core and TE are the
     installed ones either way): every site by file, function, kind and text digest."""
     import megatron.bridge
 
-    from mbridge_seqpack.census.files import MB, PATH_FILES
-    from mbridge_seqpack.census.scanner import digest, scan_file
+    _census_on_path()
+    from devtools.census.files import MB, PATH_FILES
+    from devtools.census.scanner import digest, scan_file
 
     root = Path(megatron.bridge.__file__).resolve().parents[2]
     sites: dict[str, Any] = {}
@@ -539,7 +552,7 @@ OBSERVATIONS: tuple[Observation, ...] = (
     ),
     Observation(
         "census.scan",
-        "mbridge_seqpack.census.scanner:scan_file",
+        "devtools.census.scanner:scan_file",
         "the Megatron-Bridge files of the census's packed path, as this checkout has them",
         census_scan,
     ),
