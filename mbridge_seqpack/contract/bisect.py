@@ -37,7 +37,9 @@ def bisect_step(against: Path, checkout: Path | None, only: Sequence[str] | None
     except CheckoutImportError as exc:
         return SKIP, None, f"skip: {exc}"
     kept = {**reference, "only": wanted, "observations": {n: reference["observations"][n] for n in wanted}}
-    diff = diff_records(kept, now, a_name=str(against), b_name=str(checkout or "the installed Megatron-Bridge"))
+    commit = now["megatron_bridge"].get("commit")
+    where = f"{checkout}{f' at {commit[:12]}' if commit else ''}" if checkout else "the installed Megatron-Bridge"
+    diff = diff_records(kept, now, a_name=str(against), b_name=where)
     if diff.changed:
         return CHANGED, diff, f"changed: {', '.join(c.observation for c in diff.changes)}"
     return UNCHANGED, diff, f"unchanged: {', '.join(wanted)}"
