@@ -64,6 +64,7 @@ def test_the_installed_record_runs_every_observation(installed: Path) -> None:
     assert data["megatron_bridge"]["version"].startswith("0.6.2")
     assert "site-packages/megatron/bridge/__init__.py" in data["megatron_bridge"]["file"]
     assert data["megatron_bridge"]["checkout"] is None and data["only"] is None
+    assert "megatron.bridge.data.packing.gpt_sft:GPTSFTPackedDataset" in data["megatron_bridge"]["resolved"]
     assert sorted(data["observations"]) == sorted(names())
     status = {n: o["status"] for n, o in data["observations"].items()}
     # TE's THD partition helper needs CUDA: not determined on a CPU, never "ok" there, never a failure
