@@ -52,8 +52,7 @@ def cmd_bisect_run(args: argparse.Namespace) -> int:
     from mbridge_seqpack.contract.record import check_names
 
     check_names(args.only)
-    checkout = _checkout(args) or Path.cwd()
-    code, diff, why = bisect_step(Path(args.against), checkout, args.only)
+    code, diff, why = bisect_step(Path(args.against), _checkout(args), args.only)
     if diff is not None and diff.changed:
         print(render_text(diff))
     print(f"mbridge-seqpack contract bisect-run: {why}", file=sys.stderr)
@@ -90,7 +89,9 @@ def add_contract_command(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--against", required=True, metavar="A.json", help="the reference record (a good commit's)")
     run.add_argument(
-        "--megatron-bridge", metavar="CHECKOUT", help="the checkout under test (default: the current directory)"
+        "--megatron-bridge",
+        metavar="CHECKOUT",
+        help="the checkout under test (`.` under git bisect run); default: the installed Megatron-Bridge",
     )
     run.add_argument("--only", nargs="+", metavar="NAME", help="the observations that decide (default: all in A)")
     run.set_defaults(func=cmd_bisect_run)

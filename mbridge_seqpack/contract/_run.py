@@ -49,11 +49,11 @@ def main(argv: list[str]) -> int:
         return IMPORT_FAILED
     imported = time.monotonic() - started
 
-    from mbridge_seqpack.contract.observations import run_all
+    from mbridge_seqpack.contract.observations import RESOLVED, run_all
 
     observations = run_all(only)
     result = {
-        "megatron_bridge": checkout,
+        "megatron_bridge": {**checkout, "resolved": sorted(RESOLVED)},
         "seconds": {"import": round(imported, 1), "observations": round(time.monotonic() - started - imported, 1)},
         "observations": observations,
     }

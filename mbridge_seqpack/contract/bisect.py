@@ -1,6 +1,7 @@
-"""``contract bisect-run``: one step of ``git bisect run``. The checkout (by default the current directory, which
-``git bisect`` has moved to the commit under test) is recorded for the named observations and compared with the
-reference record: exit 0 unchanged (good), 1 changed (bad), 125 the commit cannot be imported (skip)."""
+"""``contract bisect-run``: one step of ``git bisect run``. The checkout (``--megatron-bridge .`` under
+``git bisect``, which has moved it to the commit under test; without it, the installed Megatron-Bridge) is recorded
+for the named observations and compared with the reference record: exit 0 unchanged (good), 1 changed (bad), 125
+the commit cannot be imported (skip)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,20 @@ def bisect_step(against: Path, checkout: Path | None, only: Sequence[str] | None
         raise UsageError(f"--only {' '.join(missing)}: not in {against}; record it there first (contract record)")
     if not wanted:
         wanted = sorted(reference["observations"])
+    if checkout is not None:
+        if not checkout.is_dir():
+            raise UsageError(f"--megatron-bridge {checkout}: no such folder; pass a Megatron-Bridge repository root")
+        if not (checkout / "src" / "megatron" / "bridge" / "__init__.py").is_file():
+            # a commit from before the src/megatron/bridge layout: neither good nor bad, git bisect skips it
+            return SKIP, None, f"skip: {checkout} has no src/megatron/bridge/__init__.py at this commit"
     try:
         now: dict[str, Any] = record(checkout, wanted)
     except CheckoutImportError as exc:
         return SKIP, None, f"skip: {exc}"
     kept = {**reference, "only": wanted, "observations": {n: reference["observations"][n] for n in wanted}}
-    diff = diff_records(kept, now, a_name=str(against), b_name=str(checkout or "the installed Megatron-Bridge"))
+    commit = now["megatron_bridge"].get("commit")
+    where = f"{checkout}{f' at {commit[:12]}' if commit else ''}" if checkout else "the installed Megatron-Bridge"
+    diff = diff_records(kept, now, a_name=str(against), b_name=where)
     if diff.changed:
         return CHANGED, diff, f"changed: {', '.join(c.observation for c in diff.changes)}"
     return UNCHANGED, diff, f"unchanged: {', '.join(wanted)}"

@@ -56,6 +56,11 @@ class Observation:
     run: Callable[["Context"], Any]
 
 
+#: every ``module:qualname`` :func:`find` found in this run: where this checkout keeps what an observation's
+#: ``function`` names by its 0.6.2 home (the record keeps it as ``megatron_bridge.resolved``)
+RESOLVED: set[str] = set()
+
+
 def find(*candidates: str) -> Any:
     """The first ``module:qualname`` that exists in this checkout (layouts moved between releases)."""
     why = []
@@ -65,6 +70,7 @@ def find(*candidates: str) -> Any:
             obj: Any = importlib.import_module(module_name)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
+            RESOLVED.add(candidate)
             return obj
         except (ImportError, AttributeError) as exc:
             why.append(f"{candidate}: {type(exc).__name__}: {exc}")

@@ -108,6 +108,12 @@ def record(checkout: Path | None = None, only: Sequence[str] | None = None) -> d
     }
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_record(data: dict[str, Any], output: Path) -> None:
     """JSON to ``output`` through a scratch file in its folder and one rename: a reader never sees half a record."""
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +122,7 @@ def write_record(data: dict[str, Any], output: Path) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.write("\n")
+        os.chmod(scratch, 0o666 & ~_umask())
         os.replace(scratch, output)
     except BaseException:
         Path(scratch).unlink(missing_ok=True)
