@@ -204,13 +204,25 @@ def test_a_hugging_face_dataset_is_packed_where_megatron_bridge_materializes_and
     assert v.rule.startswith(f"the pack was made from another training file than {tmp_path / 'hf' / 'training.jsonl'}")
 
 
-def test_looking_up_a_hugging_face_datasets_cache_folder_leaves_nothing_behind(megatron_bridge: Any) -> None:
-    """Without hf_output_root the folder is in Megatron-Bridge's datasets cache, which its resolver creates; a
-    config-time lookup removes it again when it was created empty."""
-    from mbridge_seqpack.artifact.builder_location import builder_location
+def test_looking_up_a_hugging_face_datasets_cache_folder_neither_creates_nor_removes_one(megatron_bridge: Any) -> None:
+    """Without hf_output_root the folder is in Megatron-Bridge's datasets cache, which its resolver creates. The
+    config-time lookup names the same folder without creating it, and leaves an empty one alone: every rank checks
+    at once, and the folder another rank's builder has just made is empty until its download starts (removing it
+    made a concurrent check of the same config crash with FileNotFoundError)."""
+    from megatron.bridge.data.builders.gpt_sft import resolve_gpt_sft_dataset_root
+
+    from mbridge_seqpack.artifact.builder_location import builder_location, jsonl_root
     from mbridge_seqpack.recipes.targets import build_launch
 
     cfg = build_launch(HF_RECIPE, ["++dataset.hf_dataset.load_kwargs.data_files=/nowhere/never-made.jsonl"]).cfg
     location = builder_location(cfg)
     assert location is not None
-    assert not location.directory.parent.parent.exists()  # <cache>/hf-sft-<adapter>-<digest>: not left there
+    folder = location.directory.parent.parent  # <cache>/hf-sft-<adapter>-<digest>
+    assert not folder.exists()
+    try:
+        assert Path(resolve_gpt_sft_dataset_root(cfg.dataset)) == folder == jsonl_root(cfg)  # the real one makes it
+        assert folder.is_dir() and not any(folder.iterdir())
+        assert jsonl_root(cfg) == folder and builder_location(cfg) == location
+        assert folder.is_dir()  # another rank's folder: still there
+    finally:
+        folder.rmdir()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.artifact.store import metadata_path, split_paths
@@ -63,15 +63,28 @@ def _tokenizer_model_name(tokenizer_cfg: Any, specs: Any) -> str | None:
         return None
 
 
+def _resolver_without_mkdir() -> Any:
+    """Megatron-Bridge's own ``resolve_gpt_sft_dataset_root``, run with a ``get_dataset_root`` that only names the
+    folder: the real one creates it, and a config-time look must neither create a folder in the datasets cache nor
+    remove one (every rank runs the check at once, and a folder another rank's builder just made is not empty for
+    long). The function's code and every other name it uses are Megatron-Bridge's; its module is not touched.
+    None when a later Megatron-Bridge no longer names the folder through ``get_dataset_root``."""
+    from megatron.bridge.data.builders import gpt_sft as builders
+    from megatron.bridge.data.datasets.gpt_sft import NEMO_DATASETS_CACHE
+
+    resolve = builders.resolve_gpt_sft_dataset_root
+    if "get_dataset_root" not in resolve.__code__.co_names:
+        return None
+    names = {**resolve.__globals__, "get_dataset_root": lambda name: Path(NEMO_DATASETS_CACHE) / name}
+    return FunctionType(resolve.__code__, names, resolve.__name__, resolve.__defaults__, resolve.__closure__)
+
+
 def jsonl_root(cfg: ConfigContainer) -> Path | None:
     """The directory Megatron-Bridge's GPT SFT builder reads ``<split>.jsonl`` from and packs under:
     ``dataset.dataset_root``, or for a Hugging Face dataset the one its ``resolve_gpt_sft_dataset_root`` names
     (``hf_output_root``, or a folder of its datasets cache named by a digest of the source); None for other
-    datasets or a config Megatron-Bridge's validation refuses. That function creates the cache folder (as the
-    builder does on every rank at launch); a folder it just created empty is removed again, with the cache
-    directories above it that were not there: a config-time look leaves nothing behind."""
-    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig, resolve_gpt_sft_dataset_root
-    from megatron.bridge.data.datasets.gpt_sft import NEMO_DATASETS_CACHE
+    datasets or a config Megatron-Bridge's validation refuses. Nothing is created or removed."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetConfig
 
     dataset = getattr(cfg, "dataset", None)
     if not isinstance(dataset, GPTSFTDatasetConfig):
@@ -80,19 +93,13 @@ def jsonl_root(cfg: ConfigContainer) -> Path | None:
         return Path(str(dataset.dataset_root))
     if dataset.hf_dataset is None:
         return None
-    base = Path(NEMO_DATASETS_CACHE)
-    absent = [p for p in (base, *base.parents) if not p.exists()]
+    resolve = _resolver_without_mkdir()
+    if resolve is None:
+        return None
     try:
-        root = Path(resolve_gpt_sft_dataset_root(dataset))
+        return Path(resolve(dataset))
     except Exception:  # noqa: BLE001  (a source it cannot resolve: its own validation reports it; no location)
         return None
-    if dataset.hf_output_root is None and root.parent == base and root.is_dir() and not any(root.iterdir()):
-        for made in (root, *absent):  # deepest first
-            try:
-                made.rmdir()
-            except OSError:
-                break
-    return root
 
 
 def builder_location(cfg: ConfigContainer, root: Path | None = None) -> BuilderLocation | None:
