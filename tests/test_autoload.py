@@ -117,7 +117,7 @@ def test_full_iteration_graphs_over_packs_get_the_injection_without_code(site_di
 def test_a_bad_value_warns_and_never_breaks_startup(site_dir: Path) -> None:
     done = _run(site_dir, mode="loud", script=None)
     assert done.returncode == 0
-    assert "MBRIDGE_SEQPACK_MODE must be error, strict, warn or off; got 'loud' - not activated" in done.stderr
+    assert "MBRIDGE_SEQPACK_MODE must be error, warn, off or strict; got 'loud' - not activated" in done.stderr
 
 
 @pytest.mark.slow

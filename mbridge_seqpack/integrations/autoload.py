@@ -15,7 +15,7 @@ import importlib.machinery
 import sys
 from typing import Any, Sequence
 
-from mbridge_seqpack.modes import ACTIVE_MODES, MODE_ENV, STRICT_ENV, env_mode
+from mbridge_seqpack.modes import ACTIVE_MODES, ENV_MODES, MODE_ENV, STRICT_ENV, env_mode
 
 __all__ = ["activate", "TARGET"]
 
@@ -70,7 +70,7 @@ def activate() -> None:
     if not mode or mode == "off":
         return
     if mode not in ACTIVE_MODES:
-        choices = "error, strict, warn or off"
+        choices = f"{', '.join(ENV_MODES[:-1])} or {ENV_MODES[-1]}"
         print(f"mbridge_seqpack: {MODE_ENV} must be {choices}; got {mode!r} - not activated", file=sys.stderr)
         return
     if TARGET in sys.modules:
