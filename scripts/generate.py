@@ -272,6 +272,14 @@ def _packing_table(name: str) -> Callable[[], str]:
     return render
 
 
+def _content_check_table() -> str:
+    return _script("bench_content_check").table(_bench("bench_content_check"))
+
+
+def _tokenize_table() -> str:
+    return _script("bench_tokenize").table(_bench("bench_tokenize"), _bench("bench_tokenize_repeated_answers"))
+
+
 # --- docs/architecture.md: the package diagram and table, from the code ----------------------------------------------
 
 
@@ -341,9 +349,11 @@ GENERATORS: tuple[Generator, ...] = (
     Page("docs/field-audit.md", "the field audit", _call("devtools.field_uses", "render_markdown")),
     Page("docs/failure-points.md", "the failure-point census", _failure_points),
     Section("README.md", "headline-figures", "docs/bench/*.json", headline_figures),
+    Section("docs/packing.md", "content-check", "docs/bench/bench_content_check.json", _content_check_table),
     Section("docs/packing.md", "packer-grid", "docs/bench/bench_packer.json", _packing_table("grid")),
     Section("docs/packing.md", "work-balance", "docs/bench/bench_packer.json", _packing_table("balance")),
     Section("docs/packing.md", "builder-prep", "docs/bench/bench_packer.json", _packing_table("builder_prep")),
+    Section("docs/packing.md", "tokenize", "docs/bench/bench_tokenize*.json", _tokenize_table),
     Section("docs/architecture.md", "package-diagram", "the import graph", package_diagram),
     Section("docs/architecture.md", "package-table", "the package docstrings", package_table),
     # A section another module renders: Section("docs/<page>.md", "<name>", "<its data>", _call("<module>", "<fn>")),
