@@ -79,7 +79,7 @@ class Count:
 
     path: str
     pattern: str
-    source: Callable[[], dict[str, int | str]]
+    source: Callable[[], dict[str, int] | dict[str, str]]
 
     def apply(self, text: str) -> tuple[str, list[str]]:
         match = re.search(self.pattern, text)
@@ -178,6 +178,36 @@ def _zoo() -> dict[str, int]:
 @cache
 def _runner() -> dict[str, int]:
     return {"cases": len(json.loads((ROOT / "tests" / "runner_fixes.json").read_text())["cases"])}
+
+
+def _packer_figures() -> dict[str, str]:
+    """The figures docs/packing.md's prose quotes from the packer benchmark."""
+    report = _bench("bench_packer")
+    peak, fill = report["peak_memory_x_input"], report["fill"]
+    return {
+        "peak": f"{peak['ratio']:.2f}",
+        "peak_n": f"{peak['n'] // 1_000_000}M",
+        "peak_capacity": f"{peak['capacity']:,}",
+        "fill_n": f"{fill['n'] // 1000}k",
+        "fill_capacity": f"{fill['capacity']:,}",
+        "fill_mb": _fig(fill["megatron_bridge"], 3),
+        "fill_ours": _fig(fill["mbridge_seqpack"]),
+        "fill_ratio": f"{fill['ratio']:.0f}",
+    }
+
+
+def _tokenize_figures() -> dict[str, str]:
+    """The figures of the tokenization goal's sentence in docs/packing.md."""
+    results = _bench("bench_tokenize")["results"]
+    plain, default = results["mbridge_seqpack_no_balance"], results["mbridge_seqpack"]
+    return {
+        "plain": f"{plain['over_encode']:.2f}",
+        "default": f"{default['over_encode']:.2f}",
+        "plain_s": f"{plain['best_seconds']:.1f}",
+        "default_s": f"{default['best_seconds']:.1f}",
+        "plain_cpu": f"{plain['cpu_over_encode']:.2f}",
+        "default_cpu": f"{default['cpu_over_encode']:.2f}",
+    }
 
 
 def _fig(x: float, digits: int = 2) -> str:
@@ -376,6 +406,25 @@ GENERATORS: tuple[Generator, ...] = (
     Count("docs/evidence.md", r"TE \((?P<sites>\d+) sites in\s+(?P<files>\d+) files\)", _census),
     Count("docs/evidence.md", r"The (?P<not_built>\d+) recipes not built", _zoo),
     Count("docs/cli.md", r"On those (?P<cases>\d+) cases, with the runner", _runner),
+    Count(
+        "docs/packing.md",
+        r"Peak memory of `pack_lengths` on (?P<peak_n>\w+) lengths at (?P<peak_capacity>[\d,]+): "
+        r"\*\*(?P<peak>[\d.]+)x",
+        _packer_figures,
+    ),
+    Count(
+        "docs/packing.md",
+        r"Packing plus row building, (?P<fill_n>\w+)\s+sequences at (?P<fill_capacity>[\d,]+): .*? "
+        r"(?P<fill_mb>[\d.]+) s, ours (?P<fill_ours>[\d.]+) s\s+\(\*\*(?P<fill_ratio>\d+)x\*\*\)",
+        _packer_figures,
+    ),
+    Count(
+        "docs/packing.md",
+        r"idle machine: (?P<plain>[\d.]+)x \(`--no-balance`\) and (?P<default>[\d.]+)x\s+\(default\), "
+        r"(?P<plain_s>[\d.]+) / (?P<default_s>[\d.]+) s against .*?; in CPU seconds it is, "
+        r"(?P<plain_cpu>[\d.]+)x / (?P<default_cpu>[\d.]+)x",
+        _tokenize_figures,
+    ),
 )
 
 
