@@ -1,9 +1,11 @@
 """Development tools, kept out of the wheel: nothing in ``mbridge_seqpack`` imports them at run time.
 
 - ``census/``: the failure-point census of the installed Megatron-Bridge / Megatron-Core / TE files
-  (``python -m devtools.census`` renders ``docs/failure-points.md``; ``tests/test_census.py`` is its drift test);
-- ``field_uses.py``: where each field a rule reads is consumed at run time (``python -m devtools.field_uses``
-  renders ``docs/field-audit.md``; ``tests/test_field_uses.py``).
+  (``python -m devtools.census --check`` lists its drift; its render is ``docs/failure-points.md``);
+- ``field_uses.py``: where each field a rule reads is consumed at run time (its render is ``docs/field-audit.md``);
+- ``import_graph.py``: the plugin's import graph, read with ``ast`` (the architecture test and the package diagram).
+
+``scripts/generate.py`` writes the pages.
 
 Run them from the checkout's root, which puts this folder on the import path.
 """

@@ -682,8 +682,8 @@ def render_markdown() -> str:
     lines = [
         "# Fields the rules read, and where they are consumed at run time",
         "",
-        "Generated from `devtools/field_uses.py` (`python -m devtools.field_uses`);",
-        "`tests/test_field_uses.py` checks that every field a rule names is listed and that each cited file of the",
+        "Generated from `devtools/field_uses.py` (`python scripts/generate.py`);",
+        "a test checks that every field a rule names is listed and that each cited file of the",
         "installed Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 names it. Paths are under the `megatron` package.",
         "",
         "| field | consumed in | where |",

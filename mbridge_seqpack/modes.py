@@ -1,5 +1,6 @@
-"""The plugin's modes and the environment variable that selects one (shared by the hook, the zero-code loader
-and the static-THD injection, which must agree on when the plugin is on)."""
+"""The plugin's modes and the environment variable that selects one.
+
+Shared by the hook, the zero-code loader and the static-THD injection, which must agree on when the plugin is on."""
 
 from __future__ import annotations
 

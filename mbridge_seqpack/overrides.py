@@ -1,4 +1,6 @@
-"""Megatron-Bridge's override syntax, both ways: fixes rendered as Hydra overrides its runner accepts, and
+"""Megatron-Bridge's override syntax, both ways: fixes out as overrides, overrides in with its own parser.
+
+Fixes rendered as Hydra overrides its runner accepts, and
 command-line overrides applied with its own ``process_config_with_overrides`` (syntax checked first, with
 Hydra's parser, before the ~40 s Megatron import).
 

@@ -1,6 +1,7 @@
-"""Dotted-path access into configs (``dataset.offline_packing_specs.pad_seq_to_mult``,
-``dataset.dataset_kwargs['pad_to_max_length']``) for fixes and mixin facts; command-line overrides go
-through Megatron-Bridge's own parser (``mbridge_seqpack.overrides``)."""
+"""Dotted-path access into configs, for fixes and mixin facts.
+
+Paths such as ``dataset.offline_packing_specs.pad_seq_to_mult`` or ``dataset.dataset_kwargs['pad_to_max_length']``;
+command-line overrides go through Megatron-Bridge's own parser (``mbridge_seqpack.overrides``)."""
 
 from __future__ import annotations
 

@@ -162,6 +162,27 @@ def measure(path: Path, built: dict, samples: int) -> dict:
     return out
 
 
+def table(report: dict) -> str:
+    """The docs/packing.md table of a recorded run (``scripts/generate.py`` renders it from the JSON)."""
+    group_mb = report["results"][0]["row_group_mb"]
+    lines = [
+        "| pack | row groups | `validate()` (rank 0: metadata, sizes, footer) | content check, rank 0, cold / warm "
+        f"page cache | whole-file sha256 | Megatron-Bridge's read of a {group_mb:.1f} MB row group | "
+        "the same, verified |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        footer = f"{r['footer_kb']:.0f} kB" if r["footer_kb"] < 1000 else f"{r['footer_kb'] / 1024:.1f} MB"
+        added = f"+{r['added_per_read_ms']:.1f} ms" if r["added_per_read_ms"] > 0 else "within noise"
+        lines.append(
+            f"| {r['gb']:.0f} GB | {r['row_groups']:,} | {r['validate_ms']:.2f} ms ({footer} footer) | "
+            f"{r['content_check_cold_s']:#.3g} s / {r['content_check_warm_s']:#.3g} s | "
+            f"{r['whole_file_sha256_warm_s']:#.3g} s | {r['megatron_read_ms']:.1f} ms | "
+            f"{r['verified_read_ms']:.1f} ms ({added}) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-gb", type=float, nargs="+", default=[1.0, 10.0])

@@ -12,7 +12,7 @@
 4. Packing plus row building vs Megatron-Bridge's create_packing_strategy + fill_packing_strategy.
 
 Writes ``--out`` (JSON) and the PNG next to it (time vs n, log-log, one line per system, one panel per
-capacity); the packer table in docs/packing.md is rendered from the JSON with ``--table``.
+capacity); ``scripts/generate.py`` renders docs/packing.md's tables from the JSON (``--table`` prints them).
 
     uv run python scripts/bench_packer.py [--capacities 4096,32768,131072] [--sizes 10000,100000,1000000,10000000]
     uv run python scripts/bench_packer.py --table out/bench_packer.json

@@ -248,6 +248,43 @@ def summarize(run: dict) -> dict:
     }
 
 
+#: the docs/packing.md table's name of each contender
+LABELS = {
+    "megatron_bridge_default": "Megatron-Bridge `prepare_gpt_sft_packed_data`, default `num_tokenizer_workers=-1` "
+    "(serial)",
+    "megatron_bridge_all_cores": "the same with 2 workers (its pool pickles every example back)",
+    "mbridge_seqpack_per_example": "`pack` on Megatron-Bridge's per-example path (`batched=False`), balance on",
+    "mbridge_seqpack_no_balance": "`pack --no-balance`: batched tokenization, assembly in arrays, BFD, sealed write",
+    "mbridge_seqpack": "`pack` (default): plus work balance and step leveling",
+}
+
+
+def table(distinct: dict, shared: dict) -> str:
+    """The docs/packing.md table of two recorded runs, distinct text and answers shared (``scripts/generate.py``
+    renders it from the JSON); ours in bold: the speeds, and the distinct-text ratio the goal is about."""
+
+    def cells(report: dict, name: str, bold: bool, bold_ratio: bool) -> str:
+        r = report["results"][name]
+        ratio = f"{r['over_encode']:.2f}x"
+        spread = f"({min(r['paired_over_encode']):.2f}-{max(r['paired_over_encode']):.2f})"
+        speed = f"{report['megatron_bridge_all_cores_over'][name]:.2f}x"
+        if bold:
+            ratio, speed = (f"**{ratio}**" if bold_ratio else ratio), f"**{speed}**"
+        best = f"{r['best_seconds']:.1f} s / {r['best_cpu_s']:.1f} s"
+        return f"{ratio} {spread} / {r['cpu_over_encode']:.2f}x | {best} | {speed}"
+
+    lines = [
+        f"| contender | distinct: x the encoding, wall (spread) / CPU | best of {distinct['repeats']}, wall / CPU | "
+        f"speed vs MB | answers shared: x the encoding, wall (spread) / CPU | best of {shared['repeats']} | "
+        "speed vs MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, label in LABELS.items():
+        ours = name in ("mbridge_seqpack_no_balance", "mbridge_seqpack")
+        lines.append(f"| {label} | {cells(distinct, name, ours, True)} | {cells(shared, name, ours, False)} |")
+    return "\n".join(lines)
+
+
 def show(report: dict) -> None:
     results, repeats = report["results"], report["repeats"]
     print(f"the tokenizer's encoding alone: best {report['tokenizer_encode_best_s']:.1f} s")

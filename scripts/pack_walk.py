@@ -13,8 +13,8 @@ same calls to workers).
 
 prints the walk with both kinds of room.
 
-It measures the layout it finds (``pipeline.pack`` since issue #34, ``packing.pipeline`` before it): run it from a
-checkout of the older tree for the figures docs/architecture.md compares.
+It measures the layout it finds (``pipeline.pack`` since issue #34, ``packing.pipeline`` before it); the
+architecture test holds the package walk to the pack path's order.
 """
 
 from __future__ import annotations

@@ -948,7 +948,7 @@ def render_markdown() -> str:
     lines = [
         "# Packing failures from public reports",
         "",
-        "Generated from `tests/real_reports.py` (`python -m tests.real_reports`); `tests/test_real_reports.py` builds",
+        "Generated from `tests/real_reports.py` (`python scripts/generate.py`); a test builds",
         "every row as a Megatron-Bridge `ConfigContainer` (a base config plus Hydra overrides) and checks the",
         "verdict. Failures must be rejected by exactly the rules named; near-misses must be accepted (no error);",
         "an advisory named in the verdict must be reported too.",

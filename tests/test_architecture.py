@@ -3,33 +3,7 @@ low layers never reach up (the rule catalog and the packer know nothing of the c
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-PACKAGE = Path(__file__).resolve().parents[1] / "mbridge_seqpack"
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the plugin modules it imports anywhere in its body (``from pkg import submodule`` resolved)."""
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "packaged" not in p.parts}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [
-                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                    for alias in node.names
-                ]
-            graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
+from devtools.import_graph import PACKAGE, import_graph, package_graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -54,21 +28,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles() -> None:
     assert _cycles(import_graph()) == []
-
-
-def _top(module: str) -> str:  # "mbridge_seqpack.rules.offline" -> "rules"; the package __init__ -> "__init__"
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
-
-
-def package_graph() -> dict[str, set[str]]:
-    """Top-level package (or core module) -> the ones it imports anywhere."""
-    packages: dict[str, set[str]] = {}
-    for name, imports in import_graph().items():
-        packages.setdefault(_top(name), set()).update(
-            _top(i) for i in imports if _top(i) not in (_top(name), "__init__")
-        )
-    return packages
 
 
 def test_no_circles_between_packages() -> None:

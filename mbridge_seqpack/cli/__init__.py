@@ -1,4 +1,6 @@
-"""The ``mbridge-seqpack`` command line: one module per command family (check, recipes, plan, data), the check
+"""The ``mbridge-seqpack`` command line.
+
+One module per command family (check, recipes, plan, data), the check
 report, and argument helpers. ``main`` is the console-script entry point."""
 
 from mbridge_seqpack.cli.main import main

@@ -1,4 +1,6 @@
-"""Recipes: the registry of packaged recipes and the loader for user recipe files (this module), the building
+"""Recipes: the packaged long-context recipes, the loader of user recipe files and the runner model.
+
+The registry of packaged recipes and the loader for user recipe files (this module), the building
 blocks recipes are written with (``building_blocks``: providers built offline, SFT bases, the ``@recipe``
 marker), building a target as Megatron-Bridge's runner does (``targets``) and its pre-launch fixes (``runner``);
 the recipe files themselves are the checkout's top-level ``recipes/`` (shipped in the wheel as ``packaged/``).

@@ -85,8 +85,8 @@ def render_markdown() -> str:
     lines = [
         "# The rule catalog",
         "",
-        "Generated from the registered rules (`python -m mbridge_seqpack.rules.catalog > docs/rules.md`);",
-        "`tests/test_rules.py` checks it is current. A rule is an `error` only where Megatron-Bridge 0.6.2 /",
+        "Generated from the registered rules (`python scripts/generate.py`; its `--check`, which the tests run,",
+        "keeps it current). A rule is an `error` only where Megatron-Bridge 0.6.2 /",
         "Megatron-Core 0.19.2 / Transformer Engine code fails for the config (crash, assert, or silently wrong",
         "training), with the file and function named in its evidence; with only documentation or waste behind it,",
         "it is an `advisory` (shown by `check`, warned by the hook, raised only with `install(strict=True)`).",

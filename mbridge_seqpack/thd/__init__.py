@@ -1,4 +1,6 @@
-"""Static-shape THD for CUDA-graph paths: fixed-capacity ``cu_seqlens`` and ``PackedSeqParams`` (``layout``), the
+"""Static-shape THD for CUDA-graph paths, and packed-vs-unpacked parity of an artifact.
+
+Fixed-capacity ``cu_seqlens`` and ``PackedSeqParams`` (``layout``), the
 step and iterator wrappers (``step``), the zero-code injection for full-iteration graphs (``inject``), the
 unpacked reference computations (``reference``) and the packed-vs-unpacked parity checks of an artifact
 (``verify``).
