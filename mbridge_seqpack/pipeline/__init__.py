@@ -1,2 +1,2 @@
-"""``pack``: tokenization, placement and the artifact driven in order, locally (``pack``) or on a Ray cluster's
-workers (``ray_engine``). The top of the pack path: nothing below imports it."""
+"""``pack``: tokenization, placement and the artifact driven in order (``pack``), by one engine (``engine``: this
+machine's, or a Ray cluster's workers in ``ray_engine``). The top of the pack path: nothing below imports it."""

@@ -18,10 +18,9 @@ from mbridge_seqpack.artifact.store import (
     split_paths,
     staged_directory,
     write_metadata,
-    write_split,
 )
 from mbridge_seqpack.digests import FileStamp, verified_sha256
-from mbridge_seqpack.pipeline.ray_engine import RayEngine
+from mbridge_seqpack.pipeline.engine import LocalEngine, PackEngine
 from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel
 from mbridge_seqpack.placement.layout import StepShape
 from mbridge_seqpack.placement.rows import RowRequest, place_rows
@@ -29,12 +28,8 @@ from mbridge_seqpack.placement.sampler import SAMPLERS
 from mbridge_seqpack.tokenization.sequences import (
     InputError,
     check_chat_template,
-    check_jsonl,
-    load_megatron_tokenizer,
-    tokenize_split,
     tokenizer_files_sha256,
 )
-from mbridge_seqpack.tokenization.tokenizer_settings import sealed_settings
 
 __all__ = ["PackResult", "pack_jsonl", "PackOptions"]
 
@@ -121,14 +116,6 @@ class PackResult:
     splits: dict[str, dict[str, Any]]
 
 
-def _all_cores() -> int:
-    """Cores this process may use. (Megatron-Bridge's ``num_tokenizer_workers=-1`` means one process: its
-    ``_materialize_dataset_items`` runs serially for any value <= 1.)"""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _megatron_bridge_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -148,7 +135,7 @@ def pack_jsonl(
     workers: int | None = None,
     lines_per_chunk: int = 50_000,
     batched: bool = True,
-    engine: RayEngine | None = None,
+    engine: PackEngine | None = None,
     tokenizer_config: Any = None,
     seal_key_file: str | Path | None = None,
 ) -> PackResult:
@@ -158,9 +145,10 @@ def pack_jsonl(
     template pieces encoded a chunk per call, ``batched``: tokenization/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
-    With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
-    the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig`` (``pack
-    --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
+    ``engine`` checks the records, tokenizes and writes (pipeline/engine.py): by default this machine's, with
+    ``workers`` processes and ``lines_per_chunk``; with ``pack --ray`` (pipeline/ray_engine.py) the workers of a Ray
+    cluster, the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig``
+    (``pack --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
     Hugging Face directory. What the build reads of it is sealed (fingerprint ``tokenizer_settings``). The
     metadata is also keyed (HMAC-SHA256, artifact/seal_key.py) with the key in ``seal_key_file``, else the one
     ``$MBRIDGE_SEQPACK_SEAL_KEY_FILE`` / ``$MBRIDGE_SEQPACK_SEAL_KEY`` hold, when there is one.
@@ -179,10 +167,9 @@ def pack_jsonl(
     max_seq_length = options.max_seq_length or options.pack_size
     rows = options.row_request(max_seq_length)
     versions = {"plugin_version": __version__, "megatron_bridge_version": _megatron_bridge_version()}
-    workers = _all_cores() if workers is None else workers
+    engine = engine or LocalEngine(workers, lines_per_chunk)  # its kind is never asked again
     # before the ~40 s Megatron import: the inputs, the tokenizer's files, the output
-    # (a cluster's workers check their own shards: the driver would read every record once more)
-    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
+    engine.check_inputs(inputs, kwargs)
     check_chat_template(tokenizer, kwargs)
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
     out = Path(output_dir)
@@ -192,13 +179,7 @@ def pack_jsonl(
     key = seal_key(seal_key_file)  # before the output is staged and the tokenizer loads: a bad key is the user's
     with staged_directory(out, overwrite=overwrite) as staging:
         reached("staging")
-        if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
-            engine.start()
-            eos_id, vocab_size, settings = engine.tokenizer_facts(tokenizer, tokenizer_config)
-        else:
-            mb_tokenizer = load_megatron_tokenizer(tokenizer, tokenizer_config)
-            eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
-            settings = sealed_settings(tokenizer, tokenizer_config)
+        eos_id, vocab_size, settings = engine.tokenizer_facts(tokenizer, tokenizer_config)
         for split, source in inputs.items():
             input_stamp = FileStamp.of(source)
             fingerprint = Fingerprint(
@@ -220,27 +201,17 @@ def pack_jsonl(
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
             seqs = None
             try:
-                same_for_both = dict(  # the options a local and a cluster tokenization share
+                seqs = engine.tokenize(
+                    source,
+                    tokenizer,
+                    spill,
                     max_seq_length=max_seq_length,
                     pad_seq_to_mult=options.pad_seq_to_mult,
                     dataset_kwargs=kwargs,
                     seed=options.seed,
                     batched=batched,
+                    tokenizer_config=tokenizer_config,
                 )
-                if engine is not None:
-                    seqs = engine.tokenize(
-                        source, tokenizer, spill, tokenizer_config=tokenizer_config, **same_for_both
-                    )
-                else:
-                    seqs = tokenize_split(
-                        source,
-                        mb_tokenizer,
-                        workers=workers,
-                        lines_per_chunk=lines_per_chunk,
-                        records=records[split],
-                        spill_dir=spill,
-                        **same_for_both,
-                    )
                 placed = place_rows(
                     seqs.lengths,
                     rows,
@@ -261,10 +232,7 @@ def pack_jsonl(
                 # what a check compares an explicit pack with: in the sealed entry, not in the rows' file (the same
                 # input packs into the same Parquet bytes wherever it lies)
                 entry["input_path"] = str(Path(source).resolve())
-                if engine is not None:
-                    entry["checksums"] = engine.write_split(target, seqs, bins, info, staging / f".parts-{split}")
-                else:
-                    entry["checksums"] = write_split(target, seqs, bins, info)
+                entry["checksums"] = engine.write_split(target, seqs, bins, info)
             finally:
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)
