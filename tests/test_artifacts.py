@@ -1014,8 +1014,8 @@ def test_truncated_examples_are_counted_and_packed_as_megatron_bridge_truncates_
     assert (whole > 256).sum() > 10  # the corpus does need cutting at this size
     ours = _pack({"training": data}, tmp_path / "ours", pack_size=256, dataset_kwargs=kwargs)
     entry = ours.splits["training"]
-    assert entry["truncated_sequences"] == int((whole > 256).sum())
-    assert entry["truncated_tokens"] == int(np.maximum(whole - 256, 0).sum())
+    assert entry.truncated_sequences == int((whole > 256).sum())
+    assert entry.truncated_tokens == int(np.maximum(whole - 256, 0).sum())
     mine = _sequences(ours.directory / "training_256.idx.parquet")
     assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 256, 1, kwargs))
     assert inspect_artifact(ours.directory).ok  # the counts are sealed with the rest of the entry

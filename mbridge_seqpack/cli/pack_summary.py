@@ -7,9 +7,12 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.rules.context import SPECS
+
+if TYPE_CHECKING:
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
 
 __all__ = ["PackReport", "launch_overrides", "row_warnings"]
 
@@ -29,7 +32,7 @@ class PackReport:
                 "directory": str(self.result.directory),
                 "metadata": str(self.result.metadata),
                 "found_by_megatron_bridge": self.found_by_builder,
-                "splits": self.result.splits,
+                "splits": {name: entry.to_json() for name, entry in self.result.splits.items()},
             },
             indent=2,
         )
@@ -42,7 +45,7 @@ class PackReport:
         lines = labelled("packed into ", str(result.directory))
         for name, entry in result.splits.items():
             lines += wrap(_split_line(name, entry, self.launched), "  ", hang="    ")
-            balance = BalanceRecord.of_entry(entry)
+            balance = BalanceRecord.of_value(entry.balance)
             if balance is not None:
                 lines += wrap(balance.to_text(), "    ", hang="      ")
         lines += labelled("  metadata: ", str(result.metadata), hang="    ")
@@ -76,19 +79,19 @@ class PackReport:
         return lines
 
 
-def _split_line(name: str, entry: dict[str, Any], launched: tuple | None) -> str:
+def _split_line(name: str, entry: PackEntry, launched: tuple | None) -> str:
     """One split: sequences, rows, efficiency, what was dropped or cut, the loss share and the epoch's steps."""
-    stats = entry["stats"]
+    stats = entry.stats or {}
     return (
-        f"{name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
+        f"{name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry.pack_size} "
         f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-        f"max {entry['max_samples_per_bin']} per row"
-        + (f", {entry['dropped_sequences']} dropped (longer than the pack)" if entry.get("dropped_sequences") else "")
-        + f", tokenized {entry.get('tokenization', 'per example')}"
+        f"max {entry.max_samples_per_bin} per row"
+        + (f", {entry.dropped_sequences} dropped (longer than the pack)" if entry.dropped_sequences else "")
+        + f", tokenized {entry.tokenization or 'per example'}"
         + (
-            f", {entry['truncated_sequences']} truncated by Megatron-Bridge's prep "
-            f"({entry['truncated_tokens']} tokens cut; longer than --max-seq-length)"
-            if entry.get("truncated_sequences")
+            f", {entry.truncated_sequences} truncated by Megatron-Bridge's prep "
+            f"({entry.truncated_tokens} tokens cut; longer than --max-seq-length)"
+            if entry.truncated_sequences
             else ""
         )
         + _loss_text(entry)
@@ -96,14 +99,14 @@ def _split_line(name: str, entry: dict[str, Any], launched: tuple | None) -> str
     )
 
 
-def _loss_text(entry: dict) -> str:
+def _loss_text(entry: PackEntry) -> str:
     """The share of the rows' token slots that carry loss, and the sequences that carry none."""
-    if "loss_tokens" not in entry:
+    if entry.loss_tokens is None:
         return ""
-    slots = entry["stats"]["num_bins"] * entry["pack_size"]
-    text = f"; loss on {entry['loss_tokens']:,} tokens ({entry['loss_tokens'] / max(slots, 1):.1%} of the slots)"
-    if entry.get("zero_loss_sequences"):
-        text += f", {entry['zero_loss_sequences']} sequence(s) train on no token (empty answer or no assistant turn)"
+    slots = (entry.stats or {})["num_bins"] * entry.pack_size
+    text = f"; loss on {entry.loss_tokens:,} tokens ({entry.loss_tokens / max(slots, 1):.1%} of the slots)"
+    if entry.zero_loss_sequences:
+        text += f", {entry.zero_loss_sequences} sequence(s) train on no token (empty answer or no assistant turn)"
     return text
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry
 from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.artifact.seal_key import seal_key
@@ -113,7 +114,7 @@ class PackResult:
 
     directory: Path
     metadata: Path
-    splits: dict[str, dict[str, Any]]
+    splits: dict[str, PackEntry]  # the metadata entry of each split, as sealed
 
 
 def _megatron_bridge_version() -> str:
@@ -173,7 +174,7 @@ def pack_jsonl(
     check_chat_template(tokenizer, kwargs)
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
     out = Path(output_dir)
-    entries = []
+    entries: list[PackEntry] = []
     # the output is checked first (store.check_output), then staged under its lock; removed again if the
     # tokenizer cannot load
     key = seal_key(seal_key_file)  # before the output is staged and the tokenizer loads: a bad key is the user's
@@ -228,17 +229,18 @@ def pack_jsonl(
                 entry.update(loss_counts(seqs, bins))  # read as the writer reads the rows
                 if placed.balance_entry is not None:
                     entry["balance"] = placed.balance_entry
-                target, info = split_paths(staging, options.pack_size)[split], dict(entry)
+                target = split_paths(staging, options.pack_size)[split]
+                checksums = engine.write_split(target, seqs, bins, dict(entry))  # the entry in the file's schema
                 # what a check compares an explicit pack with: in the sealed entry, not in the rows' file (the same
                 # input packs into the same Parquet bytes wherever it lies)
-                entry["input_path"] = str(Path(source).resolve())
-                entry["checksums"] = engine.write_split(target, seqs, bins, info)
+                entries.append(
+                    replace(PackEntry.from_json(entry), input_path=str(Path(source).resolve()), checksums=checksums)
+                )
             finally:
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)
-            entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries, key)
-    return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
+    return PackResult(out, metadata_path(out, options.pack_size), {str(e.split): e for e in entries})
 
 
 __all__ += ["ArtifactError"]
