@@ -262,7 +262,7 @@ def _prepared_into_sealed(ctx: RuleContext) -> list[Violation]:
         if target is None or target.exists():
             continue
         field = f"{SPECS}.packed_{'train' if split == 'training' else 'val'}_data_path"
-        packed = sorted({str(e.get("split")) for e in sealed})
+        packed = sorted({str(e.split) for e in sealed})
         fix = f"pack the {split} split into that folder (re-run `mbridge-seqpack pack` with it), or set {field}"
         fix += " to a sealed pack of it" if split == "training" else " to a sealed pack of it, or do_validation=False"
         found.append(
@@ -609,7 +609,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     differs = {key: (laid_out.get(key), read[key]) for key in keys if laid_out.get(key) != read[key]}
     reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
     if not differs and not reshuffles:
-        return _read_order_differs(packed, int((entry or {}).get("num_rows", 0)))
+        return _read_order_differs(packed, int(entry.num_rows or 0) if entry is not None else 0)
     fields = {f"pack {key}": was for key, (was, _) in differs.items()}
     names = {"sampler": "dataset.dataloader_type", "sampler_seed": "dataset.seed"}
     fields.update({names.get(key, key): now for key, (_, now) in differs.items()})
