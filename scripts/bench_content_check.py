@@ -64,6 +64,7 @@ def _part(path: Path, seed: int, groups: int) -> None:
 
 def build(directory: Path, gigabytes: float) -> tuple[Path, dict]:
     """A sealed file of about ``gigabytes`` and its metadata entry."""
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.artifact.parquet_stitch import stitch_parquet
     from mbridge_seqpack.artifact.row_group_seal import seal_tiles
     from mbridge_seqpack.artifact.store import ENTRY_SEAL, entry_digest, write_metadata
@@ -91,7 +92,7 @@ def build(directory: Path, gigabytes: float) -> tuple[Path, dict]:
         "fingerprint": {"bench": True},
         "checksums": {"file_sha256": whole, "file_bytes": path.stat().st_size, tiles.KEY: tiles.to_dict()},
     }
-    write_metadata(directory / f"{ROW}_metadata.jsonl", [entry])
+    write_metadata(directory / f"{ROW}_metadata.jsonl", [PackEntry.from_json(entry)])
     entry[ENTRY_SEAL] = entry_digest(entry)
     return path, {"entry": entry, "stitch_s": stitched, "seal_s": sealed, "row_groups": tiles.row_groups}
 
@@ -117,6 +118,7 @@ def _best(fn, repeat: int = 3) -> float:
 def measure(path: Path, built: dict, samples: int) -> dict:
     import pyarrow.parquet as pq
 
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.artifact.row_group_seal import Tiles, verify_tiles
     from mbridge_seqpack.artifact.seal import seal_problems
     from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile
@@ -129,7 +131,7 @@ def measure(path: Path, built: dict, samples: int) -> dict:
     size = path.stat().st_size
 
     def validate() -> None:
-        assert seal_problems(path, info, entry, meta, contents="footer") == []
+        assert seal_problems(path, info, PackEntry.from_json(entry), meta, contents="footer") == []
 
     out = {
         "gb": size / (1 << 30),

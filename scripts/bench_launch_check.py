@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_verify import write_pack  # noqa: E402
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry  # noqa: E402
 from mbridge_seqpack.artifact.seal import seal_problems  # noqa: E402
 from mbridge_seqpack.digests import file_sha256  # noqa: E402
 
@@ -43,7 +44,7 @@ def measure(directory: Path, width: int, rows: int) -> dict[str, float]:
     info = {"fingerprint": entry["fingerprint"], "split": "training"}
 
     def launch() -> None:
-        assert seal_problems(path, info, entry, meta, contents="footer") == []
+        assert seal_problems(path, info, PackEntry.from_json(entry), meta, contents="footer") == []
 
     return {
         "mb": path.stat().st_size / 2**20,

@@ -106,7 +106,7 @@ def _pack(src: Path, out: Path, pack_size: int, *, balance: bool, batched: bool)
         options=PackOptions(pack_size=pack_size, balance=balance),
         batched=batched,
     )
-    return result.splits["training"]
+    return result.splits["training"].to_json()
 
 
 def capture_texts(src: Path, work: Path, pack_size: int) -> dict:

@@ -396,20 +396,23 @@ def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, megatron_bridge: Any
 ) -> None:
     import mbridge_seqpack.pipeline.pack as pipeline
+    import mbridge_seqpack.tokenization.local as local
+    from mbridge_seqpack.pipeline.engine import LocalEngine
 
     src = _small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
-    for stage in ("tokenize_split", "write_split", "write_metadata"):
-        real = getattr(pipeline, stage)
+    # where each stage is looked up: the local engine's tokenization and writer, the pipeline's metadata
+    for owner, stage in ((local, "tokenize_split"), (LocalEngine, "write_split"), (pipeline, "write_metadata")):
+        real = getattr(owner, stage)
 
         def dying(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             _real(*args, **kwargs)
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(pipeline, stage, dying)
+        monkeypatch.setattr(owner, stage, staticmethod(dying) if isinstance(owner, type) else dying)
         with pytest.raises(KeyboardInterrupt):
             _pack({"training": src, "validation": src}, out, pack_size=2048)
-        monkeypatch.setattr(pipeline, stage, real)
+        monkeypatch.setattr(owner, stage, staticmethod(real) if isinstance(owner, type) else real)
         assert not out.exists()
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
     _pack({"training": src}, out, pack_size=2048)
@@ -1011,8 +1014,8 @@ def test_truncated_examples_are_counted_and_packed_as_megatron_bridge_truncates_
     assert (whole > 256).sum() > 10  # the corpus does need cutting at this size
     ours = _pack({"training": data}, tmp_path / "ours", pack_size=256, dataset_kwargs=kwargs)
     entry = ours.splits["training"]
-    assert entry["truncated_sequences"] == int((whole > 256).sum())
-    assert entry["truncated_tokens"] == int(np.maximum(whole - 256, 0).sum())
+    assert entry.truncated_sequences == int((whole > 256).sum())
+    assert entry.truncated_tokens == int(np.maximum(whole - 256, 0).sum())
     mine = _sequences(ours.directory / "training_256.idx.parquet")
     assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 256, 1, kwargs))
     assert inspect_artifact(ours.directory).ok  # the counts are sealed with the rest of the entry

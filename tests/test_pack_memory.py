@@ -94,7 +94,7 @@ for name, copies in (("warm", 1), ("small", 8), ("large", 32)):
     base = status("VmRSS:")
     result = pack_jsonl({"training": src}, tokenizer=embedded_tokenizer_dir(), output_dir=work / name,
                         options=PackOptions(pack_size=4096), overwrite=True, workers=1, lines_per_chunk=200)
-    out[name] = {"peak": status("VmHWM:") - base, "tokens": result.splits["training"]["stats"]["total_tokens"]}
+    out[name] = {"peak": status("VmHWM:") - base, "tokens": result.splits["training"].stats["total_tokens"]}
 print(json.dumps(out))
 """
 

@@ -71,7 +71,7 @@ def test_a_synthetic_100k_corpus_is_the_local_pack(ray_cluster, tmp_path: Path) 
         {"training": corpus}, output_dir=tmp_path / "ray", engine=RayEngine("local", shard_bytes=1 << 20), **kwargs
     )
     _same_files(tmp_path / "local", tmp_path / "ray")
-    assert local.splits["training"]["stats"]["num_sequences"] == 100_000
+    assert local.splits["training"].stats["num_sequences"] == 100_000
 
 
 def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(ray_cluster, tmp_path: Path) -> None:

@@ -182,8 +182,9 @@ def test_the_key_file_flag_keys_the_pack_and_a_short_key_is_refused(
     assert main(argv) == 0
     (entry,) = _entries(out)
     monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "good.key"))
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.artifact.store import entry_seal_problem
 
-    assert entry[KEYED] == "hmac-sha256" and entry_seal_problem(entry) is None
+    assert entry[KEYED] == "hmac-sha256" and entry_seal_problem(PackEntry.from_json(entry)) is None
     monkeypatch.setenv(KEY_ENV, KEY)  # the file wins over the variable; the same key either way
-    assert entry_seal_problem(entry) is None
+    assert entry_seal_problem(PackEntry.from_json(entry)) is None

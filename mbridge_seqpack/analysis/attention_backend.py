@@ -29,9 +29,12 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.analysis.te_attention import nvte_environ
+
+if TYPE_CHECKING:
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
 
 __all__ = [
     "SWA_REFUSING_COMM_TYPES",
@@ -343,16 +346,19 @@ def _pad_between_seqs(cfg: Any) -> tuple[bool, bool, tuple[tuple[str, Any], ...]
     return False, False, (), seq_length
 
 
-def _pack_metadata(specs: Any) -> list[dict[str, Any]] | None:
+def _pack_metadata(specs: Any) -> list[PackEntry] | None:
     """The pack metadata Megatron-Bridge's packed dataset reads for ``pad_cu_seqlens`` (a JSON list with one dict
     per packed split: max_samples_per_bin, dataset_max_seqlen, min_packed_seqlen), None when not readable here."""
     import json
+
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
 
     path = getattr(specs, "packed_metadata_path", None)
     try:
         with open(str(path)) as handle:
             found = json.load(handle)
-        return [d for d in found if isinstance(d, dict) and "max_samples_per_bin" in d] or None
+        entries = [PackEntry.from_json(d) for d in found if isinstance(d, dict)]
+        return [e for e in entries if e.max_samples_per_bin is not None] or None
     except (OSError, TypeError, ValueError):
         return None
 
@@ -368,9 +374,9 @@ def batch_shapes(cfg: Any, row: int) -> tuple[BatchShape | None, BatchShape | No
         return None, None
     metadata = _pack_metadata(specs)
     if metadata is not None:
-        bins = max(int(d["max_samples_per_bin"]) for d in metadata)
-        longest = max(int(d.get("dataset_max_seqlen", 0)) for d in metadata)
-        gap = row - min(int(d.get("min_packed_seqlen", row)) for d in metadata)
+        bins = max(int(d.max_samples_per_bin) for d in metadata)  # type: ignore[arg-type]
+        longest = max(int(d.dataset_max_seqlen if d.dataset_max_seqlen is not None else 0) for d in metadata)
+        gap = row - min(int(d.min_packed_seqlen if d.min_packed_seqlen is not None else row) for d in metadata)
         source = f"pad_cu_seqlens: max_samples_per_bin + 1 and max_seqlen from {specs.packed_metadata_path}"
         return BatchShape(bins + 1, max(longest, gap), source), None
     source = "pad_cu_seqlens, pack metadata not readable here"

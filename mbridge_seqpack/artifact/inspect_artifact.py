@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry
 from mbridge_seqpack.artifact.seal import (
     REPACK,
     entry_for,
@@ -165,7 +166,7 @@ def _check_rows(
     fp: Fingerprint | None,
     stats: dict[str, Any],
     balance: BalanceRecord | None = None,
-    entry: dict[str, Any] | None = None,
+    entry: PackEntry | None = None,
 ) -> None:
     problems = report.problems
     row_off, ids = columns["input_ids"]
@@ -200,7 +201,7 @@ def _check_rows(
             "dataset_max_seqlen": int((seg - 1).max()),
             "min_packed_seqlen": int(runtime.min()),
         }
-        wrong = {k: (entry.get(k), v) for k, v in read_by_megatron.items() if entry.get(k) != v}
+        wrong = {k: (getattr(entry, k), v) for k, v in read_by_megatron.items() if getattr(entry, k) != v}
         if wrong:
             problems.append(
                 "metadata disagrees with the rows on what Megatron-Bridge reads: "
@@ -253,7 +254,7 @@ def _check_rows(
 
 
 def _inspect_file(
-    path: Path, meta: Path | None, entries: list[dict[str, Any]] | None
+    path: Path, meta: Path | None, entries: list[PackEntry] | None
 ) -> tuple[SplitReport, Fingerprint | None]:
     import pyarrow.parquet as pq
 
@@ -291,7 +292,7 @@ def _inspect_file(
         return report, fp
     columns = {name: list_column(table.column(name)) for name in table.column_names}
     if info is not None:
-        sealed_sums = (entry or {}).get("checksums", {}).get("columns", {})
+        sealed_sums = ((entry.checksums if entry else None) or {}).get("columns", {})
         bad = sorted(k for k, v in digest_columns(columns).items() if sealed_sums.get(k) != v)
         if bad:
             report.problems.append(f"column checksum(s) differ from the seal: {', '.join(bad)} - {REPACK}")
@@ -322,7 +323,7 @@ def inspect_artifact(target: str | Path) -> ArtifactReport:
         report.problems.append(f"a split appears in more than one file ({', '.join(sorted(names))}): mixed packs")
     if fingerprints:
         report.fingerprint = fingerprints[0]
-        listed = {e.get("split") for e in entries or [] if isinstance(e.get("fingerprint"), dict)}
+        listed = {e.split for e in entries or [] if isinstance(e.fingerprint, dict)}
         absent = sorted(listed - set(names)) if Path(target).is_dir() else []
         if absent:
             report.problems.append(f"split(s) {absent} listed in the metadata have no file: incomplete pack")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, read_tile
 from mbridge_seqpack.artifact.store import ArtifactError, entry_seal_problem, split_paths
 from mbridge_seqpack.digests import note_read, verified_sha256
@@ -39,7 +40,7 @@ def resolve_files(target: str | Path) -> list[Path]:
     return [path]
 
 
-def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | None, str | None]:
+def find_metadata(directory: Path) -> tuple[Path | None, list[PackEntry] | None, str | None]:
     """(path, entries, problem) of the ``<N>_metadata.jsonl`` in ``directory``."""
     note_read(directory)  # a verdict on the folder depends on what it holds (hook.py keys its cache on it)
     metas = sorted(directory.glob("*_metadata.jsonl"))
@@ -55,23 +56,23 @@ def find_metadata(directory: Path) -> tuple[Path | None, list[dict[str, Any]] | 
         return metas[0], None, f"{metas[0].name}: unreadable metadata ({exc})"
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         return metas[0], None, f"{metas[0].name}: metadata must be a JSON list of objects"
-    return metas[0], entries, None
+    return metas[0], [PackEntry.from_json(entry) for entry in entries], None
 
 
-def entry_for(entries: list[dict[str, Any]] | None, info: dict[str, Any]) -> dict[str, Any] | None:
+def entry_for(entries: list[PackEntry] | None, info: dict[str, Any]) -> PackEntry | None:
     """The metadata entry of the split a sealed file says it holds."""
-    return next((e for e in reversed(entries or []) if e.get("split") == info.get("split")), None)  # last wins
+    return next((e for e in reversed(entries or []) if e.split == info.get("split")), None)  # last wins
 
 
-def lost_fingerprint_problem(path: Path, meta: Path | None, entries: list[dict[str, Any]] | None) -> str | None:
+def lost_fingerprint_problem(path: Path, meta: Path | None, entries: list[PackEntry] | None) -> str | None:
     """A file without a fingerprint where the metadata beside it seals a file of that very name: its footer was
     damaged (a byte flip in the fingerprint's key), not written by another tool, so it must not pass as unsealed."""
     for entry in entries or []:
-        if not isinstance(entry, dict) or not entry.get("checksums"):
+        if not entry.sealed:
             continue
         try:
-            sealed = split_paths(path.parent, int(entry["pack_size"])).get(str(entry.get("split")))
-        except (KeyError, TypeError, ValueError):
+            sealed = split_paths(path.parent, int(entry.pack_size)).get(str(entry.split))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             continue
         if sealed is not None and sealed.name == path.name:
             return (
@@ -84,7 +85,7 @@ def lost_fingerprint_problem(path: Path, meta: Path | None, entries: list[dict[s
 def seal_problems(
     path: Path,
     info: dict[str, Any],
-    entry: dict[str, Any] | None,
+    entry: PackEntry | None,
     meta: Path | None,
     *,
     contents: Literal["verify", "footer", "size"] = "verify",
@@ -96,7 +97,7 @@ def seal_problems(
         return [f"no <N>_metadata.jsonl next to it: the pack is incomplete (interrupted?) - {REPACK}"]
     if entry is None:
         return [f"its split {info.get('split')!r} is not in {meta.name}: stale or mixed files - {REPACK}"]
-    if entry.get("fingerprint") != info.get("fingerprint"):
+    if entry.fingerprint != info.get("fingerprint"):
         return [f"fingerprint differs from {meta.name}: the files come from different pack runs - {REPACK}"]
     sealed = entry_seal_problem(entry)
     if sealed == "edited or is unsealed":
@@ -111,7 +112,7 @@ def seal_problems(
         return [
             f"the file is named for another split than the {info.get('split')!r} rows it holds (swapped?) - {REPACK}"
         ]
-    sums = entry.get("checksums") or {}
+    sums = entry.checksums or {}
     if not isinstance(sums, dict) or "file_sha256" not in sums:
         return [f"{meta.name} has no checksums for it - {REPACK}"]
     size = path.stat().st_size

@@ -24,7 +24,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from mbridge_seqpack.artifact.row_tokens import gather_tokens
 from mbridge_seqpack.digests import RACY_SECONDS, FileStamp, note_read
 from mbridge_seqpack.errors import ArtifactError
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
+
+if TYPE_CHECKING:
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
 
 __all__ = [
     "Fingerprint",
@@ -483,11 +486,12 @@ def entry_digest(entry: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(_entry_body(entry), sort_keys=True).encode()).hexdigest()
 
 
-def entry_seal_problem(entry: dict[str, Any]) -> str | None:
+def entry_seal_problem(packed: PackEntry) -> str | None:
     """Why a metadata entry fails its seal (``entry_sha256``, and the keyed seal where a key is set or the entry is
-    keyed: artifact/seal_key.py), or None."""
+    keyed: artifact/seal_key.py), or None. The seal is over the entry as read, every key (pack_entry.py)."""
     from mbridge_seqpack.artifact.seal_key import keyed_problem, seal_key
 
+    entry = packed.to_json()
     if entry.get(ENTRY_SEAL) != entry_digest(entry):
         return "edited or is unsealed"
     try:
@@ -496,14 +500,15 @@ def entry_seal_problem(entry: dict[str, Any]) -> str | None:
         return f"cannot be checked with the seal key ({exc})"
 
 
-def write_metadata(path: Path, entries: list[dict[str, Any]], key: bytes | None = None) -> None:
+def write_metadata(path: Path, entries: Sequence[PackEntry], key: bytes | None = None) -> None:
     """Write the metadata JSON list, each entry sealed, with ``key`` also keyed (HMAC-SHA256; the entry records
     ``seal_keyed``, never the key), inside the staging directory: the rename commits it."""
     from mbridge_seqpack.artifact.seal_key import ALGORITHM, ENTRY_HMAC, KEYED, entry_hmac
 
     sealed = []
-    for entry in entries:
-        body = {**entry, KEYED: ALGORITHM} if key is not None else dict(entry)
+    for packed in entries:
+        entry = packed.to_json()
+        body = {**entry, KEYED: ALGORITHM} if key is not None else entry
         seals = {ENTRY_SEAL: entry_digest(body)}
         if key is not None:
             seals[ENTRY_HMAC] = entry_hmac(_entry_body(body), key)

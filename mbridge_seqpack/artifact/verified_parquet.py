@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry
 from mbridge_seqpack.artifact.row_group_seal import REPACK_HINT, CorruptedPackError, Tiles, read_tile
 from mbridge_seqpack.artifact.seal import entry_for, find_metadata
 from mbridge_seqpack.artifact.store import entry_seal_problem, read_parquet_fingerprint, split_paths
@@ -33,26 +34,26 @@ MAGIC = b"PAR1"
 class Seal:
     """The sealed entry of one file and its tiles (None for a pack sealed with one sha256 per file)."""
 
-    def __init__(self, path: Path, entry: dict[str, Any], tiles: Tiles | None) -> None:
+    def __init__(self, path: Path, entry: PackEntry, tiles: Tiles | None) -> None:
         self.path, self.entry, self.tiles = path, entry, tiles
 
     @property
     def file_sha256(self) -> str:
-        return str(self.entry["checksums"]["file_sha256"])
+        return str((self.entry.checksums or {})["file_sha256"])
 
     @property
     def file_bytes(self) -> int:
-        return int(self.entry["checksums"]["file_bytes"])
+        return int((self.entry.checksums or {})["file_bytes"])
 
 
-def _named_entry(path: Path, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _named_entry(path: Path, entries: list[PackEntry]) -> PackEntry | None:
     """The entry whose split file has this file's name (what ``pack`` wrote), without reading the file."""
     for entry in reversed(entries):
         try:
-            named = split_paths(path.parent, int(entry["pack_size"])).get(str(entry.get("split")))
-        except (KeyError, TypeError, ValueError):
+            named = split_paths(path.parent, int(entry.pack_size)).get(str(entry.split))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             continue
-        if named is not None and named.name == path.name and entry.get("checksums"):
+        if named is not None and named.name == path.name and entry.sealed:
             return entry
     return None
 
@@ -77,7 +78,7 @@ def find_seal(path: str | Path) -> Seal | None:
         where = meta.name if meta else "the metadata"
         said = "was edited" if sealed == "edited or is unsealed" else f"fails its seal: {sealed}"
         raise ArtifactError(f"{path}: its entry in {where} {said}; {REPACK_HINT}")
-    checksums = entry.get("checksums")
+    checksums = entry.checksums
     if not isinstance(checksums, dict) or "file_sha256" not in checksums:
         raise ArtifactError(f"{path}: the metadata has no checksums for it; {REPACK_HINT}")
     return Seal(path, entry, Tiles.of_checksums(checksums))

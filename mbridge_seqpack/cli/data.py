@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,12 @@ from mbridge_seqpack.cli.args import (
 )
 from mbridge_seqpack.errors import UsageError
 
-SPECS_TEXT = "dataset.offline_packing_specs"
-
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
     from mbridge_seqpack.artifact.builder_location import BuilderLocation
-    from mbridge_seqpack.pipeline.pack import PackOptions
+    from mbridge_seqpack.pipeline.engine import PackEngine
+    from mbridge_seqpack.pipeline.pack import PackOptions, PackResult
 
 
 #: bounds of the counts ``pack`` takes: far above any real value, low enough that nothing sized by them overflows
@@ -187,12 +187,25 @@ def _builder_location(args: argparse.Namespace, cfg: ConfigContainer, root: Path
     return builder_location(cfg)
 
 
-def cmd_pack(args: argparse.Namespace) -> int:
-    from mbridge_seqpack.cli.pack_flags import check_flag_combinations, fill_input_defaults
-    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
+@dataclass(frozen=True)
+class PackRequest:
+    """What ``pack`` is asked to do, resolved from the flags or the recipe; nothing is read or written yet."""
 
-    # `pack --recipe X key=value [INPUT]`: the positionals are overrides, and at most one input file
+    inputs: dict[str, Path]
+    tokenizer: Path | str
+    options: PackOptions
+    output: Path
+    found_by_builder: bool  # the output is where Megatron-Bridge's dataset builder looks (``--recipe``)
+    engine: PackEngine | None = None  # None: this machine's (pipeline/engine.py LocalEngine)
+    tokenizer_config: Any = None  # the recipe's TokenizerConfig
+    launched: tuple[ConfigContainer, int | None] | None = None  # the recipe's config and world size
+    overwrite: bool = False
+    workers: int | None = None
+    seal_key_file: str | None = None
+
+
+def _split_positionals(args: argparse.Namespace) -> None:
+    """``pack --recipe X key=value [INPUT]``: the positionals are overrides, and at most one input file."""
     given = [item for item in [args.input, *args.overrides] if item is not None]
     if any(not item.strip() for item in given):
         raise UsageError(
@@ -205,158 +218,112 @@ def cmd_pack(args: argparse.Namespace) -> int:
     args.overrides = [item for item in given if item not in files]
     if args.overrides and not args.recipe:
         raise UsageError(f"overrides {args.overrides} need --recipe NAME")
+
+
+def _from_flags(args: argparse.Namespace) -> tuple[dict[str, Path], Path | str, PackOptions]:
+    """Inputs, tokenizer and options from the flags alone (no recipe)."""
+    from mbridge_seqpack.cli.pack_flags import fill_input_defaults
+    from mbridge_seqpack.pipeline.pack import PackOptions
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
+
+    fill_input_defaults(args)
+    if args.pack_size is None:
+        raise UsageError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
+    if args.input is None and args.validation:
+        raise UsageError(
+            f"--validation {args.validation} needs the training JSONL beside it (INPUT); the embedded corpus "
+            "brings its own validation split"
+        )
+    if args.input is None:  # the embedded corpus, both splits
+        inputs = {
+            "training": embedded_data_dir() / "training.jsonl",
+            "validation": embedded_data_dir() / "validation.jsonl",
+        }
+    else:
+        inputs = {"training": Path(args.input)}
+        if args.validation:
+            inputs["validation"] = Path(args.validation)
+    options = PackOptions(
+        pack_size=args.pack_size,
+        pad_seq_to_mult=args.pad_seq_to_mult,
+        max_seq_length=args.max_seq_length,
+        dataset_kwargs=_dataset_kwargs(args),
+        seed=args.seed,
+        balance=not args.no_balance,
+        data_parallel=args.data_parallel,
+        micro_batches=args.micro_batches,
+        max_sequences_per_row=args.max_sequences_per_row,
+        sampler=args.sampler,
+        sampler_seed=args.sampler_seed,
+        overflow=args.overflow,
+    )
+    return inputs, args.tokenizer or embedded_tokenizer_dir(), options
+
+
+def resolve_pack(args: argparse.Namespace) -> PackRequest:
+    """The command line (and the recipe it names) as a :class:`PackRequest`; a user mistake is a ``UsageError``
+    (exit 2) before anything is tokenized."""
+    from mbridge_seqpack.cli.pack_flags import check_flag_combinations
+
+    _split_positionals(args)
     check_flag_combinations(args)
     location = tokenizer_config = launched = None
     if args.recipe:
         inputs, tokenizer, options, location, tokenizer_config, launched = _from_recipe(args)
     else:
-        fill_input_defaults(args)
-        if args.pack_size is None:
-            raise UsageError("pack needs --pack-size N (or --recipe NAME to take it from a recipe)")
-        if args.input is None and args.validation:
-            raise UsageError(
-                f"--validation {args.validation} needs the training JSONL beside it (INPUT); the embedded corpus "
-                "brings its own validation split"
-            )
-        if args.input is None:  # the embedded corpus, both splits
-            inputs = {
-                "training": embedded_data_dir() / "training.jsonl",
-                "validation": embedded_data_dir() / "validation.jsonl",
-            }
-        else:
-            inputs = {"training": Path(args.input)}
-            if args.validation:
-                inputs["validation"] = Path(args.validation)
-        tokenizer = args.tokenizer or embedded_tokenizer_dir()
-        options = PackOptions(
-            pack_size=args.pack_size,
-            pad_seq_to_mult=args.pad_seq_to_mult,
-            max_seq_length=args.max_seq_length,
-            dataset_kwargs=_dataset_kwargs(args),
-            seed=args.seed,
-            balance=not args.no_balance,
-            data_parallel=args.data_parallel,
-            micro_batches=args.micro_batches,
-            max_sequences_per_row=args.max_sequences_per_row,
-            sampler=args.sampler,
-            sampler_seed=args.sampler_seed,
-            overflow=args.overflow,
-        )
+        inputs, tokenizer, options = _from_flags(args)
     if args.output:
         output = Path(args.output)
     elif location is not None:
         output = location.directory
     else:
         output = Path(f"packed_{options.pack_size}_mult{options.pad_seq_to_mult}")
-    found_by_builder = location is not None and output.absolute() == location.directory.absolute()
     engine = None
     if args.ray:
         from mbridge_seqpack.pipeline.ray_engine import RayEngine
 
         shard_mb = args.ray_shard_mb if args.ray_shard_mb is not None else 64.0
         engine = RayEngine(args.ray, shard_bytes=max(1, int(shard_mb * (1 << 20))))
-    result = pack_jsonl(
-        inputs,
+    return PackRequest(
+        inputs=inputs,
         tokenizer=tokenizer,
-        output_dir=output,
         options=options,
-        overwrite=args.overwrite,
-        workers=args.workers,
+        output=output,
+        found_by_builder=location is not None and output.absolute() == location.directory.absolute(),
         engine=engine,
         tokenizer_config=tokenizer_config,
+        launched=launched,
+        overwrite=args.overwrite,
+        workers=args.workers,
         seal_key_file=args.seal_key_file,
     )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "directory": str(result.directory),
-                    "metadata": str(result.metadata),
-                    "found_by_megatron_bridge": found_by_builder,
-                    "splits": result.splits,
-                },
-                indent=2,
-            )
-        )
-        return 0
-    from mbridge_seqpack.placement.record import BalanceRecord
-    from mbridge_seqpack.textout import labelled, wrap
 
-    lines = labelled("packed into ", str(result.directory))
-    for name, entry in result.splits.items():
-        stats = entry["stats"]
-        lines += wrap(
-            f"{name}: {stats['num_sequences']} sequences -> {stats['num_bins']} rows of {entry['pack_size']} "
-            f"(lower bound {stats['lower_bound']}), efficiency {stats['efficiency']:.2%}, "
-            f"max {entry['max_samples_per_bin']} per row"
-            + (
-                f", {entry['dropped_sequences']} dropped (longer than the pack)"
-                if entry.get("dropped_sequences")
-                else ""
-            )
-            + f", tokenized {entry.get('tokenization', 'per example')}"
-            + (
-                f", {entry['truncated_sequences']} truncated by Megatron-Bridge's prep "
-                f"({entry['truncated_tokens']} tokens cut; longer than --max-seq-length)"
-                if entry.get("truncated_sequences")
-                else ""
-            )
-            + _loss_text(entry)
-            + _steps_text(name, stats["num_bins"], launched),
-            "  ",
-            hang="    ",
-        )
-        balance = BalanceRecord.of_entry(entry)
-        if balance is not None:
-            lines += wrap(balance.to_text(), "    ", hang="      ")
-    lines += labelled("  metadata: ", str(result.metadata), hang="    ")
-    if found_by_builder:
-        lines += wrap(
-            "Megatron-Bridge's dataset builder reads it from there (its default_pack_path): no packed path "
-            "override needed",
-            "  ",
-            hang="    ",
-        )
-    else:
-        from mbridge_seqpack.cli.pack_summary import launch_overrides
 
-        # the recipe says whether its launch reads the metadata (pad_cu_seqlens); without one, say when it does
-        read = bool(launched[0].dataset.offline_packing_specs.pad_cu_seqlens) if launched is not None else None
-        lines.append("  use (paste after the recipe's overrides):")
-        splits = list(result.splits)
-        for override in launch_overrides(result.directory, options.pack_size, splits, metadata_read=bool(read)):
-            lines.append(f"    {override}")  # whole, never wrapped: people copy it
-        if read is None:  # the path whole on its own line: people copy it
-            lines.append("  and where the recipe sets pad_cu_seqlens=true (static cu_seqlens are sized from it):")
-            lines.append(f"    {SPECS_TEXT}.packed_metadata_path={result.metadata}")
-    if launched is not None:
-        from mbridge_seqpack.cli.pack_summary import row_warnings
+def run_pack(request: PackRequest) -> PackResult:
+    """Pack what ``request`` names (pipeline/pack.py)."""
+    from mbridge_seqpack.pipeline.pack import pack_jsonl
 
-        for warning in row_warnings(*launched, result.directory, options.pack_size, list(result.splits)):
-            lines += wrap(warning, "", hang="  ")
-    print("\n".join(lines))
+    return pack_jsonl(
+        request.inputs,
+        tokenizer=request.tokenizer,
+        output_dir=request.output,
+        options=request.options,
+        overwrite=request.overwrite,
+        workers=request.workers,
+        engine=request.engine,
+        tokenizer_config=request.tokenizer_config,
+        seal_key_file=request.seal_key_file,
+    )
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """``pack``: resolve the request (exit 2 on a user mistake), run it, render the report."""
+    from mbridge_seqpack.cli.pack_summary import PackReport
+
+    request = resolve_pack(args)
+    report = PackReport(run_pack(request), request.options.pack_size, request.found_by_builder, request.launched)
+    print(report.to_json() if args.json else report.to_text())
     return 0
-
-
-def _loss_text(entry: dict) -> str:
-    """The share of the rows' token slots that carry loss, and the sequences that carry none."""
-    if "loss_tokens" not in entry:
-        return ""
-    slots = entry["stats"]["num_bins"] * entry["pack_size"]
-    text = f"; loss on {entry['loss_tokens']:,} tokens ({entry['loss_tokens'] / max(slots, 1):.1%} of the slots)"
-    if entry.get("zero_loss_sequences"):
-        text += f", {entry['zero_loss_sequences']} sequence(s) train on no token (empty answer or no assistant turn)"
-    return text
-
-
-def _steps_text(split: str, rows: int, launched: tuple | None) -> str:
-    """Optimizer steps one epoch of the training split gives at the recipe's global batch."""
-    if launched is None or split != "training":
-        return ""
-    gbs = getattr(launched[0].train, "global_batch_size", None)
-    if not isinstance(gbs, int) or gbs < 1:
-        return ""
-    return f"; {rows // gbs} step(s) per epoch at the recipe's global batch {gbs}"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""The driver of ``pack``: tokenization, placement and the artifact, in order.
+"""The driver of ``pack``: tokenization, placement and the artifact, in order, by one engine.
 
-Locally (``pack``) or on a Ray cluster's workers (``ray_engine``).
-The top of the pack path: nothing below imports it."""
+``engine`` holds the protocol and this machine's engine; ``ray_engine`` runs the same steps on a Ray cluster's
+workers. The top of the pack path: nothing below imports it."""

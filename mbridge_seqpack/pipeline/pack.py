@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mbridge_seqpack.artifact.pack_entry import PackEntry
 from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.artifact.seal_key import seal_key
@@ -18,10 +19,9 @@ from mbridge_seqpack.artifact.store import (
     split_paths,
     staged_directory,
     write_metadata,
-    write_split,
 )
 from mbridge_seqpack.digests import FileStamp, verified_sha256
-from mbridge_seqpack.pipeline.ray_engine import RayEngine
+from mbridge_seqpack.pipeline.engine import LocalEngine, PackEngine
 from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel
 from mbridge_seqpack.placement.layout import StepShape
 from mbridge_seqpack.placement.rows import RowRequest, place_rows
@@ -29,12 +29,8 @@ from mbridge_seqpack.placement.sampler import SAMPLERS
 from mbridge_seqpack.tokenization.sequences import (
     InputError,
     check_chat_template,
-    check_jsonl,
-    load_megatron_tokenizer,
-    tokenize_split,
     tokenizer_files_sha256,
 )
-from mbridge_seqpack.tokenization.tokenizer_settings import sealed_settings
 
 __all__ = ["PackResult", "pack_jsonl", "PackOptions"]
 
@@ -118,15 +114,7 @@ class PackResult:
 
     directory: Path
     metadata: Path
-    splits: dict[str, dict[str, Any]]
-
-
-def _all_cores() -> int:
-    """Cores this process may use. (Megatron-Bridge's ``num_tokenizer_workers=-1`` means one process: its
-    ``_materialize_dataset_items`` runs serially for any value <= 1.)"""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    splits: dict[str, PackEntry]  # the metadata entry of each split, as sealed
 
 
 def _megatron_bridge_version() -> str:
@@ -148,7 +136,7 @@ def pack_jsonl(
     workers: int | None = None,
     lines_per_chunk: int = 50_000,
     batched: bool = True,
-    engine: RayEngine | None = None,
+    engine: PackEngine | None = None,
     tokenizer_config: Any = None,
     seal_key_file: str | Path | None = None,
 ) -> PackResult:
@@ -158,9 +146,10 @@ def pack_jsonl(
     template pieces encoded a chunk per call, ``batched``: tokenization/batched_tokens.py).
     Memory is bounded by the number of sequences, not of tokens: the tokens are spilled to a file inside the
     staging directory (on the output's disk) and written back one row group at a time.
-    With ``engine`` (``pack --ray``: pipeline/ray_engine.py) the workers of a Ray cluster check, tokenize and write,
-    the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig`` (``pack
-    --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
+    ``engine`` checks the records, tokenizes and writes (pipeline/engine.py): by default this machine's, with
+    ``workers`` processes and ``lines_per_chunk``; with ``pack --ray`` (pipeline/ray_engine.py) the workers of a Ray
+    cluster, the driver packs; the files are the same bytes. ``tokenizer_config``: the recipe's ``TokenizerConfig``
+    (``pack --recipe``), built over ``tokenizer`` as the launch builds it; without one Megatron-Bridge's defaults for a
     Hugging Face directory. What the build reads of it is sealed (fingerprint ``tokenizer_settings``). The
     metadata is also keyed (HMAC-SHA256, artifact/seal_key.py) with the key in ``seal_key_file``, else the one
     ``$MBRIDGE_SEQPACK_SEAL_KEY_FILE`` / ``$MBRIDGE_SEQPACK_SEAL_KEY`` hold, when there is one.
@@ -179,26 +168,19 @@ def pack_jsonl(
     max_seq_length = options.max_seq_length or options.pack_size
     rows = options.row_request(max_seq_length)
     versions = {"plugin_version": __version__, "megatron_bridge_version": _megatron_bridge_version()}
-    workers = _all_cores() if workers is None else workers
+    engine = engine or LocalEngine(workers, lines_per_chunk)  # its kind is never asked again
     # before the ~40 s Megatron import: the inputs, the tokenizer's files, the output
-    # (a cluster's workers check their own shards: the driver would read every record once more)
-    records = {split: check_jsonl(source, kwargs) for split, source in inputs.items()} if engine is None else {}
+    engine.check_inputs(inputs, kwargs)
     check_chat_template(tokenizer, kwargs)
     tok_sha = tokenizer_files_sha256(tokenizer, verified_sha256)  # the seal of the tokenizer, remembered as a hint
     out = Path(output_dir)
-    entries = []
+    entries: list[PackEntry] = []
     # the output is checked first (store.check_output), then staged under its lock; removed again if the
     # tokenizer cannot load
     key = seal_key(seal_key_file)  # before the output is staged and the tokenizer loads: a bad key is the user's
     with staged_directory(out, overwrite=overwrite) as staging:
         reached("staging")
-        if engine is not None:  # the driver needs no Megatron-Bridge: a worker loads the tokenizer and says its ids
-            engine.start()
-            eos_id, vocab_size, settings = engine.tokenizer_facts(tokenizer, tokenizer_config)
-        else:
-            mb_tokenizer = load_megatron_tokenizer(tokenizer, tokenizer_config)
-            eos_id, vocab_size = int(mb_tokenizer.eos_id), int(mb_tokenizer.vocab_size)
-            settings = sealed_settings(tokenizer, tokenizer_config)
+        eos_id, vocab_size, settings = engine.tokenizer_facts(tokenizer, tokenizer_config)
         for split, source in inputs.items():
             input_stamp = FileStamp.of(source)
             fingerprint = Fingerprint(
@@ -220,27 +202,17 @@ def pack_jsonl(
             spill = staging / f".tokens-{split}"  # removed before the staging directory is committed
             seqs = None
             try:
-                same_for_both = dict(  # the options a local and a cluster tokenization share
+                seqs = engine.tokenize(
+                    source,
+                    tokenizer,
+                    spill,
                     max_seq_length=max_seq_length,
                     pad_seq_to_mult=options.pad_seq_to_mult,
                     dataset_kwargs=kwargs,
                     seed=options.seed,
                     batched=batched,
+                    tokenizer_config=tokenizer_config,
                 )
-                if engine is not None:
-                    seqs = engine.tokenize(
-                        source, tokenizer, spill, tokenizer_config=tokenizer_config, **same_for_both
-                    )
-                else:
-                    seqs = tokenize_split(
-                        source,
-                        mb_tokenizer,
-                        workers=workers,
-                        lines_per_chunk=lines_per_chunk,
-                        records=records[split],
-                        spill_dir=spill,
-                        **same_for_both,
-                    )
                 placed = place_rows(
                     seqs.lengths,
                     rows,
@@ -257,20 +229,18 @@ def pack_jsonl(
                 entry.update(loss_counts(seqs, bins))  # read as the writer reads the rows
                 if placed.balance_entry is not None:
                     entry["balance"] = placed.balance_entry
-                target, info = split_paths(staging, options.pack_size)[split], dict(entry)
+                target = split_paths(staging, options.pack_size)[split]
+                checksums = engine.write_split(target, seqs, bins, dict(entry))  # the entry in the file's schema
                 # what a check compares an explicit pack with: in the sealed entry, not in the rows' file (the same
                 # input packs into the same Parquet bytes wherever it lies)
-                entry["input_path"] = str(Path(source).resolve())
-                if engine is not None:
-                    entry["checksums"] = engine.write_split(target, seqs, bins, info, staging / f".parts-{split}")
-                else:
-                    entry["checksums"] = write_split(target, seqs, bins, info)
+                entries.append(
+                    replace(PackEntry.from_json(entry), input_path=str(Path(source).resolve()), checksums=checksums)
+                )
             finally:
                 seqs = None  # release the memory maps before their files go
                 shutil.rmtree(spill, ignore_errors=True)
-            entries.append(entry)
         write_metadata(metadata_path(staging, options.pack_size), entries, key)
-    return PackResult(out, metadata_path(out, options.pack_size), {e["split"]: e for e in entries})
+    return PackResult(out, metadata_path(out, options.pack_size), {str(e.split): e for e in entries})
 
 
 __all__ += ["ArtifactError"]

@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -256,7 +256,8 @@ def write_part(row: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
 
 
 class RayEngine:
-    """Tokenization and row writing on a Ray cluster (``address`` as :func:`connect` takes it)."""
+    """Tokenization and row writing on a Ray cluster (``address`` as :func:`connect` takes it): a ``PackEngine``
+    (pipeline/engine.py)."""
 
     def __init__(self, address: str, shard_bytes: int = SHARD_BYTES, progress: bool | None = None) -> None:
         if not isinstance(shard_bytes, int) or shard_bytes < 1:
@@ -267,9 +268,14 @@ class RayEngine:
     def start(self) -> None:
         self.ray = connect(self.address)
 
+    def check_inputs(self, inputs: Mapping[str, str | Path], dataset_kwargs: dict[str, Any]) -> None:
+        """Nothing: each worker checks its own shards (the driver would read every record once more)."""
+
     def tokenizer_facts(self, tokenizer: str | Path, config: Any = None) -> tuple[int, int, str]:
         """(EOS id, vocabulary size, sealed settings) of the tokenizer, loaded by a worker (which keeps it for its
-        shards)."""
+        shards); joins the cluster first (the driver needs no Megatron-Bridge)."""
+        if self.ray is None:
+            self.start()
         task = self.ray.remote(num_cpus=1)(tokenizer_facts)
         try:
             return tuple(  # type: ignore[return-value]
@@ -290,7 +296,7 @@ class RayEngine:
         self,
         source: str | Path,
         tokenizer: str | Path,
-        spill_root: Path,
+        spill: Path,
         *,
         max_seq_length: int,
         pad_seq_to_mult: int,
@@ -300,7 +306,7 @@ class RayEngine:
         tokenizer_config: Any = None,
     ) -> ShardedSequences:
         """Tokenize ``source`` shard by shard on the workers, as ``tokenize_split`` with these options; the lengths
-        come back, the tokens stay spilled under ``spill_root`` (paths made absolute for the workers)."""
+        come back, the tokens stay spilled under ``spill`` (paths made absolute for the workers)."""
         job = ShardJob(
             source=str(Path(source).absolute()),
             tokenizer=str(Path(tokenizer).absolute()),
@@ -309,7 +315,7 @@ class RayEngine:
             dataset_kwargs=dataset_kwargs,
             seed=seed,
             batched=batched,
-            spill_root=str(Path(spill_root).absolute()),
+            spill_root=str(Path(spill).absolute()),
             shown=str(source),
             tokenizer_config=tokenizer_config,
         )
@@ -353,9 +359,10 @@ class RayEngine:
         )
 
     def write_split(
-        self, path: Path, seqs: ShardedSequences, bins: np.ndarray, info: dict[str, Any], work: Path
+        self, path: Path, seqs: ShardedSequences, bins: np.ndarray, info: dict[str, Any]
     ) -> dict[str, Any]:
-        """Write one split's file from the workers, a part per worker, joined into one file and sealed."""
+        """Write one split's file from the workers, a part per worker (in ``.parts-<split>`` beside it, in the
+        staging directory), joined into one file and sealed."""
         from mbridge_seqpack.artifact.parquet_stitch import stitch_parquet
         from mbridge_seqpack.artifact.store import ColumnDigests, RowSources, row_group_bounds, sealed_checksums
 
@@ -364,6 +371,7 @@ class RayEngine:
         bounds = row_group_bounds(layout)
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         cuts = _balanced_cuts(layout, bounds, min(cpus, len(bounds)))
+        work = path.parent / f".parts-{info['split']}"
         work.mkdir(parents=True, exist_ok=True)
         parts = [
             {"part": k, "first": a, "end": b, "path": str(work / f"part_{k:05d}.parquet")}

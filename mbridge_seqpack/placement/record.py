@@ -71,9 +71,13 @@ class BalanceRecord:
 
     @classmethod
     def of_entry(cls, entry: Mapping[str, Any] | None) -> "BalanceRecord | None":
-        """The record of a metadata entry; None for a split that was not balanced (or a malformed record, which
-        the entry's seal reports)."""
-        data = (entry or {}).get("balance")
+        """The record of an entry as a packed file's schema metadata holds it (its ``balance``)."""
+        return cls.of_value((entry or {}).get("balance"))
+
+    @classmethod
+    def of_value(cls, data: Any) -> "BalanceRecord | None":
+        """The record from a metadata entry's ``balance``; None for a split that was not balanced (or a malformed
+        record, which the entry's seal reports)."""
         if not isinstance(data, Mapping):
             return None
         try:

@@ -21,6 +21,7 @@ from mbridge_seqpack.rules.registry import rule
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.artifact.store import Fingerprint
     from mbridge_seqpack.placement.record import BalanceRecord
 
@@ -132,7 +133,7 @@ def _check_files(
             found.append(_violation(field, spec, f"{path}: {problems[0]}", fix))
             continue
         infos.append((path, info))
-        made_from = made_from or (entry_for(entries, info) or {}).get("input_path")
+        made_from = made_from or getattr(entry_for(entries, info), "input_path", None)
     splits = {str(i.get("split")) for _, i in infos}
     if splits - {split}:
         found.append(
@@ -196,9 +197,7 @@ def _check_files(
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         _, entries, _ = find_metadata(Path(str(meta)).parent) if Path(str(meta)).parent.is_dir() else (None, [], None)
-        if Path(str(meta)).name.endswith("_metadata.jsonl") and sealed not in [
-            e.get("fingerprint") for e in entries or []
-        ]:
+        if Path(str(meta)).name.endswith("_metadata.jsonl") and sealed not in [e.fingerprint for e in entries or []]:
             found.append(
                 _violation(
                     field,
@@ -213,19 +212,19 @@ def _check_files(
     return found
 
 
-def _sealed_entries(entries: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _sealed_entries(entries: list[PackEntry] | None) -> list[PackEntry]:
     """The metadata entries this plugin sealed (they carry their file's checksums); Megatron-Bridge's prep writes
     entries without them."""
-    return [e for e in entries or [] if isinstance(e, dict) and e.get("checksums")]
+    return [e for e in entries or [] if e.sealed]
 
 
-def _unsealed_beside_sealed(meta: Path | None, entries: list[dict[str, Any]] | None) -> str | None:
+def _unsealed_beside_sealed(meta: Path | None, entries: list[PackEntry] | None) -> str | None:
     """An unsealed Parquet file in a folder whose metadata seals a pack: not part of that pack (Megatron-Bridge's
     prep writes such a file there when a launch finds a split missing), so nothing vouches for its rows."""
     sealed = _sealed_entries(entries)
     if meta is None or not sealed:
         return None
-    splits = sorted({str(e.get("split")) for e in sealed})
+    splits = sorted({str(e.split) for e in sealed})
     return (
         f"not sealed, though {meta.name} beside it seals a pack of split(s) {splits}: a file added to a sealed "
         "folder (Megatron-Bridge's prep writes one there when a launch finds a split missing), nothing vouches "
@@ -263,7 +262,7 @@ def _prepared_into_sealed(ctx: RuleContext) -> list[Violation]:
         if target is None or target.exists():
             continue
         field = f"{SPECS}.packed_{'train' if split == 'training' else 'val'}_data_path"
-        packed = sorted({str(e.get("split")) for e in sealed})
+        packed = sorted({str(e.split) for e in sealed})
         fix = f"pack the {split} split into that folder (re-run `mbridge-seqpack pack` with it), or set {field}"
         fix += " to a sealed pack of it" if split == "training" else " to a sealed pack of it, or do_validation=False"
         found.append(
@@ -466,17 +465,17 @@ def content_plan(cfg: ConfigContainer) -> Any:
         if seal is None:
             continue
         plan.packs.append(PackFile(path, seal.file_bytes, seal.file_sha256, seal.tiles))
-        fp = seal.entry.get("fingerprint") or {}
+        fp = seal.entry.fingerprint or {}
         explicit = path.resolve() not in defaults
-        made_from = seal.entry.get("input_path") if explicit else None
+        made_from = seal.entry.input_path if explicit else None
         source = (
             Path(made_from)
             if isinstance(made_from, str) and made_from
-            else (root / f"{seal.entry.get('split')}.jsonl" if root is not None else None)
+            else (root / f"{seal.entry.split}.jsonl" if root is not None else None)
         )
         if source is not None and source.is_file() and fp.get("input_sha256"):
             if all(s.path != source for s in plan.sources):
-                plan.sources.append(SourceFile(source, str(fp["input_sha256"]), str(seal.entry.get("split"))))
+                plan.sources.append(SourceFile(source, str(fp["input_sha256"]), str(seal.entry.split)))
         directory = _tokenizer_dir(cfg)
         if plan.tokenizer is None and directory is not None and fp.get("tokenizer_sha256"):
             plan.tokenizer = TokenizerFiles(directory, str(fp["tokenizer_sha256"]))
@@ -601,7 +600,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     except ArtifactError:
         return None  # artifact.fingerprint_mismatch reports it
     entry = entry_for(find_metadata(files[0].parent)[1], info) if info is not None else None
-    packed = BalanceRecord.of_entry(entry)
+    packed = BalanceRecord.of_value(entry.balance if entry is not None else None)
     if packed is None or packed.straggler_ratio is None:
         return None  # not balanced for a layout (or fewer rows than one step)
     read = _layout_read_by(ctx)
@@ -610,7 +609,7 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     differs = {key: (laid_out.get(key), read[key]) for key in keys if laid_out.get(key) != read[key]}
     reshuffles = getattr(ctx.dataset, "max_train_samples", None) is not None
     if not differs and not reshuffles:
-        return _read_order_differs(packed, int((entry or {}).get("num_rows", 0)))
+        return _read_order_differs(packed, int(entry.num_rows or 0) if entry is not None else 0)
     fields = {f"pack {key}": was for key, (was, _) in differs.items()}
     names = {"sampler": "dataset.dataloader_type", "sampler_seed": "dataset.seed"}
     fields.update({names.get(key, key): now for key, (_, now) in differs.items()})

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.errors import SeqpackError, UsageError
+from mbridge_seqpack.errors import ArtifactError, SeqpackError, UsageError
 
 __all__ = [
     "StaticTHDLayout",
@@ -61,16 +61,18 @@ class StaticTHDLayout:
         """Capacity and max_seqlen from an offline pack's metadata JSON, as Megatron-Bridge sizes them:
         ``max_samples_per_bin + 2`` entries (leading 0, tail segment) and ``max(dataset_max_seqlen,
         row_width - min_packed_seqlen)`` (the tail padding is a segment too)."""
+        from mbridge_seqpack.artifact.pack_entry import PackEntry
+
         try:
-            entries = json.loads(Path(path).read_text())
-            max_samples = max(int(e["max_samples_per_bin"]) for e in entries)
-            max_seq = max(int(e["dataset_max_seqlen"]) for e in entries)
-            min_packed = min(int(e["min_packed_seqlen"]) for e in entries)
+            entries = [PackEntry.from_json(e) for e in json.loads(Path(path).read_text())]
+            max_samples = max(int(e.max_samples_per_bin) for e in entries)  # type: ignore[arg-type]
+            max_seq = max(int(e.dataset_max_seqlen) for e in entries)  # type: ignore[arg-type]
+            min_packed = min(int(e.min_packed_seqlen) for e in entries)  # type: ignore[arg-type]
         except FileNotFoundError:
             raise UsageError(
                 f"pack metadata {path} does not exist; pass the <N>_metadata.jsonl written with the pack"
             ) from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, ArtifactError, TypeError, ValueError) as exc:
             raise UsageError(
                 f"pack metadata {path} must be a JSON list of objects with max_samples_per_bin, "
                 f"dataset_max_seqlen and min_packed_seqlen ({exc})"
