@@ -29,8 +29,11 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         write_metadata,
         write_split,
     )
-    from mbridge_seqpack.pipeline.pack import _split_entry
-    from mbridge_seqpack.placement.packer import pack_lengths
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
+    from mbridge_seqpack.pipeline.pack import split_entry
+    from mbridge_seqpack.placement.cost import DEFAULT_COST
+    from mbridge_seqpack.placement.layout import StepShape
+    from mbridge_seqpack.placement.rows import RowRequest, place_rows
     from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
     rng = np.random.default_rng(seed)
@@ -45,7 +48,12 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
     mask = np.ones(offsets[-1], dtype=np.int8)
     mask[offsets[1:] - 1] = 0
     seqs = TokenizedSequences(tokens, mask, offsets)
-    bins = pack_lengths(seqs.lengths, width, overflow="drop")
+    placed = place_rows(
+        seqs.lengths,
+        RowRequest(StepShape(width, DEFAULT_COST, 1), width, overflow="drop"),
+        balance=False,
+        source="bench",
+    )
     fp = Fingerprint(
         input_sha256="0" * 64,
         tokenizer="synthetic",
@@ -62,11 +70,9 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         megatron_bridge_version="none",
     )
     with staged_directory(directory, overwrite=True) as staging:
-        entry = _split_entry("training", seqs, bins, width, fp)
-        entry["checksums"] = write_split(
-            split_paths(staging, width)["training"], seqs, bins, {k: v for k, v in entry.items()}
-        )
-        write_metadata(metadata_path(staging, width), [entry])
+        entry = split_entry("training", seqs, placed, fp, "drop")
+        checksums = write_split(split_paths(staging, width)["training"], seqs, placed.bins, dict(entry))
+        write_metadata(metadata_path(staging, width), [PackEntry.from_json({**entry, "checksums": checksums})])
     return directory
 
 
