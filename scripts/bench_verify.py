@@ -21,6 +21,7 @@ import numpy as np
 
 
 def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.artifact.store import (
         Fingerprint,
         metadata_path,
@@ -29,7 +30,6 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         write_metadata,
         write_split,
     )
-    from mbridge_seqpack.artifact.pack_entry import PackEntry
     from mbridge_seqpack.pipeline.pack import split_entry
     from mbridge_seqpack.placement.cost import DEFAULT_COST
     from mbridge_seqpack.placement.layout import StepShape
