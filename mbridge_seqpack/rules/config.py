@@ -16,8 +16,8 @@ import typing
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, Callable
 
+from mbridge_seqpack.config_paths import get_path
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.field_types import type_problems
 from mbridge_seqpack.rules.registry import rule

@@ -79,7 +79,7 @@ class RuleContext:
         three attention rules ask), and Megatron-Core's own when ``provide()`` swaps it in for
         ``attention_backend=local``."""
         from mbridge_seqpack.analysis.attention_backend import local_attention_swap
-        from mbridge_seqpack.rules.model_family import non_te_core_attention
+        from mbridge_seqpack.analysis.model_family import non_te_core_attention
 
         return non_te_core_attention(self.model) + local_attention_swap(self.model)
 
@@ -209,6 +209,40 @@ class RuleContext:
         from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 
         return list(cuda_graph_module_names(self.model))
+
+    @property
+    def graph_packing(self) -> str | None:
+        """The packing mode the CUDA-graph path matrix tells apart (``analysis/graph_paths.py``): in-batch, offline
+        fixed width or offline variable width; None without THD packing there."""
+        if self.in_batch_packing:
+            return "in_batch"
+        if self.offline_packing and self.specs is not None:
+            return "offline_fixed" if self.pad_to_max_length else "offline_variable"
+        return None
+
+    @property
+    def graph_coordinates(self) -> Any:
+        """This config's (implementation, capture, packing) in the graph-path matrix; None without a training graph
+        over packed data."""
+        from mbridge_seqpack.analysis.graph_paths import classify
+
+        packing = self.graph_packing
+        if packing is None:
+            return None
+        return classify(
+            packing,  # type: ignore[arg-type]
+            full_iteration=self.full_iteration_graph,
+            impl=self.cuda_graph_impl,
+            modules=self.graph_modules if self.cuda_graph_impl == "transformer_engine" else [],
+            cfg=self.cfg,
+        )
+
+    @property
+    def graph_path(self) -> Any:
+        """This config's cell of the graph-path matrix (``analysis/graph_paths.py`` GraphPath), or None."""
+        from mbridge_seqpack.analysis.graph_paths import cell_at
+
+        return cell_at(self.graph_coordinates)
 
     @property
     def has_dense_mlp_layers(self) -> bool:

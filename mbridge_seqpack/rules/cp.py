@@ -17,10 +17,10 @@ from mbridge_seqpack.analysis.attention_backend import (
     softmax_type,
     window_layers,
 )
+from mbridge_seqpack.analysis.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _seq_length_fix
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
-from mbridge_seqpack.rules.graph_paths import (
+from mbridge_seqpack.analysis.graph_paths import (
     COMPUTED_FULL,
     COMPUTED_TE,
     FULL_ITER_READ,
@@ -15,8 +13,9 @@ from mbridge_seqpack.rules.graph_paths import (
     MAMBA_REPLAY,
     TE_REPLAY,
     TE_SAMPLES,
-    graph_path,
 )
+from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
+from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -145,7 +144,7 @@ def _packing_field(ctx: RuleContext) -> dict[str, Any]:
     "modules the run certifies (never mamba over packed rows).",
 )
 def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing:
         return None
     if not (cell.fails and cell.rule_id == "cuda_graphs.te_attention_over_packed"):
@@ -168,7 +167,7 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     evidence=TE_SAMPLES + "; a row of packed_sequence_size tokens is copy_()d into a surface of seq_length tokens.",
 )
 def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or cell.packing != "offline_fixed":
         return None
     size, seq = ctx.specs.packed_sequence_size, ctx.model.seq_length
@@ -201,7 +200,7 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
     "modules the run certifies, else mlp / moe_router, else graphs off.",
 )
 def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing or not ctx.graph_modules:
         return None  # the whole layer holds attention: cuda_graphs.te_attention_over_packed
     modules = [m for m in ctx.graph_modules if m != "attn"]
@@ -245,7 +244,7 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     "docs/graph-paths.md lists each with its site.",
 )
 def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.packing != "offline_fixed" or cell.impl not in ("full_iteration", "transformer_engine"):
         return None
     verdicts = _verdicts()
@@ -359,7 +358,7 @@ def _te_host_reads(ctx: RuleContext, verdicts: Any) -> list[Violation]:
 def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.thd.inject import AUTOLOAD_PTH, injection_state
 
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.verdict != "works_with_injection":
         return None
     state = injection_state()
@@ -407,7 +406,7 @@ def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     ),
 )
 def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "local":
         return None
     fix: dict[str, Any] = {"model.cuda_graph_impl": "none"}

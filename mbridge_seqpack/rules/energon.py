@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mbridge_seqpack.analysis.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.errors import ADVISORY, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.rules.registry import rule
 
 BUFFER = "dataset.packing_buffer_size"

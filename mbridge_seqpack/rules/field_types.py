@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mbridge_seqpack.config_paths import get_path
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = ["FieldType", "FIELD_TYPES", "type_problems"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from mbridge_seqpack.analysis.graph_paths import FULL_ITER_READ, TE_SAMPLES
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.graph_paths import FULL_ITER_READ, TE_SAMPLES, graph_path
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -57,7 +57,7 @@ def micro_batch_gt_one(ctx: RuleContext) -> list[Violation] | None:
 def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:
         return None
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.rule_id != "in_batch.no_cuda_graphs":
         return []
     return [

@@ -8,9 +8,9 @@ from typing import Any
 from mbridge_seqpack.analysis.attention_backend import (
     LOCAL_SUFFIX,
 )
+from mbridge_seqpack.analysis.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.rules.registry import rule
 
 
