@@ -13,6 +13,7 @@ import pytest
 
 from mbridge_seqpack import check
 from mbridge_seqpack.config_paths import set_path
+from tests.support.field_reads import undeclared_reads, untyped_fields
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs.pad_to_max_length"
@@ -1183,12 +1184,15 @@ def test_rule_breaks_and_fix_repairs(
     cfg = request.getfixturevalue(case.base)
     base_world = case.base_world or case.repaired_world or case.world
     assert check(cfg, world_size=base_world) == [], "the base config must be valid"
+    assert undeclared_reads(cfg, base_world) == {}
     if case.patch is not None:
         case.patch(monkeypatch)
     case.breaks(cfg, tmp_path)
 
     found = check(cfg, world_size=case.world)
     assert sorted(v.rule_id for v in found) == sorted((case.rule_id, *case.also))
+    assert undeclared_reads(cfg, case.world) == {}  # every field each rule reads here is in its @rule(reads=...)
+    assert untyped_fields(found) == []
     violation = next(v for v in found if v.rule_id == case.rule_id)
     assert violation.fields == (case.fields(cfg, tmp_path) if callable(case.fields) else case.fields)
     if case.assignments is not None:

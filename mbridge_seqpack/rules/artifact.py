@@ -15,7 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import SPECS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_INT,
+    OPTIONAL_MAPPING,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_PATH,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 if TYPE_CHECKING:
@@ -498,6 +510,45 @@ def content_plan(cfg: ConfigContainer) -> Any:
         "missing is prepared at launch (GPTSFTDatasetBuilder.prepare_packed_data) and its entry appended to the "
         "configured metadata file: into a sealed pack's folder, which its verified reads then refuse."
     ),
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.dataset_root": UNCHECKED,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.offline_packing_specs.tokenizer_model_name": UNCHECKED,
+        "dataset.seq_length": POSITIVE_INT,
+        "tokenizer.chat_template": UNCHECKED,
+        "tokenizer.chat_template_path": UNCHECKED,
+        "tokenizer.force_system_message": UNCHECKED,
+        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.image_tag_type": UNCHECKED,
+        "tokenizer.merge_file": UNCHECKED,
+        "tokenizer.metadata_path": UNCHECKED,
+        "tokenizer.null_tokenizer_eod_id": UNCHECKED,
+        "tokenizer.null_tokenizer_pad_id": UNCHECKED,
+        "tokenizer.sp_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.special_tokens": UNCHECKED,
+        "tokenizer.tiktoken_num_special_tokens": UNCHECKED,
+        "tokenizer.tiktoken_pattern": UNCHECKED,
+        "tokenizer.tokenizer_hf_no_include_special_tokens": UNCHECKED,
+        "tokenizer.tokenizer_hf_no_use_fast": UNCHECKED,
+        "tokenizer.tokenizer_model": UNCHECKED,
+        "tokenizer.tokenizer_prompt_format": UNCHECKED,
+        "tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces": UNCHECKED,
+        "tokenizer.tokenizer_sentencepiece_legacy": UNCHECKED,
+        "tokenizer.tokenizer_type": UNCHECKED,
+        "tokenizer.trust_remote_code": UNCHECKED,
+        "tokenizer.vocab_file": UNCHECKED,
+        "tokenizer.vocab_size": UNCHECKED,
+    },
 )
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs
@@ -581,6 +632,27 @@ def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
         "max_train_samples (data/packing/parquet.py samples_mapping) reshuffle every epoch. A pack laid out for "
         "other values trains correctly, only without the step balance its metadata reports: an advisory."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.dataset_root": UNCHECKED,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.offline_packing_specs.tokenizer_model_name": UNCHECKED,
+        "dataset.seed": OPTIONAL_INT,
+        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.tokenizer_model": UNCHECKED,
+        "tokenizer.tokenizer_type": UNCHECKED,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.artifact.seal import entry_for, find_metadata

@@ -15,8 +15,22 @@ from mbridge_seqpack.analysis.attention_backend import (
     undetermined_violation,
 )
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.cp import a2a_heads_divisible
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    CP_COMM_TYPE,
+    MAPPING,
+    OPTIONAL_INT_LIST,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_PATH,
+    OPTIONAL_WINDOW,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -36,6 +50,53 @@ from mbridge_seqpack.rules.registry import rule
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
         "cp.* rule reports are left to it."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "env_vars": MAPPING,
+        "mixed_precision": UNCHECKED,
+        "mixed_precision.bf16": UNCHECKED,
+        "mixed_precision.first_last_layers_bf16": UNCHECKED,
+        "mixed_precision.fp8": UNCHECKED,
+        "mixed_precision.fp8_dot_product_attention": UNCHECKED,
+        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
+        "model.attention_backend": OPTIONAL_NAME,
+        "model.attention_dropout": UNCHECKED,
+        "model.bf16": UNCHECKED,
+        "model.cp_comm_type": CP_COMM_TYPE,
+        "model.deterministic_mode": BOOL,
+        "model.first_last_layers_bf16": UNCHECKED,
+        "model.flash_attention_version": UNCHECKED,
+        "model.fp8": UNCHECKED,
+        "model.fp8_dot_product_attention": UNCHECKED,
+        "model.fp8_recipe": UNCHECKED,
+        "model.hidden_size": UNCHECKED,
+        "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+        "model.kv_channels": UNCHECKED,
+        "model.log_max_attention_logit": UNCHECKED,
+        "model.multi_latent_attention": UNCHECKED,
+        "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_layers": UNCHECKED,
+        "model.num_layers_at_end_in_bf16": UNCHECKED,
+        "model.num_layers_at_start_in_bf16": UNCHECKED,
+        "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
+        "model.qk_clip": UNCHECKED,
+        "model.recompute_granularity": OPTIONAL_NAME,
+        "model.recompute_modules": UNCHECKED,
+        "model.softmax_scale": UNCHECKED,
+        "model.softmax_type": OPTIONAL_NAME,
+        "model.transformer_layer_spec": UNCHECKED,
+        "model.window_attn_skip_freq": UNCHECKED,
+        "model.window_size": OPTIONAL_WINDOW,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def backend_available(ctx: RuleContext) -> list[Violation] | None:
     verdict = ctx.attention_verdict
@@ -64,6 +125,7 @@ def backend_available(ctx: RuleContext) -> list[Violation] | None:
         "three); run here on a copy of the launch's NVTE_* variables (environment, then env_vars as "
         "runtime_config_update's setdefault leaves them). A string value sets and checks nothing."
     ),
+    reads={"env_vars": MAPPING, "model.attention_backend": OPTIONAL_NAME},
 )
 def backend_env_conflict(ctx: RuleContext) -> list[Violation] | None:
     env = training_env(ctx.cfg)

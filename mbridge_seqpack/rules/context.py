@@ -12,14 +12,26 @@ from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_POSITIVE_INT, POSITIVE_INT, FieldType
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["RuleContext", "resolve_world_size", "SPECS"]
+__all__ = ["RuleContext", "resolve_world_size", "SPECS", "TOPOLOGY_READS"]
 
 #: where a config keeps its offline packing specs (the prefix of every field the packing rules name)
 SPECS = "dataset.offline_packing_specs"
+
+#: the fields :attr:`RuleContext.topology` reads, with their types: a rule that asks the layout reads them all
+TOPOLOGY_READS: dict[str, FieldType] = {
+    "model.tensor_model_parallel_size": POSITIVE_INT,
+    "model.pipeline_model_parallel_size": POSITIVE_INT,
+    "model.context_parallel_size": POSITIVE_INT,
+    "model.expert_model_parallel_size": POSITIVE_INT,
+    "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
+    "dist.eval_context_parallel_size": OPTIONAL_POSITIVE_INT,
+    "model.sequence_parallel": BOOL,
+}
 
 
 def resolve_world_size(world_size: int | None) -> int:

@@ -16,6 +16,18 @@ from mbridge_seqpack.analysis.graph_paths import (
 )
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MAPPING,
+    OPTIONAL_NAME,
+    OPTIONAL_NAMES,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_PATH,
+    OPTIONAL_STR,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -40,6 +52,13 @@ def _layer_kinds(ctx: RuleContext) -> set[str]:
         "'offline_packing_specs.pad_cu_seqlens=True requires dataset pad_to_max_length=True.'; "
         "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts it again."
     ),
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+    },
 )
 def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.specs.pad_cu_seqlens:
@@ -63,6 +82,14 @@ def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "training/config.py ConfigContainer.validate raises ValueError 'Offline packing with CUDA graphs "
         "requires dataset pad_to_max_length=True.'"
     ),
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+    },
 )
 def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.training_cuda_graphs:
@@ -91,6 +118,14 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "TE graphs holding attention are reported by cuda_graphs.te_attention_over_packed instead (they fail "
         "even with it)."
     ),
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+    },
 )
 def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.full_iteration_graph:
@@ -142,6 +177,19 @@ def _packing_field(ctx: RuleContext) -> dict[str, Any]:
     + COMPUTED_TE
     + ": the replay asserts on every kind with attention (docs/graph-paths.md). The fix keeps only the configured "
     "modules the run certifies (never mamba over packed rows).",
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.cuda_graph_modules": OPTIONAL_NAMES,
+        "model.cuda_graph_scope": UNCHECKED,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -165,6 +213,19 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     "TE per-layer graphs over offline packs need packed_sequence_size == model.seq_length.",
     severity=ERROR,
     evidence=TE_SAMPLES + "; a row of packed_sequence_size tokens is copy_()d into a surface of seq_length tokens.",
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+    },
 )
 def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -198,6 +259,19 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
     + ": [mamba] asserts on Mamba layers ('CUDA graph accepts only Tensor inputs.') at the first replay, after the "
     "GPUs are allocated; Megatron-Bridge's validate() checks only attention capture. The fix keeps the configured "
     "modules the run certifies, else mlp / moe_router, else graphs off.",
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.cuda_graph_modules": OPTIONAL_NAMES,
+        "model.cuda_graph_scope": UNCHECKED,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -242,6 +316,26 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     "check, timers at timing_log_level >= 1 (timers.Timer.start/stop: torch.cuda.synchronize), a hybrid model's "
     "seq_idx (PackedSeqParams.__post_init__ repeat_interleave), MTP's packed roll, dropless MoE dispatch; "
     "docs/graph-paths.md lists each with its site.",
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "ddp.check_for_large_grads": BOOL,
+        "ddp.check_for_nan_in_grad": BOOL,
+        "ddp.overlap_grad_reduce": BOOL,
+        "logger.timing_log_level": ANY_INT,
+        "model.apply_rope_fusion": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.is_hybrid_model": BOOL,
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.position_embedding_type": OPTIONAL_NAME,
+        "rerun_state_machine.check_for_spiky_loss": BOOL,
+    },
 )
 def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -354,6 +448,19 @@ def _te_host_reads(ctx: RuleContext, verdicts: Any) -> list[Violation]:
     "process that trains (the plugin installed there) the wrapper must be on the class when validate() runs; a "
     "pre-launch check accepts MBRIDGE_SEQPACK_MODE only with the start-up hook (mbridge_seqpack_autoload.pth) present "
     "in the environment.",
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.cuda_graph_modules": OPTIONAL_NAMES,
+        "model.cuda_graph_scope": UNCHECKED,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.thd.inject import AUTOLOAD_PTH, injection_state
@@ -404,6 +511,19 @@ def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
         "megatron/bridge/utils/cuda_graph.py validate_cuda_graph_configuration raises ValueError 'Megatron Bridge "
         'supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs\''
     ),
+    reads={
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.cuda_graph_modules": OPTIONAL_NAMES,
+        "model.cuda_graph_scope": UNCHECKED,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -432,6 +552,12 @@ def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
         "pad_cu_seqlens is enabled' and open()s it (FileNotFoundError), at dataset build after the GPUs are "
         "allocated."
     ),
+    reads={
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+    },
 )
 def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs

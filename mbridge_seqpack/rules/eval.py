@@ -6,7 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import SPECS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MAPPING,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_PATH,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
 
@@ -25,6 +37,52 @@ from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
         "MegatronPretrainingSampler yields nothing (StopIteration). Nothing checks the validation split's size "
         "before that; the training split has its own check at setup."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.dataset_root": UNCHECKED,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.offline_packing_specs.tokenizer_model_name": UNCHECKED,
+        "dataset.seq_length": POSITIVE_INT,
+        "tokenizer.chat_template": UNCHECKED,
+        "tokenizer.chat_template_path": UNCHECKED,
+        "tokenizer.force_system_message": UNCHECKED,
+        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.image_tag_type": UNCHECKED,
+        "tokenizer.merge_file": UNCHECKED,
+        "tokenizer.metadata_path": UNCHECKED,
+        "tokenizer.null_tokenizer_eod_id": UNCHECKED,
+        "tokenizer.null_tokenizer_pad_id": UNCHECKED,
+        "tokenizer.sp_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.special_tokens": UNCHECKED,
+        "tokenizer.tiktoken_num_special_tokens": UNCHECKED,
+        "tokenizer.tiktoken_pattern": UNCHECKED,
+        "tokenizer.tokenizer_hf_no_include_special_tokens": UNCHECKED,
+        "tokenizer.tokenizer_hf_no_use_fast": UNCHECKED,
+        "tokenizer.tokenizer_model": UNCHECKED,
+        "tokenizer.tokenizer_prompt_format": UNCHECKED,
+        "tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces": UNCHECKED,
+        "tokenizer.tokenizer_sentencepiece_legacy": UNCHECKED,
+        "tokenizer.tokenizer_type": UNCHECKED,
+        "tokenizer.trust_remote_code": UNCHECKED,
+        "tokenizer.vocab_file": UNCHECKED,
+        "tokenizer.vocab_size": UNCHECKED,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+        "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
+        "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
+        "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def packed_split_rows(ctx: RuleContext) -> list[Violation] | None:
     validation = getattr(ctx.cfg, "validation", None)

@@ -7,7 +7,15 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import SPECS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MAPPING,
+    OPTIONAL_MICRO_BATCH,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -56,6 +64,20 @@ def _token_count_problem(ctx: RuleContext) -> tuple[str, dict[str, Any]] | None:
         "evaluation micro batches of another size all give other counts. Megatron-Bridge keeps the overlap only "
         "with TP>1 and sequence parallelism (training/comm_overlap.py)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "comm_overlap": UNCHECKED,
+        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "model.seq_length": POSITIVE_INT,
+        "model.tp_comm_overlap": BOOL,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+        "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.tp_comm_overlap:
@@ -101,6 +123,17 @@ def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
         "(tp_comm_overlap.token_count keeps every micro batch at that count). fp8.packed_tokens_per_rank asks for the "
         "32-token MXFP8 block only. Needs a GPU and userbuffers: cited."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "comm_overlap": UNCHECKED,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "mixed_precision": UNCHECKED,
+        "model.seq_length": POSITIVE_INT,
+        "model.tp_comm_overlap": BOOL,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def mxfp8_userbuffer_tokens(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.tp_comm_overlap or ctx.fp8_recipe != "mxfp8":
