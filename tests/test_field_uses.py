@@ -40,7 +40,8 @@ def test_docs_page_is_current() -> None:
 
 
 def _outside_reads(source: str) -> str:
-    """A rule module's source without its ``@rule(reads=...)`` declarations (those are typed, or read as they are)."""
+    """A rule module's source without its read declarations (``@rule(reads=...)`` and the ``*_READS`` groups they
+    share): a declared field is typed, or read as it is."""
     tree = ast.parse(source)
     declared = [
         ast.get_source_segment(source, k.value)
@@ -48,6 +49,11 @@ def _outside_reads(source: str) -> str:
         if isinstance(node, ast.Call)
         for k in node.keywords
         if k.arg == "reads"
+    ]
+    declared += [
+        ast.get_source_segment(source, node.value)
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id.endswith("_READS")
     ]
     for text in declared:
         source = source.replace(text or "", "")

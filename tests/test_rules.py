@@ -933,28 +933,10 @@ def _drop_kwarg(key: str) -> Callable[[Any, Any], None]:
 
 
 def _checkpoint_before_the_pack(cfg: Any, tmp_path: Any) -> None:
-    """A checkpoint as Megatron-Bridge writes one (train state, its latest copy, run_config.yaml), older than the
-    pack the config reads."""
-    import shutil
-    from pathlib import Path
+    """A checkpoint as Megatron-Bridge writes one, older than the pack the config reads."""
+    from tests.support.checkpoints import write_checkpoint
 
-    import torch
-    from megatron.bridge.training.state import TrainState
-    from megatron.bridge.training.utils.checkpoint_utils import (
-        get_checkpoint_name,
-        get_checkpoint_run_config_filename,
-        get_checkpoint_train_state_filename,
-    )
-
-    cfg.checkpoint.load = str(tmp_path / "ckpt")
-    state = TrainState()
-    state.step, state.consumed_train_samples = 10, 80
-    iteration = Path(get_checkpoint_name(str(tmp_path / "ckpt"), 10))
-    iteration.mkdir(parents=True)
-    local = get_checkpoint_train_state_filename(str(iteration))
-    torch.save(state.state_dict(), local)  # checkpointing.py save_checkpoint's train_state_finalize_fn
-    shutil.copy(local, get_checkpoint_train_state_filename(str(tmp_path / "ckpt"), prefix="latest"))
-    cfg.to_yaml(get_checkpoint_run_config_filename(str(iteration)))
+    local = write_checkpoint(cfg, tmp_path / "ckpt", step=10, consumed=80)
     pack = Path(cfg.dataset.offline_packing_specs.packed_train_data_path).parent
     oldest = min(p.stat().st_mtime for p in pack.glob("*.parquet")) - 60
     os.utime(local, (oldest, oldest))

@@ -20,14 +20,11 @@ from mbridge_seqpack.analysis.attention_backend import (
 from mbridge_seqpack.analysis.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import ATTENTION_VERDICT_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
-    ANY_INT,
     BOOL,
     CP_COMM_TYPE,
-    MAPPING,
     OPTIONAL_INT_LIST,
-    OPTIONAL_MICRO_BATCH,
     OPTIONAL_NAME,
     OPTIONAL_NON_NEGATIVE_INT,
     OPTIONAL_WINDOW,
@@ -342,38 +339,7 @@ def _windowed_cp_comm_type(model: Any) -> str:
         "NVIDIA/TransformerEngine#2541); context_parallel.py attn_forward_func_with_cp asserts the same after. "
         "Without Transformer Engine here, the same condition is checked from the config."
     ),
-    reads={
-        **TOPOLOGY_READS,
-        "dataset.enable_offline_packing": BOOL,
-        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
-        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
-        "dataset.seq_length": POSITIVE_INT,
-        "env_vars": MAPPING,
-        "mixed_precision": UNCHECKED,
-        "model.attention_backend": OPTIONAL_NAME,
-        "model.attention_dropout": UNCHECKED,
-        "model.bf16": UNCHECKED,
-        "model.cp_comm_type": CP_COMM_TYPE,
-        "model.deterministic_mode": BOOL,
-        "model.fp8": UNCHECKED,
-        "model.fp8_recipe": UNCHECKED,
-        "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
-        "model.kv_channels": UNCHECKED,
-        "model.log_max_attention_logit": UNCHECKED,
-        "model.multi_latent_attention": UNCHECKED,
-        "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
-        "model.num_layers": UNCHECKED,
-        "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
-        "model.qk_clip": UNCHECKED,
-        "model.recompute_granularity": OPTIONAL_NAME,
-        "model.recompute_modules": UNCHECKED,
-        "model.softmax_scale": UNCHECKED,
-        "model.softmax_type": OPTIONAL_NAME,
-        "model.transformer_layer_spec": UNCHECKED,
-        "model.window_size": OPTIONAL_WINDOW,
-        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-    },
+    reads={**ATTENTION_VERDICT_READS, **TOPOLOGY_READS},
 )
 def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
     softmax = softmax_type(ctx.model)

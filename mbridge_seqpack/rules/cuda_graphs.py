@@ -15,13 +15,11 @@ from mbridge_seqpack.analysis.graph_paths import (
     TE_SAMPLES,
 )
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, GRAPH_PATH_READS, SPECS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
-    OPTIONAL_MAPPING,
     OPTIONAL_NAME,
-    OPTIONAL_NAMES,
     OPTIONAL_NON_NEGATIVE_INT,
     OPTIONAL_PATH,
     OPTIONAL_STR,
@@ -52,13 +50,7 @@ def _layer_kinds(ctx: RuleContext) -> set[str]:
         "'offline_packing_specs.pad_cu_seqlens=True requires dataset pad_to_max_length=True.'; "
         "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts it again."
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-    },
+    reads={**DATASET_KWARGS_READS, "dataset.offline_packing_specs.pad_cu_seqlens": BOOL},
 )
 def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.specs.pad_cu_seqlens:
@@ -83,10 +75,7 @@ def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "requires dataset pad_to_max_length=True.'"
     ),
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
         "model.cuda_graph_impl": OPTIONAL_STR,
     },
@@ -119,10 +108,7 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "even with it)."
     ),
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
         "model.cuda_graph_impl": OPTIONAL_STR,
     },
@@ -177,19 +163,7 @@ def _packing_field(ctx: RuleContext) -> dict[str, Any]:
     + COMPUTED_TE
     + ": the replay asserts on every kind with attention (docs/graph-paths.md). The fix keeps only the configured "
     "modules the run certifies (never mamba over packed rows).",
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.cuda_graph_modules": OPTIONAL_NAMES,
-        "model.cuda_graph_scope": UNCHECKED,
-        "model.hybrid_layer_pattern": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-    },
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -214,10 +188,7 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     severity=ERROR,
     evidence=TE_SAMPLES + "; a row of packed_sequence_size tokens is copy_()d into a surface of seq_length tokens.",
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_in_batch_packing": BOOL,
         "dataset.enable_offline_packing": BOOL,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
@@ -259,19 +230,7 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
     + ": [mamba] asserts on Mamba layers ('CUDA graph accepts only Tensor inputs.') at the first replay, after the "
     "GPUs are allocated; Megatron-Bridge's validate() checks only attention capture. The fix keeps the configured "
     "modules the run certifies, else mlp / moe_router, else graphs off.",
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.cuda_graph_modules": OPTIONAL_NAMES,
-        "model.cuda_graph_scope": UNCHECKED,
-        "model.hybrid_layer_pattern": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-    },
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path
@@ -317,10 +276,7 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     "seq_idx (PackedSeqParams.__post_init__ repeat_interleave), MTP's packed roll, dropless MoE dispatch; "
     "docs/graph-paths.md lists each with its site.",
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_in_batch_packing": BOOL,
         "dataset.enable_offline_packing": BOOL,
         "ddp.check_for_large_grads": BOOL,
@@ -448,19 +404,7 @@ def _te_host_reads(ctx: RuleContext, verdicts: Any) -> list[Violation]:
     "process that trains (the plugin installed there) the wrapper must be on the class when validate() runs; a "
     "pre-launch check accepts MBRIDGE_SEQPACK_MODE only with the start-up hook (mbridge_seqpack_autoload.pth) present "
     "in the environment.",
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.cuda_graph_modules": OPTIONAL_NAMES,
-        "model.cuda_graph_scope": UNCHECKED,
-        "model.hybrid_layer_pattern": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-    },
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.thd.inject import AUTOLOAD_PTH, injection_state
@@ -511,19 +455,7 @@ def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
         "megatron/bridge/utils/cuda_graph.py validate_cuda_graph_configuration raises ValueError 'Megatron Bridge "
         'supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs\''
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.cuda_graph_modules": OPTIONAL_NAMES,
-        "model.cuda_graph_scope": UNCHECKED,
-        "model.hybrid_layer_pattern": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-    },
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
     cell = ctx.graph_path

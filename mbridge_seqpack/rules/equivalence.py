@@ -10,17 +10,9 @@ import dataclasses
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, SPECS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     BOOL,
-    OPTIONAL_MAPPING,
-    OPTIONAL_MICRO_BATCH,
-    OPTIONAL_NAMES,
-    OPTIONAL_NON_NEGATIVE_INT,
-    OPTIONAL_NUMBERS,
-    OPTIONAL_POSITIVE_INT,
-    POSITIVE_INT,
-    UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
 
@@ -93,38 +85,7 @@ def _not_run(verdict: Any) -> str:
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.defer_in_batch_packing_to_step": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
-        "model.calculate_per_token_loss": BOOL,
-        "model.context_parallel_size": POSITIVE_INT,
-        "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
-        "model.moe_expert_capacity_factor": UNCHECKED,
-        "model.moe_pad_expert_input_to_capacity": UNCHECKED,
-        "model.moe_router_enable_expert_bias": UNCHECKED,
-        "model.moe_router_group_topk": UNCHECKED,
-        "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
-        "model.moe_router_num_groups": UNCHECKED,
-        "model.moe_router_pre_softmax": UNCHECKED,
-        "model.moe_router_score_function": UNCHECKED,
-        "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
-        "model.moe_router_topk_scaling_factor": UNCHECKED,
-        "model.moe_token_drop_policy": UNCHECKED,
-        "model.moe_z_loss_coeff": UNCHECKED,
-        "model.mtp_loss_scaling_factor": UNCHECKED,
-        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-        "model.sequence_parallel": BOOL,
-        "model.tensor_model_parallel_size": POSITIVE_INT,
-        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-    },
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
@@ -175,38 +136,7 @@ def _no_packing(ctx: RuleContext) -> dict[str, Any]:
         "the MTP target and whether it is trained (its gradient through MTPLossAutoScaler). CP>1 (the roll's CP "
         "branch) is mtp.packed_context_parallel's."
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.defer_in_batch_packing_to_step": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
-        "model.calculate_per_token_loss": BOOL,
-        "model.context_parallel_size": POSITIVE_INT,
-        "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
-        "model.moe_expert_capacity_factor": UNCHECKED,
-        "model.moe_pad_expert_input_to_capacity": UNCHECKED,
-        "model.moe_router_enable_expert_bias": UNCHECKED,
-        "model.moe_router_group_topk": UNCHECKED,
-        "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
-        "model.moe_router_num_groups": UNCHECKED,
-        "model.moe_router_pre_softmax": UNCHECKED,
-        "model.moe_router_score_function": UNCHECKED,
-        "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
-        "model.moe_router_topk_scaling_factor": UNCHECKED,
-        "model.moe_token_drop_policy": UNCHECKED,
-        "model.moe_z_loss_coeff": UNCHECKED,
-        "model.mtp_loss_scaling_factor": UNCHECKED,
-        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-        "model.sequence_parallel": BOOL,
-        "model.tensor_model_parallel_size": POSITIVE_INT,
-        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-    },
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def mtp_labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
@@ -291,38 +221,7 @@ def _padding_bound(setup: Any) -> str:
         "metrics tracker records, and real tokens the capacity drops. Upstream fixed it after 0.6.2 "
         "(Megatron-Bridge PR 5470; Megatron-LM PRs 2121, 5542, 6114)."
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.defer_in_batch_packing_to_step": BOOL,
-        "dataset.enable_in_batch_packing": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
-        "model.calculate_per_token_loss": BOOL,
-        "model.context_parallel_size": POSITIVE_INT,
-        "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
-        "model.moe_expert_capacity_factor": UNCHECKED,
-        "model.moe_pad_expert_input_to_capacity": UNCHECKED,
-        "model.moe_router_enable_expert_bias": UNCHECKED,
-        "model.moe_router_group_topk": UNCHECKED,
-        "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
-        "model.moe_router_num_groups": UNCHECKED,
-        "model.moe_router_pre_softmax": UNCHECKED,
-        "model.moe_router_score_function": UNCHECKED,
-        "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
-        "model.moe_router_topk_scaling_factor": UNCHECKED,
-        "model.moe_token_drop_policy": UNCHECKED,
-        "model.moe_z_loss_coeff": UNCHECKED,
-        "model.mtp_loss_scaling_factor": UNCHECKED,
-        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
-        "model.sequence_parallel": BOOL,
-        "model.tensor_model_parallel_size": POSITIVE_INT,
-        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-    },
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def router_padding(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)

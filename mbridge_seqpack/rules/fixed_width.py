@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
-from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_MAPPING, OPTIONAL_NAME, POSITIVE_INT, UNCHECKED
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import OPTIONAL_NAME, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -21,11 +21,8 @@ from mbridge_seqpack.rules.registry import rule
     ),
     reads={
         **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
         "dataset.dataloader_type": OPTIONAL_NAME,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
         "model.variable_seq_lengths": UNCHECKED,
     },
 )
@@ -61,13 +58,7 @@ def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
         "dispatchers (they take any token count), so for GPT SFT this is a consistency/performance advisory; "
         "HybridEP, which does need equal counts, is moe.hybridep_uneven_inputs."
     ),
-    reads={
-        **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-    },
+    reads={**TOPOLOGY_READS, **DATASET_KWARGS_READS},
 )
 def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology

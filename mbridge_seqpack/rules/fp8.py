@@ -6,13 +6,11 @@ from __future__ import annotations
 import math
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, FP8_ROW_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
-    OPTIONAL_MAPPING,
     OPTIONAL_MICRO_BATCH,
-    OPTIONAL_NAME,
     POSITIVE_INT,
     UNCHECKED,
 )
@@ -62,15 +60,10 @@ def fp8_row_multiple(ctx: RuleContext) -> int:
     ),
     reads={
         **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
-        "dataset.pad_to_multiple_of": POSITIVE_INT,
         "mixed_precision": UNCHECKED,
-        "mixed_precision.fp8": UNCHECKED,
-        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
     },
 )
 def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
@@ -117,19 +110,14 @@ def _precision_source(ctx: RuleContext) -> tuple[str, object] | None:
     ),
     reads={
         **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
         "dataset.defer_in_batch_packing_to_step": BOOL,
         "dataset.enable_in_batch_packing": BOOL,
         "dataset.enable_offline_packing": BOOL,
         "dataset.pad_to_max_length": BOOL,
-        "dataset.pad_to_multiple_of": POSITIVE_INT,
         "dataset.seq_length": POSITIVE_INT,
         "mixed_precision": UNCHECKED,
-        "mixed_precision.fp8": UNCHECKED,
-        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
         "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
     },
 )
@@ -184,17 +172,12 @@ def row_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     ),
     reads={
         **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
         "dataset.enable_offline_packing": BOOL,
-        "dataset.pad_to_multiple_of": POSITIVE_INT,
         "dataset.seq_length": POSITIVE_INT,
         "mixed_precision": UNCHECKED,
-        "mixed_precision.fp8": UNCHECKED,
         "mixed_precision.fp8_dot_product_attention": UNCHECKED,
-        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
         "model.kv_channels": UNCHECKED,
         "model.multi_latent_attention": UNCHECKED,
         "train.micro_batch_size": OPTIONAL_MICRO_BATCH,

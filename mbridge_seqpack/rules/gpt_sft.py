@@ -16,8 +16,8 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
-from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_MAPPING, OPTIONAL_STR, POSITIVE_INT
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_STR, POSITIVE_INT
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE, ROW_MULT, _alignment_fields, _pad_seq_length_to_mult
 
@@ -36,10 +36,7 @@ from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE, ROW_MULT, _al
     ),
     reads={
         **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_offline_packing": BOOL,
         "dataset.seq_length": POSITIVE_INT,
     },
@@ -89,13 +86,7 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
         "GPTSFTDatasetConfig.validate checks neither, and training/setup.py builds the datasets after the model "
         "and optimizer."
     ),
-    reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-        "dataset.enable_offline_packing": BOOL,
-    },
+    reads={**DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.tokenization.dataset_kwargs import (
@@ -210,10 +201,7 @@ def _template_fix(kwargs: dict[str, Any], message: str) -> dict[str, Any]:
         "checks the keys' presence only."
     ),
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.dataset_kwargs['prompt_template']": OPTIONAL_STR,
         "dataset.dataset_kwargs['truncation_field']": OPTIONAL_STR,
         "dataset.dataset_kwargs['truncation_method']": OPTIONAL_STR,

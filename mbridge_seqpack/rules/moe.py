@@ -8,11 +8,10 @@ import math
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
-    OPTIONAL_MAPPING,
     OPTIONAL_MICRO_BATCH,
     OPTIONAL_NAME,
     OPTIONAL_NAMES,
@@ -51,10 +50,7 @@ def _aux_loss_coeffs(model: Any) -> list[float]:
         "experts / gcd(top-k, experts) fails at the first such batch."
     ),
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_offline_packing": BOOL,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
         "dataset.pad_to_multiple_of": POSITIVE_INT,
@@ -277,10 +273,7 @@ def _router_counts_tokens(model: Any) -> list[str]:
         "rule leaves them to it."
     ),
     reads={
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_offline_packing": BOOL,
         "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
         "model.moe_expert_capacity_factor": UNCHECKED,
@@ -323,10 +316,7 @@ def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
     ),
     reads={
         **TOPOLOGY_READS,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
         "dataset.enable_offline_packing": BOOL,
         "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
         "model.moe_hybridep_pad_uneven_dispatch_inputs": BOOL,

@@ -7,11 +7,9 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import BATCH_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     BOOL,
-    OPTIONAL_MICRO_BATCH,
-    OPTIONAL_NON_NEGATIVE_INT,
     OPTIONAL_POSITIVE_INT,
     UNCHECKED,
 )
@@ -43,13 +41,9 @@ def _group_problem(micro_batches: int, group: int, pp: int) -> str | None:
     ),
     reads={
         **TOPOLOGY_READS,
+        **BATCH_READS,
         "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
         "model.virtual_pipeline_model_parallel_size": OPTIONAL_POSITIVE_INT,
-        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
-        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-        "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
-        "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
-        "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
     },
 )
 def interleaved_micro_batches(ctx: RuleContext) -> list[Violation] | None:

@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import PACK_FINGERPRINT_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
-    ANY_INT,
     BOOL,
     OPTIONAL_PATH,
-    OPTIONAL_POSITIVE_INT,
-    POSITIVE_INT,
     UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
@@ -88,39 +85,12 @@ def _specs_then(run_config: Path) -> dict[str, Any]:
         "an advisory."
     ),
     reads={
+        **PACK_FINGERPRINT_READS,
         "checkpoint.ckpt_step": UNCHECKED,
         "checkpoint.finetune": UNCHECKED,
         "checkpoint.load": OPTIONAL_PATH,
         "dataset.enable_offline_packing": BOOL,
-        "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
-        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
-        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
         "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
-        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
-        "dataset.seq_length": POSITIVE_INT,
-        "tokenizer.chat_template": UNCHECKED,
-        "tokenizer.chat_template_path": UNCHECKED,
-        "tokenizer.force_system_message": UNCHECKED,
-        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
-        "tokenizer.image_tag_type": UNCHECKED,
-        "tokenizer.merge_file": UNCHECKED,
-        "tokenizer.metadata_path": UNCHECKED,
-        "tokenizer.null_tokenizer_eod_id": UNCHECKED,
-        "tokenizer.null_tokenizer_pad_id": UNCHECKED,
-        "tokenizer.sp_tokenizer_kwargs": UNCHECKED,
-        "tokenizer.special_tokens": UNCHECKED,
-        "tokenizer.tiktoken_num_special_tokens": UNCHECKED,
-        "tokenizer.tiktoken_pattern": UNCHECKED,
-        "tokenizer.tokenizer_hf_no_include_special_tokens": UNCHECKED,
-        "tokenizer.tokenizer_hf_no_use_fast": UNCHECKED,
-        "tokenizer.tokenizer_model": UNCHECKED,
-        "tokenizer.tokenizer_prompt_format": UNCHECKED,
-        "tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces": UNCHECKED,
-        "tokenizer.tokenizer_sentencepiece_legacy": UNCHECKED,
-        "tokenizer.tokenizer_type": UNCHECKED,
-        "tokenizer.trust_remote_code": UNCHECKED,
-        "tokenizer.vocab_file": UNCHECKED,
-        "tokenizer.vocab_size": UNCHECKED,
     },
 )
 def repacked_data(ctx: RuleContext) -> list[Violation] | None:

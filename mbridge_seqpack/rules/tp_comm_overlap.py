@@ -7,11 +7,10 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, SPECS, TOPOLOGY_READS, TP_OVERLAP_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
-    OPTIONAL_MAPPING,
     OPTIONAL_MICRO_BATCH,
     POSITIVE_INT,
     UNCHECKED,
@@ -66,15 +65,10 @@ def _token_count_problem(ctx: RuleContext) -> tuple[str, dict[str, Any]] | None:
     ),
     reads={
         **TOPOLOGY_READS,
-        "comm_overlap": UNCHECKED,
-        "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-        "dataset.dataset_kwargs['answer_only_loss']": BOOL,
-        "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-        "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+        **DATASET_KWARGS_READS,
+        **TP_OVERLAP_READS,
         "dataset.enable_offline_packing": BOOL,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
-        "model.seq_length": POSITIVE_INT,
-        "model.tp_comm_overlap": BOOL,
         "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
         "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
     },
@@ -125,13 +119,11 @@ def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
     ),
     reads={
         **TOPOLOGY_READS,
-        "comm_overlap": UNCHECKED,
+        **TP_OVERLAP_READS,
         "dataset.enable_offline_packing": BOOL,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
         "dataset.seq_length": POSITIVE_INT,
         "mixed_precision": UNCHECKED,
-        "model.seq_length": POSITIVE_INT,
-        "model.tp_comm_overlap": BOOL,
         "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
     },
 )
