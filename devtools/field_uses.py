@@ -670,6 +670,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "hybrid_override_pattern",
     ),
     FieldUse(
+        "mixed_precision.fp8_recipe",
+        "bridge/training/mixed_precision.py",
+        "update_config_with_precision_overrides: copied onto the model (the recipe TE runs)",
+        "fp8_recipe",
+    ),
+    FieldUse(
         "model.multi_latent_attention",
         "core/models/gpt/gpt_layer_specs.py",
         "get_gpt_layer_*_spec: MLA attention (its own RoPE kernels)",

@@ -373,7 +373,7 @@ GENERATORS: tuple[Generator, ...] = (
     Page(
         "docs/graph-paths.md",
         "the CUDA-graph path matrix",
-        _call("mbridge_seqpack.rules.graph_paths", "render_markdown"),
+        _call("mbridge_seqpack.analysis.graph_paths", "render_markdown"),
     ),
     Page("docs/real-reports.md", "the public reports", _call("tests.real_reports", "render_markdown")),
     Page("docs/field-audit.md", "the field audit", _call("devtools.field_uses", "render_markdown")),

@@ -216,3 +216,40 @@ def qwen3omni_cfg(vlm_cfg):
         num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
     )
     return vlm_cfg
+
+
+@pytest.fixture(scope="session")
+def small_pack(tmp_path_factory, megatron_bridge):
+    """A real pack on disk, for the rules that read one: the embedded corpus's training split and its first 94
+    validation records (2 rows) packed at 4096 (pad_seq_to_mult 4) by ``pack``."""
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
+    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
+
+    out = tmp_path_factory.mktemp("small_pack") / "pack"
+    data = embedded_data_dir()
+    inputs = {}
+    for split, records in (("training", None), ("validation", 94)):
+        inputs[split] = out.parent / f"{split}.jsonl"
+        lines = (data / f"{split}.jsonl").read_text().splitlines(keepends=True)[:records]
+        inputs[split].write_text("".join(lines))
+    pack_jsonl(
+        inputs,
+        tokenizer=embedded_tokenizer_dir(),
+        output_dir=out,
+        options=PackOptions(pack_size=4096, pad_seq_to_mult=4),
+    )
+    return out
+
+
+@pytest.fixture
+def pack_cfg(packed_cfg, small_pack):
+    """The packed base reading ``small_pack`` as it was laid out (alignment 4, global batch 8, sampler seed 1234) with
+    no evaluation: valid at world size 8."""
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.pad_seq_to_mult = 4
+    specs.packed_train_data_path = str(small_pack / "training_4096.idx.parquet")
+    specs.packed_val_data_path = str(small_pack / "validation_4096.idx.parquet")
+    specs.packed_metadata_path = str(small_pack / "4096_metadata.jsonl")
+    packed_cfg.validation.eval_iters = 0
+    packed_cfg.train.global_batch_size, packed_cfg.dataset.seed = 8, 1234  # DP 8 x 1 row, seed 1234: as packed
+    return packed_cfg

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack import check
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs"

@@ -261,7 +261,7 @@ def test_quantile_balancing_needs_token_counts_the_router_splits_evenly(
     packed_cfg.model.moe_router_load_balancing_type, packed_cfg.model.moe_aux_loss_coeff = "quantile_balancing", 0.0
     packed_cfg.dataset.dataset_kwargs["pad_seq_length_to_mult"] = row_multiple
     for name in ("model.seq_length", "dataset.seq_length", "dataset.offline_packing_specs.packed_sequence_size"):
-        from mbridge_seqpack.paths import set_path
+        from mbridge_seqpack.config_paths import set_path
 
         set_path(packed_cfg, name, size)
     assert ("moe.quantile_balancing_tokens" in _ids(packed_cfg)) == bool(failing), failing
@@ -532,7 +532,7 @@ def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_load
     from megatron.bridge.data.loaders import build_train_valid_test_data_loaders
     from megatron.bridge.training.state import TrainState
 
-    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.config_paths import set_path
     from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from mbridge_seqpack import check
+from tests.support.field_reads import undeclared_reads, untyped_fields
 from tests.test_rules import CP2_LOSS, Case, _set
 
 SPECS = "dataset.offline_packing_specs"
@@ -521,6 +522,8 @@ def test_gap_rule_breaks_and_its_override_fix_repairs(
 
     found = check(cfg, world_size=case.world)
     assert sorted(v.rule_id for v in found) == sorted((case.rule_id, *case.also))
+    assert undeclared_reads(cfg, case.world) == {}  # every field each rule reads here is in its @rule(reads=...)
+    assert untyped_fields(found) == []
     (violation,) = [v for v in found if v.rule_id == case.rule_id]
     expected = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v for k, v in case.fields.items()}
     assert violation.fields == expected

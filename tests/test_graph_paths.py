@@ -1,5 +1,5 @@
-"""The CUDA-graph path matrix (``rules/graph_paths.py``): the rules follow it cell by cell, its failing cells fail in
-Megatron's own code where the CPU reaches it, its one injected path gets what the captured step needs, and the
+"""The CUDA-graph path matrix (``analysis/graph_paths.py``): the rules follow it cell by cell, its failing cells fail
+in Megatron's own code where the CPU reaches it, its one injected path gets what the captured step needs, and the
 docs page is generated from it.
 
 Reports behind it:
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
+from mbridge_seqpack.analysis.graph_paths import GraphPath, graph_paths, render_markdown
 from mbridge_seqpack.errors import ERROR
-from mbridge_seqpack.rules.graph_paths import GraphPath, classify, graph_paths, render_markdown
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_rules_follow_the_matrix(
     from mbridge_seqpack.rules import RuleContext
 
     cfg = _cell_config(request, cell, cp)
-    assert classify(RuleContext(cfg, 8)) == (cell.impl, cell.capture, cell.packing)
+    assert RuleContext(cfg, 8).graph_coordinates == (cell.impl, cell.capture, cell.packing)
     monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
     errors = {v.rule_id for v in _errors(cfg)}
     if cell.fails:
@@ -138,7 +138,6 @@ def test_the_fix_for_attention_capture_converges_to_a_working_cell(packed_cfg: A
 
     from mbridge_seqpack.overrides import converged_fix
     from mbridge_seqpack.rules import RuleContext
-    from mbridge_seqpack.rules.graph_paths import graph_path
 
     packed_cfg.model.cuda_graph_impl = "transformer_engine"
     set_cuda_graph_modules(packed_cfg.model, [])
@@ -149,7 +148,7 @@ def test_the_fix_for_attention_capture_converges_to_a_working_cell(packed_cfg: A
 
     fixed = apply_overrides(packed_cfg, overrides)
     assert check(fixed, world_size=8) == []
-    assert graph_path(RuleContext(fixed, 8)).verdict == "works"
+    assert RuleContext(fixed, 8).graph_path.verdict == "works"
 
 
 def test_all_moe_models_are_sent_to_the_router_scope(packed_cfg: Any) -> None:
@@ -480,7 +479,7 @@ def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_f
 def test_each_switchable_condition_has_its_own_fix(
     packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, field: str, value: Any, override: str
 ) -> None:
-    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.config_paths import set_path
 
     monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
     cfg = _full_iteration(packed_cfg)
@@ -526,9 +525,8 @@ def test_a_condition_of_the_model_itself_leaves_full_iteration_for_a_certified_s
     overrides, remaining = converged_fix(cfg, lambda c: check(c, world_size=8))
     assert remaining == []
     from mbridge_seqpack.rules import RuleContext
-    from mbridge_seqpack.rules.graph_paths import graph_path
 
-    assert graph_path(RuleContext(apply_overrides(cfg, overrides), 8)).verdict == "works"
+    assert RuleContext(apply_overrides(cfg, overrides), 8).graph_path.verdict == "works"
 
 
 def test_drop_and_pad_moe_is_capture_safe_under_full_iteration(
@@ -726,16 +724,15 @@ def test_mamba_graphs_over_packed_rows_are_refused_and_never_proposed(
     expected = {"model.cuda_graph_modules": fix} if fix else {"model.cuda_graph_impl": "none"}
     assert all(v.assignments == expected for v in violations)
     from mbridge_seqpack.rules import RuleContext
-    from mbridge_seqpack.rules.graph_paths import graph_path
 
-    cell = graph_path(RuleContext(packed_cfg, 8))
+    cell = RuleContext(packed_cfg, 8).graph_path
     assert (cell.capture, cell.verdict) == ("with_attention" if "attn" in modules else "mamba", "fails")
     overrides, remaining = converged_fix(packed_cfg, lambda c: check(c, world_size=8))
     assert remaining == []
     fixed = apply_overrides(packed_cfg, overrides)
     assert _errors(fixed) == []
     if fix:
-        fixed_cell = graph_path(RuleContext(fixed, 8))
+        fixed_cell = RuleContext(fixed, 8).graph_path
         assert (fixed_cell.capture, fixed_cell.verdict) == ("mlp", "works")
 
 

@@ -112,7 +112,7 @@ def test_the_plugins_report_comes_before_megatron_bridges_pre_validation(
     divisible by TP*PP*CP, or CP=0, used to surface as Megatron's bare exception instead of the plugin's report."""
     import copy
 
-    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.config_paths import set_path
 
     monkeypatch.setenv("WORLD_SIZE", world)
     for path, value in breaks.items():
@@ -247,7 +247,7 @@ def test_issue_example_is_rejected_with_every_fix(megatron_bridge: Any) -> None:
         assert v.fix in flat
     for v in info.value.violations:
         for path, value in v.assignments.items():
-            from mbridge_seqpack.paths import set_path
+            from mbridge_seqpack.config_paths import set_path
 
             set_path(cfg, path, value)
     _runtime_update(cfg)  # every fix applied: both validations pass, strict included

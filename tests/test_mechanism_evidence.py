@@ -419,28 +419,12 @@ def test_resuming_over_a_pack_written_after_the_checkpoint_is_reported(
 ) -> None:
     """A checkpoint as Megatron-Bridge writes one (train state, its latest copy, run_config.yaml); the pack's files
     newer than it, or other pack settings in its run_config.yaml, give the advisory."""
-    import shutil
-
-    import torch
-    from megatron.bridge.training.state import TrainState
-    from megatron.bridge.training.utils.checkpoint_utils import (
-        get_checkpoint_name,
-        get_checkpoint_run_config_filename,
-        get_checkpoint_train_state_filename,
-    )
+    from tests.support.checkpoints import write_checkpoint
 
     pack, _ = val_pack
     _point_at(packed_cfg, pack)
     packed_cfg.validation.eval_iters = 0
-    packed_cfg.checkpoint.load = str(tmp_path / "ckpt")
-    state = TrainState()
-    state.step, state.consumed_train_samples = 10, 160
-    iteration = Path(get_checkpoint_name(str(tmp_path / "ckpt"), 10))
-    iteration.mkdir(parents=True)
-    local = get_checkpoint_train_state_filename(str(iteration))
-    torch.save(state.state_dict(), local)  # checkpointing.py save_checkpoint's train_state_finalize_fn
-    shutil.copy(local, get_checkpoint_train_state_filename(str(tmp_path / "ckpt"), prefix="latest"))
-    packed_cfg.to_yaml(get_checkpoint_run_config_filename(str(iteration)))
+    local = write_checkpoint(packed_cfg, tmp_path / "ckpt", step=10, consumed=160)
     newest_pack = max(p.stat().st_mtime for p in pack.glob("*.parquet"))
     os.utime(local, (newest_pack + 60, newest_pack + 60))
     assert "resume.repacked_data" not in _ids(packed_cfg)

@@ -41,7 +41,7 @@ FIELDS = [
 def snapshot(cfg: Any) -> dict[str, Any]:
     from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 
-    from mbridge_seqpack.paths import get_path
+    from mbridge_seqpack.config_paths import get_path
 
     out = {path: get_path(cfg, path) for path in FIELDS}
     out["cuda_graph_modules"] = cuda_graph_module_names(cfg.model)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mbridge_seqpack import check
-from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, detect_model_family
+from mbridge_seqpack.analysis.model_family import GLM45, QWEN3_NEXT, detect_model_family
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.rules.field_types import FIELD_TYPES
+from mbridge_seqpack.rules.catalog import FIELD_TYPES
 
 pytestmark = pytest.mark.slow
 

@@ -68,12 +68,11 @@ def test_long_context_recipes_carry_the_derived_fields(megatron_bridge: Any) -> 
     from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 
     from mbridge_seqpack.rules import RuleContext
-    from mbridge_seqpack.rules.graph_paths import graph_path
 
     assert (graphs.model.cuda_graph_impl, cuda_graph_module_names(graphs.model)) == ("transformer_engine", ["mlp"])
     assert graphs.dataset.dataset_kwargs["pad_to_max_length"] is True
     assert graphs.dataset.offline_packing_specs.pad_cu_seqlens is False  # attention is not captured
-    assert graph_path(RuleContext(graphs, 8)).verdict == "works"
+    assert RuleContext(graphs, 8).graph_path.verdict == "works"
 
 
 def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -232,7 +232,7 @@ def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
     case: Any, request: pytest.FixtureRequest, tmp_path: Any
 ) -> None:
     """The rule's break makes Megatron-Bridge's own validate() fail; the rule's fix makes it pass."""
-    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.config_paths import set_path
 
     cfg = request.getfixturevalue(case.base)
     world = case.base_world or case.repaired_world or case.world

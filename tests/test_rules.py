@@ -3,14 +3,17 @@ fix asserted), and the same config with the fix applied gives none."""
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from mbridge_seqpack import check
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
+from tests.support.field_reads import undeclared_reads, untyped_fields
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs.pad_to_max_length"
@@ -22,13 +25,14 @@ class Case:
     base: str
     world: int
     breaks: Callable[[Any, Any], None]
-    fields: dict[str, Any]
+    fields: dict[str, Any] | Callable[[Any, Any], dict[str, Any]]  # or computed from the broken config, tmp_path
     assignments: dict[str, Any] | None = None
     fix: str | None = None
     repair: Callable[[Any, Any], Any] | None = None  # default: apply assignments
     also: tuple[str, ...] = ()
     repaired_world: int | None = None
     base_world: int | None = None  # where the unbroken base config is valid, when not the checked world
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None  # what the environment differs in (undone after)
 
 
 def _set(**values: Any) -> Callable[[Any, Any], None]:
@@ -859,22 +863,320 @@ MECHANISM_CASES = [
 CASES += MECHANISM_CASES
 
 
+# ---- the rules whose only tests were elsewhere: one case each, on the same footing --------------------------------
+def _env(**values: str) -> Callable[[Any, Any], None]:
+    """Environment variables the launch has (the conftest fixture restores the environment after each test)."""
+
+    def mutate(cfg: Any, tmp_path: Any) -> None:
+        os.environ.update(values)
+
+    return mutate
+
+
+def _cp(n: int) -> Callable[[Any, Any], None]:
+    """Context parallelism ``n`` with every field that follows from it derived (compose/derive.py)."""
+
+    def mutate(cfg: Any, tmp_path: Any) -> None:
+        from mbridge_seqpack.compose.mixins import derive
+
+        cfg.model.context_parallel_size = n
+        derive(cfg)
+
+    return mutate
+
+
+def _both_packing_flags(cfg: Any, tmp_path: Any) -> None:
+    """A custom SFT dataset config that carries both packing switches, both on."""
+    from megatron.bridge.data.builders import GPTSFTDatasetConfig
+
+    @dataclass(kw_only=True)
+    class HybridSFT(GPTSFTDatasetConfig):
+        enable_in_batch_packing: bool = False
+
+    old = cfg.dataset
+    cfg.dataset = HybridSFT(
+        seq_length=4096,
+        dataset_root=old.dataset_root,
+        enable_offline_packing=True,
+        offline_packing_specs=old.offline_packing_specs,
+        enable_in_batch_packing=True,
+    )
+
+
+def _old_mcore(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbridge_seqpack.rules import cp
+
+    monkeypatch.setattr(cp, "_mcore_version", lambda: (0, 17, 1))
+
+
+def _eval_cp(cfg: Any, tmp_path: Any) -> None:
+    from mbridge_seqpack import apply
+    from mbridge_seqpack.compose.mixins import ContextParallel
+
+    apply(cfg, ContextParallel(2))
+    cfg.dist.eval_context_parallel_size = 4
+
+
+def _flash_over_padded_rows(cfg: Any, tmp_path: Any) -> None:
+    """FlashAttention asked for over padded rows: FlashAttention 2 refuses THD with padding between sequences."""
+    from megatron.core.transformer.enums import AttnBackend
+
+    cfg.model.attention_backend = AttnBackend.flash
+    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4
+
+
+def _drop_kwarg(key: str) -> Callable[[Any, Any], None]:
+    def mutate(cfg: Any, tmp_path: Any) -> None:
+        cfg.dataset.dataset_kwargs.pop(key)
+
+    return mutate
+
+
+def _checkpoint_before_the_pack(cfg: Any, tmp_path: Any) -> None:
+    """A checkpoint as Megatron-Bridge writes one, older than the pack the config reads."""
+    from tests.support.checkpoints import write_checkpoint
+
+    local = write_checkpoint(cfg, tmp_path / "ckpt", step=10, consumed=80)
+    pack = Path(cfg.dataset.offline_packing_specs.packed_train_data_path).parent
+    oldest = min(p.stat().st_mtime for p in pack.glob("*.parquet")) - 60
+    os.utime(local, (oldest, oldest))
+
+
+ROUTED_MOE = {"model__num_moe_experts": 4, "model__moe_router_topk": 2, "model__moe_aux_loss_coeff": 0.01}
+CASES += [
+    Case(
+        "config.types",
+        "packed_cfg",
+        8,
+        _set(model__tensor_model_parallel_size="1"),
+        {"model.tensor_model_parallel_size": "1", "type": "str"},
+        {"model.tensor_model_parallel_size": 1},
+    ),
+    Case(
+        "packing.modes_exclusive",
+        "packed_cfg",
+        8,
+        _both_packing_flags,
+        {"dataset.enable_offline_packing": True, "dataset.enable_in_batch_packing": True},
+        {"dataset.enable_in_batch_packing": False},
+        also=("in_batch.micro_batch_gt_one",),
+        repair=_set(dataset__enable_in_batch_packing=False),
+    ),
+    Case(
+        "cp.thd_mcore_version",
+        "packed_cfg",
+        8,
+        _cp(2),
+        {"megatron.core.__version__": "0.17.1", "model.context_parallel_size": 2},
+        fix="pip install 'megatron-core>=0.18' (or set cfg.model.context_parallel_size = 1)",
+        patch=_old_mcore,
+        repair=_cp(1),
+    ),
+    Case(
+        "cp.eval_cp_has_no_effect",
+        "packed_cfg",
+        8,
+        _eval_cp,
+        {"dist.eval_context_parallel_size": 4, "model.context_parallel_size": 2},
+        {"dist.eval_context_parallel_size": None},
+    ),
+    Case(
+        "cuda_graphs.pad_cu_seqlens_needs_metadata",
+        "packed_cfg",
+        8,
+        _metadata_breaks,
+        lambda cfg, tmp_path: {
+            f"{SPECS}.packed_metadata_path": None,
+            f"{SPECS}.packed_train_data_path": str(tmp_path / "training_4096.idx.parquet"),
+        },
+        repair=_metadata_repair,
+    ),
+    Case(
+        "cuda_graphs.te_scope_inputs",
+        "hybrid_cfg",
+        8,
+        _both(_graphs(["mamba"]), _set(**{"dataset__dataset_kwargs['pad_to_max_length']": True})),
+        {
+            "model.cuda_graph_impl": "transformer_engine",
+            "model.cuda_graph_modules": ["mamba"],
+            "layer kinds": "mamba",
+            "dataset.enable_offline_packing": True,
+        },
+        {"model.cuda_graph_modules": ["mlp"]},
+    ),
+    Case(
+        "cuda_graphs.capture_host_reads",
+        "packed_cfg",
+        8,
+        _both(
+            _full_iteration(injected=True),
+            _set(
+                **{
+                    "dataset__dataset_kwargs['pad_to_max_length']": True,
+                    f"{SPECS}.pad_cu_seqlens".replace(".", "__"): True,
+                    "ddp__check_for_nan_in_grad": True,  # Megatron-Bridge's SFT default: a host read in the step
+                }
+            ),
+        ),
+        {"model.cuda_graph_impl": "full_iteration", "ddp.check_for_nan_in_grad": True},
+        {"ddp.check_for_nan_in_grad": False},
+    ),
+    Case(
+        "attention.backend_available",
+        "packed_cfg",
+        8,
+        _both(_env(MBRIDGE_SEQPACK_GPU_ARCH="sm90"), _flash_over_padded_rows),
+        {
+            "layers": "all 12 layers",
+            "model.attention_backend": "AttnBackend.flash",
+            f"{SPECS}.pad_seq_to_mult": 4,
+            "pad_between_seqs": True,
+            "env NVTE_FUSED_ATTN": "0",
+            "env NVTE_UNFUSED_ATTN": "0",
+            "target": "sm90",
+        },
+    ),
+    Case(
+        "attention.backend_env_conflict",
+        "packed_cfg",
+        8,
+        _env(MBRIDGE_SEQPACK_GPU_ARCH="sm90", NVTE_FUSED_ATTN="0"),
+        {"model.attention_backend": "AttnBackend.auto", "env NVTE_FUSED_ATTN": "0"},
+        {"model.attention_backend": "auto"},
+    ),
+    Case(
+        "equivalence.labels",
+        "packed_cfg",
+        8,
+        _set(dataset__dataset_kwargs={"chat": True, "answer_only_loss": False}),
+        {
+            "dataset.enable_offline_packing": True,
+            f"{SPECS}.pad_seq_to_mult": 1,
+            f"{SPECS}.pad_cu_seqlens": False,
+            KW: False,
+            "dataset.dataset_kwargs.answer_only_loss": False,
+            "measured": "9 tokens the unpacked run does not train get loss packed; 4 of 5 sequences get another loss "
+            "sum or token count; the step reports lm loss 1.5 vs 1.462",
+        },
+        {"dataset.dataset_kwargs.answer_only_loss": True},
+    ),
+    Case(
+        "equivalence.mtp_labels",
+        "packed_cfg",
+        8,
+        _set(model__mtp_num_layers=1, dataset__offline_packing_specs__pad_seq_to_mult=16),
+        {
+            "model.mtp_num_layers": 1,
+            "dataset.enable_offline_packing": True,
+            f"{SPECS}.pad_seq_to_mult": 16,
+            f"{SPECS}.pad_cu_seqlens": False,
+            KW: False,
+            "measured": "16 of 34 MTP labels cross a sequence boundary or differ from the unpacked run's",
+        },
+        {f"{SPECS}.pad_seq_to_mult": 1},
+        also=("mtp.no_packing",),
+    ),
+    Case(
+        "equivalence.router_padding",
+        "packed_cfg",
+        8,
+        _set(**ROUTED_MOE),
+        {
+            "model.num_moe_experts": 4,
+            "router terms": ["moe_aux_loss_coeff"],
+            "dataset.enable_offline_packing": True,
+            f"{SPECS}.pad_seq_to_mult": 1,
+            f"{SPECS}.pad_cu_seqlens": False,
+            KW: False,
+            "measured": "27.1% of routed tokens are padding (13 of 48); tokens per expert move by 37.1% of the real "
+            "load; load-balancing loss 1.114 vs 1.031 on real tokens only",
+        },
+        {"dataset.dataset_kwargs.pad_seq_length_to_mult": 1},
+    ),
+    Case(
+        "gpt_sft.dataset_kwargs_accepted",
+        "packed_cfg",
+        8,
+        _set(**{"dataset__dataset_kwargs['add_eso']": True}),
+        {"dataset.dataset_kwargs.add_eso": True},
+        fix="remove it: ~dataset.dataset_kwargs.add_eso (did you mean 'add_eos'? set it with "
+        "++dataset.dataset_kwargs.add_eos=...)",
+        repair=_drop_kwarg("add_eso"),
+    ),
+    Case(
+        "artifact.fingerprint_mismatch",
+        "pack_cfg",
+        8,
+        _set(dataset__offline_packing_specs__pad_seq_to_mult=1),
+        lambda cfg, tmp_path: {
+            f"{SPECS}.packed_train_data_path": cfg.dataset.offline_packing_specs.packed_train_data_path,
+            "artifact pad_seq_to_mult": 4,
+            f"{SPECS}.pad_seq_to_mult": 1,
+        },
+        {f"{SPECS}.pad_seq_to_mult": 4},
+        also=("artifact.fingerprint_mismatch",),  # the validation split's file, the same way
+    ),
+    Case(
+        "artifact.balance_layout",
+        "pack_cfg",
+        8,
+        _set(dataset__seed=5678),
+        {"pack sampler_seed": 1234, "dataset.seed": 5678},
+        {"dataset.seed": 1234},
+    ),
+    Case(
+        "eval.packed_split_rows",
+        "pack_cfg",
+        8,
+        _set(validation__eval_iters=1),
+        lambda cfg, tmp_path: {
+            f"{SPECS}.packed_val_data_path": cfg.dataset.offline_packing_specs.packed_val_data_path,
+            "validation rows": 2,
+            "validation.eval_global_batch_size": 8,
+            "dataset.dataloader_type": "batch",
+        },
+        {"validation.eval_iters": 0},
+    ),
+    Case(
+        "resume.repacked_data",
+        "pack_cfg",
+        8,
+        _checkpoint_before_the_pack,
+        lambda cfg, tmp_path: {
+            "checkpoint.load": str(tmp_path / "ckpt"),
+            "checkpoint step": 10,
+            "consumed_train_samples": 80,
+            "training rows now": 40,
+            "changed since the checkpoint": ["the pack was written after the checkpoint"],
+        },
+        repair=_set(checkpoint__finetune=True),
+    ),
+]
+
+
 def _apply_fix(cfg: Any, assignments: dict[str, Any]) -> None:
     for path, value in assignments.items():
         set_path(cfg, path, value)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.rule_id for c in CASES])
-def test_rule_breaks_and_fix_repairs(case: Case, request: pytest.FixtureRequest, tmp_path: Any) -> None:
+def test_rule_breaks_and_fix_repairs(
+    case: Case, request: pytest.FixtureRequest, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = request.getfixturevalue(case.base)
     base_world = case.base_world or case.repaired_world or case.world
     assert check(cfg, world_size=base_world) == [], "the base config must be valid"
+    assert undeclared_reads(cfg, base_world) == {}
+    if case.patch is not None:
+        case.patch(monkeypatch)
     case.breaks(cfg, tmp_path)
 
     found = check(cfg, world_size=case.world)
     assert sorted(v.rule_id for v in found) == sorted((case.rule_id, *case.also))
-    (violation,) = [v for v in found if v.rule_id == case.rule_id]
-    assert violation.fields == case.fields
+    assert undeclared_reads(cfg, case.world) == {}  # every field each rule reads here is in its @rule(reads=...)
+    assert untyped_fields(found) == []
+    violation = next(v for v in found if v.rule_id == case.rule_id)
+    assert violation.fields == (case.fields(cfg, tmp_path) if callable(case.fields) else case.fields)
     if case.assignments is not None:
         assert violation.assignments == case.assignments
     if case.fix is not None:
@@ -908,47 +1210,6 @@ def test_metadata_rule_names_paths_and_repairs(packed_cfg: Any, tmp_path: Any) -
     assert v.rule.endswith("the file does not exist")
     _metadata_repair(packed_cfg, tmp_path)
     assert check(packed_cfg, world_size=8) == []
-
-
-def test_modes_exclusive_on_a_custom_dataset_with_both_flags(packed_cfg: Any) -> None:
-    from megatron.bridge.data.builders import GPTSFTDatasetConfig
-
-    @dataclass(kw_only=True)
-    class HybridSFT(GPTSFTDatasetConfig):
-        enable_in_batch_packing: bool = False
-
-    old = packed_cfg.dataset
-    packed_cfg.dataset = HybridSFT(
-        seq_length=4096,
-        dataset_root=old.dataset_root,
-        enable_offline_packing=True,
-        offline_packing_specs=old.offline_packing_specs,
-        enable_in_batch_packing=True,
-    )
-    found = {v.rule_id: v for v in check(packed_cfg, world_size=8)}
-    assert sorted(found) == ["in_batch.micro_batch_gt_one", "packing.modes_exclusive"]
-    assert found["packing.modes_exclusive"].fields == {
-        "dataset.enable_offline_packing": True,
-        "dataset.enable_in_batch_packing": True,
-    }
-    assert found["packing.modes_exclusive"].assignments == {"dataset.enable_in_batch_packing": False}
-    packed_cfg.dataset.enable_in_batch_packing = False
-    assert check(packed_cfg, world_size=8) == []
-
-
-def test_thd_mcore_version_rule(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mbridge_seqpack.rules import cp
-
-    set_path(packed_cfg, "model.context_parallel_size", 2)
-    from mbridge_seqpack.compose.mixins import derive
-
-    derive(packed_cfg)
-    assert check(packed_cfg, world_size=8) == []  # the installed Megatron-Core (0.19.2) has THD CP
-    monkeypatch.setattr(cp, "_mcore_version", lambda: (0, 17, 1))
-    (v,) = check(packed_cfg, world_size=8)
-    assert v.rule_id == "cp.thd_mcore_version"
-    assert v.fields == {"megatron.core.__version__": "0.17.1", "model.context_parallel_size": 2}
-    assert v.fix == "pip install 'megatron-core>=0.18' (or set cfg.model.context_parallel_size = 1)"
 
 
 def test_glm45_from_its_bridge_structure_opts_out_of_offline_packing(packed_cfg: Any) -> None:
@@ -1058,3 +1319,25 @@ def test_a_rule_outside_its_family_module_is_refused() -> None:
     ):
         rule("cp.misplaced", "A rule in the wrong module.", severity=ERROR, evidence="none needed")(misplaced)
     assert registered() == before
+
+
+def _rule_ids_with_a_case() -> set[str]:
+    """The rule ids the test tree's ``Case(...)`` entries name, read from the source (no test imports another)."""
+    named: set[str] = set()
+    for path in Path(__file__).resolve().parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Case":
+                first = (
+                    node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "rule_id"), None)
+                )
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    named.add(first.value)
+    return named
+
+
+def test_every_rule_has_a_case() -> None:
+    """A rule is added with its case: a real config that breaks it (and the fix that repairs it)."""
+    from mbridge_seqpack.rules import all_rules
+
+    named = _rule_ids_with_a_case()
+    assert [r.rule_id for r in all_rules() if r.rule_id not in named] == []

@@ -1,5 +1,5 @@
 """Engines the rules, the command line and ``recipes`` ask; none of them is a rule.
 
 Transformer Engine's attention backend selection (``te_attention``, ``attention_backend``), its fixed FusedAttention
-support rules as data (``te_fused_rules``), and the parallel-layout arithmetic (``topology``).
-Nothing here imports ``rules``."""
+support rules as data (``te_fused_rules``), the parallel-layout arithmetic (``topology``), the CUDA-graph path matrix
+(``graph_paths``) and model-family detection (``model_family``). Nothing here imports ``rules``."""

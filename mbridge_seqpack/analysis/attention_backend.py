@@ -48,7 +48,7 @@ __all__ = [
     "NONDETERMINISTIC_ENV",
     "LayerKind",
     "Inputs",
-    "KindVerdict",
+    "KindSelection",
     "AttentionVerdict",
     "verdict_of",
     "layer_comm_types",
@@ -534,7 +534,7 @@ def attention_params(inputs: Inputs, kind: LayerKind) -> Any:
 
 # ---- the verdict -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class KindVerdict:
+class KindSelection:
     kind: LayerKind
     params: Any  # the AttentionParams TE was asked about
     selection: Any  # te_attention.Selection
@@ -546,12 +546,12 @@ class AttentionVerdict:
 
     target: Any  # te_attention.Target
     inputs: Inputs | None
-    kinds: tuple[KindVerdict, ...]
+    kinds: tuple[KindSelection, ...]
     layers: int
     skipped: str | None = None
     #: the stacks also asked (each GPU generation when none is declared, the newest gated cuDNN when the target's
     #: is not declared), with TE's picks there
-    others: tuple[tuple[str, tuple[KindVerdict, ...]], ...] = ()
+    others: tuple[tuple[str, tuple[KindSelection, ...]], ...] = ()
 
     @property
     def computed(self) -> bool:
@@ -561,7 +561,7 @@ class AttentionVerdict:
         return len({self.kinds[index].selection.ok, *(kinds[index].selection.ok for _, kinds in self.others)}) > 1
 
     @property
-    def failing(self) -> list[KindVerdict]:
+    def failing(self) -> list[KindSelection]:
         """The layer kinds TE leaves no backend for, on the target and on every other stack asked."""
         return [k for i, k in enumerate(self.kinds) if not k.selection.ok and not self._differs(i)]
 
@@ -572,7 +572,7 @@ class AttentionVerdict:
         stack asked agrees."""
         return self.undetermined_for(self.kinds)
 
-    def undetermined_for(self, kinds: list[KindVerdict] | tuple[KindVerdict, ...]) -> str | None:
+    def undetermined_for(self, kinds: list[KindSelection] | tuple[KindSelection, ...]) -> str | None:
         """:attr:`undetermined` for some of the layer kinds only (those no other rule reports)."""
         split = [i for i in range(len(self.kinds)) if self._differs(i) and self.kinds[i] in kinds]
         if not split:
@@ -592,14 +592,14 @@ class AttentionVerdict:
         return "; ".join(parts)
 
 
-def _select_all(inputs: Inputs, kinds: list[LayerKind], target: Any) -> tuple[KindVerdict, ...]:
+def _select_all(inputs: Inputs, kinds: list[LayerKind], target: Any) -> tuple[KindSelection, ...]:
     from mbridge_seqpack.analysis.te_attention import select
 
     env = dict(inputs.env)
     found = []
     for kind in kinds:
         params = attention_params(inputs, kind)
-        found.append(KindVerdict(kind, params, select(params, env, target)))
+        found.append(KindSelection(kind, params, select(params, env, target)))
     return tuple(found)
 
 
@@ -680,7 +680,7 @@ class _View:
         return _View(value, self._overrides, path + ".")
 
 
-def _candidates(cfg: Any, verdict: AttentionVerdict, failing: KindVerdict) -> list[dict[str, Any]]:
+def _candidates(cfg: Any, verdict: AttentionVerdict, failing: KindSelection) -> list[dict[str, Any]]:
     """Assignments that could let TE keep a backend for ``failing``, least invasive first."""
     from megatron.core.transformer.enums import AttnBackend
 
@@ -725,7 +725,7 @@ def _kind_ok(cfg: Any, fix: Mapping[str, Any], kind: LayerKind, target: Any) -> 
     return all(v.selection.ok for v in _select_all(inputs, kinds, target))
 
 
-def fix_for(cfg: Any, verdict: AttentionVerdict, failing: KindVerdict) -> dict[str, Any]:
+def fix_for(cfg: Any, verdict: AttentionVerdict, failing: KindSelection) -> dict[str, Any]:
     """The first candidate (or, failing each alone, the candidates together) under which TE's selection keeps a
     backend for the failing layers; empty when none does."""
     candidates = _candidates(cfg, verdict, failing)
@@ -798,7 +798,7 @@ def decisive_reasons(selection: Any, target: Any = None) -> str:
     return "; ".join(p.rstrip(". ") for p in parts)
 
 
-def _fields(cfg: Any, verdict: AttentionVerdict, failing: KindVerdict) -> dict[str, Any]:
+def _fields(cfg: Any, verdict: AttentionVerdict, failing: KindSelection) -> dict[str, Any]:
     inputs, kind = verdict.inputs, failing.kind
     assert inputs is not None
     fields: dict[str, Any] = {"layers": kind.layers_text(verdict.layers)}
@@ -826,7 +826,7 @@ def _fields(cfg: Any, verdict: AttentionVerdict, failing: KindVerdict) -> dict[s
     return fields
 
 
-def no_backend_violation(cfg: Any, verdict: AttentionVerdict, failing: KindVerdict) -> Any:
+def no_backend_violation(cfg: Any, verdict: AttentionVerdict, failing: KindSelection) -> Any:
     """The ``attention.backend_available`` finding for one failing layer kind, with a fix TE's selection takes."""
     from mbridge_seqpack.errors import Violation
 
@@ -846,7 +846,7 @@ def no_backend_violation(cfg: Any, verdict: AttentionVerdict, failing: KindVerdi
     return Violation(_fields(cfg, verdict, failing), why, fix=text, assignments=fix)
 
 
-def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[KindVerdict] | None = None) -> Any:
+def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[KindSelection] | None = None) -> Any:
     """The ``attention.backend_available`` finding where TE's selection differs between the stacks asked: not
     determined here (never a failure computed for a default stack), naming each stack's picks."""
     from mbridge_seqpack.errors import UNDETERMINED, Violation

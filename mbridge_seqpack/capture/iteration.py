@@ -104,7 +104,7 @@ def probe_config(settings: dict[str, Any]) -> Any:
     off, then ``settings`` (dotted paths) applied."""
     from megatron.bridge.recipes.common import _sft_common
 
-    from mbridge_seqpack.paths import set_path
+    from mbridge_seqpack.config_paths import set_path
 
     cfg = _sft_common()
     cfg.model = _tiny_provider()

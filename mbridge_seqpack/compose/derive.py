@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from mbridge_seqpack.compose.derive import derive, ensure_specs
+from mbridge_seqpack.config_paths import set_path
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError, Violation
-from mbridge_seqpack.paths import set_path
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer

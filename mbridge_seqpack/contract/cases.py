@@ -31,7 +31,7 @@ class ValidateCase:
     def build(self) -> Any:
         """The case's config; ``validate()`` on the returned object runs Megatron-Bridge's whole judgement."""
         from mbridge_seqpack.compose.mixins import OfflinePacking, apply
-        from mbridge_seqpack.paths import set_path
+        from mbridge_seqpack.config_paths import set_path
         from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
 
         cfg = apply(

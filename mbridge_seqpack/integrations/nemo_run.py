@@ -60,7 +60,7 @@ def _hydra_converter(args: SequencePackingScriptArgs) -> list[str]:
 
 def _value(cfg: Any, path: str) -> Any:
     """The value at ``path``, or None where a parent is missing (e.g. no ``dataset_kwargs``)."""
-    from mbridge_seqpack.paths import get_path
+    from mbridge_seqpack.config_paths import get_path
 
     try:
         return get_path(cfg, path)

@@ -15,7 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import (
+    DATASET_KWARGS_READS,
+    PACK_FINGERPRINT_READS,
+    PACK_PATH_READS,
+    SPECS,
+    TOPOLOGY_READS,
+    RuleContext,
+)
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    OPTIONAL_INT,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_PATH,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 if TYPE_CHECKING:
@@ -497,6 +514,13 @@ def content_plan(cfg: ConfigContainer) -> Any:
         "missing is prepared at launch (GPTSFTDatasetBuilder.prepare_packed_data) and its entry appended to the "
         "configured metadata file: into a sealed pack's folder, which its verified reads then refuse."
     ),
+    reads={
+        **PACK_FINGERPRINT_READS,
+        **DATASET_KWARGS_READS,
+        **PACK_PATH_READS,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+    },
 )
 def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs
@@ -580,6 +604,22 @@ def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
         "max_train_samples (data/packing/parquet.py samples_mapping) reshuffle every epoch. A pack laid out for "
         "other values trains correctly, only without the step balance its metadata reports: an advisory."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **PACK_PATH_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.seed": OPTIONAL_INT,
+        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.tokenizer_model": UNCHECKED,
+        "tokenizer.tokenizer_type": UNCHECKED,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.artifact.seal import entry_for, find_metadata

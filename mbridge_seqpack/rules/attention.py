@@ -15,8 +15,16 @@ from mbridge_seqpack.analysis.attention_backend import (
     undetermined_violation,
 )
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import ATTENTION_VERDICT_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.cp import a2a_heads_divisible
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    MAPPING,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_PATH,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -36,6 +44,25 @@ from mbridge_seqpack.rules.registry import rule
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
         "cp.* rule reports are left to it."
     ),
+    reads={
+        **ATTENTION_VERDICT_READS,
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "mixed_precision.bf16": UNCHECKED,
+        "mixed_precision.first_last_layers_bf16": UNCHECKED,
+        "mixed_precision.fp8": UNCHECKED,
+        "mixed_precision.fp8_dot_product_attention": UNCHECKED,
+        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
+        "model.first_last_layers_bf16": UNCHECKED,
+        "model.flash_attention_version": UNCHECKED,
+        "model.fp8_dot_product_attention": UNCHECKED,
+        "model.hidden_size": UNCHECKED,
+        "model.num_layers_at_end_in_bf16": UNCHECKED,
+        "model.num_layers_at_start_in_bf16": UNCHECKED,
+        "model.window_attn_skip_freq": UNCHECKED,
+    },
 )
 def backend_available(ctx: RuleContext) -> list[Violation] | None:
     verdict = ctx.attention_verdict
@@ -64,6 +91,7 @@ def backend_available(ctx: RuleContext) -> list[Violation] | None:
         "three); run here on a copy of the launch's NVTE_* variables (environment, then env_vars as "
         "runtime_config_update's setdefault leaves them). A string value sets and checks nothing."
     ),
+    reads={"env_vars": MAPPING, "model.attention_backend": OPTIONAL_NAME},
 )
 def backend_env_conflict(ctx: RuleContext) -> list[Violation] | None:
     env = training_env(ctx.cfg)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import OPTIONAL_MICRO_BATCH, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -27,6 +28,7 @@ def _layout_fields(ctx: RuleContext) -> dict[str, int]:
         "divisible by ...' for TP*PP*CP and for expert TP*EP*PP, at setup() after the GPUs are allocated; expert "
         "TP is 1 when EP>1 and it is unset (models/transformer_config.py _set_moe_expert_tensor_parallel_default)."
     ),
+    reads={**TOPOLOGY_READS},
 )
 def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
@@ -79,6 +81,13 @@ _CALCULATOR_EVIDENCE = (
     "train.global_batch_size % (micro_batch_size * DP) == 0.",
     severity=ERROR,
     evidence=_CALCULATOR_EVIDENCE + " With train.decrease_batch_size_if_needed it rounds down instead (n/a).",
+    reads={
+        **TOPOLOGY_READS,
+        "train.decrease_batch_size_if_needed": UNCHECKED,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.rampup_batch_size": UNCHECKED,
+    },
 )
 def global_batch_divisible(ctx: RuleContext) -> list[Violation] | None:
     dp = ctx.topology.data_parallel
@@ -103,6 +112,12 @@ def global_batch_divisible(ctx: RuleContext) -> list[Violation] | None:
     "train.global_batch_size >= micro_batch_size * DP.",
     severity=ERROR,
     evidence=_CALCULATOR_EVIDENCE,
+    reads={
+        **TOPOLOGY_READS,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.rampup_batch_size": UNCHECKED,
+    },
 )
 def global_batch_min(ctx: RuleContext) -> list[Violation] | None:
     dp = ctx.topology.data_parallel

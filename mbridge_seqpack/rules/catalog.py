@@ -44,9 +44,13 @@ from mbridge_seqpack.rules import (  # noqa: F401  one family module per rule-id
 )
 from mbridge_seqpack.rules.config import TYPES_RULE_ID
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.registry import Rule, RuleResult, registered, run_rule
+from mbridge_seqpack.rules.field_types import FieldType
+from mbridge_seqpack.rules.registry import Rule, RuleResult, checked_field_types, registered, run_rule
 
-__all__ = ["all_rules", "evaluate", "render_markdown"]
+__all__ = ["all_rules", "evaluate", "render_markdown", "FIELD_TYPES"]
+
+#: the type each field the rules read must hold, derived from the rules' ``reads`` (what ``config.types`` checks)
+FIELD_TYPES: dict[str, FieldType] = checked_field_types()
 
 
 def family(entry: Rule) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import POSITIVE_INT
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _seq_length_fix
 
@@ -18,6 +19,7 @@ from mbridge_seqpack.rules.shared import _seq_length_fix
         "training/config.py ConfigContainer.validate raises ValueError '<Dataset>.seq_length must be "
         "divisible by the CP/SP collate padding multiple' for DirectHF/Energon/MockVLM datasets."
     ),
+    reads={**TOPOLOGY_READS, "dataset.seq_length": POSITIVE_INT, "model.seq_length": POSITIVE_INT},
 )
 def collate_seq_length_alignment(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.has_collate_padding:

@@ -16,11 +16,18 @@ import typing
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, Callable
 
+from mbridge_seqpack.config_paths import get_path
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.paths import get_path
 from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.field_types import type_problems
-from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    NON_NEGATIVE_INT,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    UNCHECKED,
+    type_problems,
+)
+from mbridge_seqpack.rules.registry import checked_field_types, rule
 
 __all__ = ["TYPES_RULE_ID", "KNOWN_VALUE_FIELDS", "declared_choices"]
 
@@ -38,9 +45,10 @@ TYPES_RULE_ID = "config.types"
     "data/packing/gpt_sft.py GPTSFTPackedDataset.collate_fn then fails on `self._pad_seq_to_mult > 1`; "
     "training/train.py asserts train.manual_gc_interval >= 0 when training starts; a string 'false' is truthy and "
     "silently turns flags on.",
+    reads={"train.manual_gc_interval": NON_NEGATIVE_INT},
 )
 def config_types(ctx: RuleContext) -> list[Violation]:
-    return type_problems(ctx)
+    return type_problems(ctx.cfg, checked_field_types())
 
 
 def _moe(ctx: RuleContext) -> bool:
@@ -172,6 +180,25 @@ def _default(obj: Any, name: str) -> Any:
         "moe_utils.py and token_dispatcher.py (MoE dispatcher, score function, drop policy, flex backend; run on CPU "
         "where they are functions). The choices are read from the fields' Literal annotations."
     ),
+    reads={
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dist.sharp_enabled_group": OPTIONAL_NAME,
+        "dist.use_sharp": BOOL,
+        "mixed_precision": UNCHECKED,
+        "mixed_precision.fp4": UNCHECKED,
+        "mixed_precision.fp4_recipe": UNCHECKED,
+        "mixed_precision.fp8": UNCHECKED,
+        "mixed_precision.fp8_recipe": OPTIONAL_NAME,
+        "model.moe_expert_capacity_factor": UNCHECKED,
+        "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
+        "model.moe_router_score_function": UNCHECKED,
+        "model.moe_token_dispatcher_type": OPTIONAL_NAME,
+        "model.moe_token_drop_policy": UNCHECKED,
+        "model.normalization": OPTIONAL_NAME,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.pipeline_model_parallel_comm_backend": UNCHECKED,
+        "model.softmax_type": OPTIONAL_NAME,
+    },
 )
 def known_values(ctx: RuleContext) -> list[Violation] | None:
     found = []

@@ -12,14 +12,202 @@ from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    CP_COMM_TYPE,
+    MAPPING,
+    OPTIONAL_INT_LIST,
+    OPTIONAL_MAPPING,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_NAMES,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_NUMBERS,
+    OPTIONAL_PATH,
+    OPTIONAL_POSITIVE_INT,
+    OPTIONAL_STR,
+    OPTIONAL_WINDOW,
+    POSITIVE_INT,
+    UNCHECKED,
+    FieldType,
+)
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["RuleContext", "resolve_world_size", "SPECS"]
+__all__ = [
+    "RuleContext",
+    "resolve_world_size",
+    "SPECS",
+    "TOPOLOGY_READS",
+    "ATTENTION_VERDICT_READS",
+    "EQUIVALENCE_READS",
+    "PACK_FINGERPRINT_READS",
+    "DATASET_KWARGS_READS",
+    "GRAPH_PATH_READS",
+    "PACK_PATH_READS",
+    "BATCH_READS",
+    "FP8_ROW_READS",
+    "TP_OVERLAP_READS",
+]
 
 #: where a config keeps its offline packing specs (the prefix of every field the packing rules name)
 SPECS = "dataset.offline_packing_specs"
+
+#: the fields :attr:`RuleContext.topology` reads, with their types: a rule that asks the layout reads them all
+TOPOLOGY_READS: dict[str, FieldType] = {
+    "model.tensor_model_parallel_size": POSITIVE_INT,
+    "model.pipeline_model_parallel_size": POSITIVE_INT,
+    "model.context_parallel_size": POSITIVE_INT,
+    "model.expert_model_parallel_size": POSITIVE_INT,
+    "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
+    "dist.eval_context_parallel_size": OPTIONAL_POSITIVE_INT,
+    "model.sequence_parallel": BOOL,
+}
+
+
+#: the fields ``RuleContext.attention_verdict`` gives Transformer Engine's backend selection
+ATTENTION_VERDICT_READS: dict[str, FieldType] = {
+    "dataset.enable_offline_packing": BOOL,
+    "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+    "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+    "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+    "dataset.seq_length": POSITIVE_INT,
+    "env_vars": MAPPING,
+    "mixed_precision": UNCHECKED,
+    "model.attention_backend": OPTIONAL_NAME,
+    "model.attention_dropout": UNCHECKED,
+    "model.bf16": UNCHECKED,
+    "model.cp_comm_type": CP_COMM_TYPE,
+    "model.deterministic_mode": BOOL,
+    "model.fp8": UNCHECKED,
+    "model.fp8_recipe": UNCHECKED,
+    "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+    "model.kv_channels": UNCHECKED,
+    "model.log_max_attention_logit": UNCHECKED,
+    "model.multi_latent_attention": UNCHECKED,
+    "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
+    "model.num_layers": UNCHECKED,
+    "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
+    "model.qk_clip": UNCHECKED,
+    "model.recompute_granularity": OPTIONAL_NAME,
+    "model.recompute_modules": UNCHECKED,
+    "model.softmax_scale": UNCHECKED,
+    "model.softmax_type": OPTIONAL_NAME,
+    "model.transformer_layer_spec": UNCHECKED,
+    "model.window_size": OPTIONAL_WINDOW,
+    "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+}
+
+#: what the packed-vs-unpacked equivalence run (``mbridge_seqpack.equivalence``) is set up from
+EQUIVALENCE_READS: dict[str, FieldType] = {
+    "dataset.defer_in_batch_packing_to_step": BOOL,
+    "dataset.enable_in_batch_packing": BOOL,
+    "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+    "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+    "model.calculate_per_token_loss": BOOL,
+    "model.context_parallel_size": POSITIVE_INT,
+    "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
+    "model.moe_expert_capacity_factor": UNCHECKED,
+    "model.moe_pad_expert_input_to_capacity": UNCHECKED,
+    "model.moe_router_enable_expert_bias": UNCHECKED,
+    "model.moe_router_group_topk": UNCHECKED,
+    "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
+    "model.moe_router_num_groups": UNCHECKED,
+    "model.moe_router_pre_softmax": UNCHECKED,
+    "model.moe_router_score_function": UNCHECKED,
+    "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
+    "model.moe_router_topk_scaling_factor": UNCHECKED,
+    "model.moe_token_drop_policy": UNCHECKED,
+    "model.moe_z_loss_coeff": UNCHECKED,
+    "model.mtp_loss_scaling_factor": UNCHECKED,
+    "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    "model.sequence_parallel": BOOL,
+    "model.tensor_model_parallel_size": POSITIVE_INT,
+    "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+}
+
+#: what a pack on disk is compared with: its specs and the tokenizer config
+PACK_FINGERPRINT_READS: dict[str, FieldType] = {
+    "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
+    "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+    "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+    "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+    "dataset.seq_length": POSITIVE_INT,
+    "tokenizer.chat_template": UNCHECKED,
+    "tokenizer.chat_template_path": UNCHECKED,
+    "tokenizer.force_system_message": UNCHECKED,
+    "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+    "tokenizer.image_tag_type": UNCHECKED,
+    "tokenizer.merge_file": UNCHECKED,
+    "tokenizer.metadata_path": UNCHECKED,
+    "tokenizer.null_tokenizer_eod_id": UNCHECKED,
+    "tokenizer.null_tokenizer_pad_id": UNCHECKED,
+    "tokenizer.sp_tokenizer_kwargs": UNCHECKED,
+    "tokenizer.special_tokens": UNCHECKED,
+    "tokenizer.tiktoken_num_special_tokens": UNCHECKED,
+    "tokenizer.tiktoken_pattern": UNCHECKED,
+    "tokenizer.tokenizer_hf_no_include_special_tokens": UNCHECKED,
+    "tokenizer.tokenizer_hf_no_use_fast": UNCHECKED,
+    "tokenizer.tokenizer_model": UNCHECKED,
+    "tokenizer.tokenizer_prompt_format": UNCHECKED,
+    "tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces": UNCHECKED,
+    "tokenizer.tokenizer_sentencepiece_legacy": UNCHECKED,
+    "tokenizer.tokenizer_type": UNCHECKED,
+    "tokenizer.trust_remote_code": UNCHECKED,
+    "tokenizer.vocab_file": UNCHECKED,
+    "tokenizer.vocab_size": UNCHECKED,
+}
+
+#: the ``dataset_kwargs`` keys the row-width facts read (``pad_to_max_length``, the collate multiple)
+DATASET_KWARGS_READS: dict[str, FieldType] = {
+    "dataset.dataset_kwargs": OPTIONAL_MAPPING,
+    "dataset.dataset_kwargs['answer_only_loss']": BOOL,
+    "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
+    "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
+}
+
+#: the fields ``RuleContext.graph_path`` places a config in the CUDA-graph path matrix by
+GRAPH_PATH_READS: dict[str, FieldType] = {
+    "dataset.enable_in_batch_packing": BOOL,
+    "model.cuda_graph_impl": OPTIONAL_STR,
+    "model.cuda_graph_modules": OPTIONAL_NAMES,
+    "model.cuda_graph_scope": UNCHECKED,
+    "model.hybrid_layer_pattern": UNCHECKED,
+    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+}
+
+#: where a config's pack is found and which tokenizer named it
+PACK_PATH_READS: dict[str, FieldType] = {
+    "dataset.dataset_root": UNCHECKED,
+    "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+    "dataset.offline_packing_specs.tokenizer_model_name": UNCHECKED,
+}
+
+#: the training and evaluation batch sizes
+BATCH_READS: dict[str, FieldType] = {
+    "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+    "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
+    "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
+    "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
+}
+
+#: the precision and row width the FP8 token multiples are computed from
+FP8_ROW_READS: dict[str, FieldType] = {
+    "dataset.pad_to_multiple_of": POSITIVE_INT,
+    "mixed_precision.fp8": UNCHECKED,
+    "mixed_precision.fp8_recipe": OPTIONAL_NAME,
+}
+
+#: the fields the userbuffer TP overlap token count is computed from
+TP_OVERLAP_READS: dict[str, FieldType] = {
+    "comm_overlap": UNCHECKED,
+    "model.seq_length": POSITIVE_INT,
+    "model.tp_comm_overlap": BOOL,
+}
 
 
 def resolve_world_size(world_size: int | None) -> int:
@@ -79,7 +267,7 @@ class RuleContext:
         three attention rules ask), and Megatron-Core's own when ``provide()`` swaps it in for
         ``attention_backend=local``."""
         from mbridge_seqpack.analysis.attention_backend import local_attention_swap
-        from mbridge_seqpack.rules.model_family import non_te_core_attention
+        from mbridge_seqpack.analysis.model_family import non_te_core_attention
 
         return non_te_core_attention(self.model) + local_attention_swap(self.model)
 
@@ -209,6 +397,40 @@ class RuleContext:
         from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 
         return list(cuda_graph_module_names(self.model))
+
+    @property
+    def graph_packing(self) -> str | None:
+        """The packing mode the CUDA-graph path matrix tells apart (``analysis/graph_paths.py``): in-batch, offline
+        fixed width or offline variable width; None without THD packing there."""
+        if self.in_batch_packing:
+            return "in_batch"
+        if self.offline_packing and self.specs is not None:
+            return "offline_fixed" if self.pad_to_max_length else "offline_variable"
+        return None
+
+    @property
+    def graph_coordinates(self) -> Any:
+        """This config's (implementation, capture, packing) in the graph-path matrix; None without a training graph
+        over packed data."""
+        from mbridge_seqpack.analysis.graph_paths import classify
+
+        packing = self.graph_packing
+        if packing is None:
+            return None
+        return classify(
+            packing,  # type: ignore[arg-type]
+            full_iteration=self.full_iteration_graph,
+            impl=self.cuda_graph_impl,
+            modules=self.graph_modules if self.cuda_graph_impl == "transformer_engine" else [],
+            cfg=self.cfg,
+        )
+
+    @property
+    def graph_path(self) -> Any:
+        """This config's cell of the graph-path matrix (``analysis/graph_paths.py`` GraphPath), or None."""
+        from mbridge_seqpack.analysis.graph_paths import cell_at
+
+        return cell_at(self.graph_coordinates)
 
     @property
     def has_dense_mlp_layers(self) -> bool:

@@ -17,10 +17,20 @@ from mbridge_seqpack.analysis.attention_backend import (
     softmax_type,
     window_layers,
 )
+from mbridge_seqpack.analysis.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
+from mbridge_seqpack.rules.context import ATTENTION_VERDICT_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    CP_COMM_TYPE,
+    OPTIONAL_INT_LIST,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_WINDOW,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _seq_length_fix
 
@@ -33,6 +43,7 @@ from mbridge_seqpack.rules.shared import _seq_length_fix
         "training/config.py ConfigContainer.validate asserts model.seq_length % (2*CP) == 0 for the train CP "
         "(evaluation runs at the train CP in 0.6.2: see cp.eval_cp_has_no_effect)."
     ),
+    reads={**TOPOLOGY_READS, "dataset.seq_length": POSITIVE_INT, "model.seq_length": POSITIVE_INT},
 )
 def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
@@ -62,6 +73,7 @@ def seq_length_divisible_by_2cp(ctx: RuleContext) -> list[Violation] | None:
         "training/eval_context_parallel_rebinding.py eval_cp_context is never called; training/config.py still "
         "uses the value for its eval batch arithmetic and the DirectHF/Energon/MockVLM collate multiple."
     ),
+    reads={**TOPOLOGY_READS},
 )
 def eval_cp_has_no_effect(ctx: RuleContext) -> list[Violation] | None:
     eval_cp = ctx.topology.eval_cp
@@ -88,6 +100,7 @@ def eval_cp_has_no_effect(ctx: RuleContext) -> list[Violation] | None:
         "calculate_per_token_loss must be True' (GPT SFT, DirectHF, Energon, MockVLM datasets), after "
         "model.finalize(): the Qwen3-VL / Qwen3.5-VL providers turn it on themselves at CP>1."
     ),
+    reads={**TOPOLOGY_READS, "model.calculate_per_token_loss": BOOL},
 )
 def finetune_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or not ctx.is_finetuning:
@@ -116,6 +129,12 @@ def _uses_megatron_fsdp(ctx: RuleContext) -> bool:
         "training/config.py ConfigContainer.validate asserts 'When finetuning with CP>1, "
         "average_in_collective must be False' (Megatron-FSDP sets it to False itself)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "ddp.average_in_collective": BOOL,
+        "ddp.use_megatron_fsdp": BOOL,
+        "dist.use_megatron_fsdp": BOOL,
+    },
 )
 def finetune_average_in_collective(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or not ctx.is_finetuning or _uses_megatron_fsdp(ctx):
@@ -157,6 +176,13 @@ def _suggest_hierarchy(ctx: RuleContext) -> list[int]:
         "hierarchical sizes parallel_state never creates those groups, so TE gets cp_group=None (crash at "
         "model build)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.cp_comm_type": CP_COMM_TYPE,
+        "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+        "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
     if not any(t is not None and "a2a+p2p" in t for t in _comm_types(ctx)):
@@ -184,6 +210,12 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
         "megatron/core/parallel_state.py initialize_model_parallel asserts "
         "np.prod(hierarchical_context_parallel_sizes) == context_parallel_size."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+        "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
     sizes = getattr(ctx.model, "hierarchical_context_parallel_sizes", None)
@@ -219,6 +251,12 @@ def _mcore_version() -> tuple[int, ...]:
         "THD partitioning under CP (megatron/core/utils.py get_thd_cp_partition_indices) does not exist "
         "before Megatron-Core 0.18: training/gpt_step.py cannot import it."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def thd_mcore_version(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.any_packing or ctx.topology.cp <= 1:
@@ -246,6 +284,16 @@ def thd_mcore_version(ctx: RuleContext) -> list[Violation] | None:
         "layer is_layer_window_attention selects (extensions/transformer_engine.py TEDotProductAttention), and "
         "its default cp_comm_type is p2p (NVIDIA/Megatron-LM#1160)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.attention_backend": OPTIONAL_NAME,
+        "model.cp_comm_type": CP_COMM_TYPE,
+        "model.num_layers": UNCHECKED,
+        "model.softmax_type": OPTIONAL_NAME,
+        "model.transformer_layer_spec": UNCHECKED,
+        "model.window_attn_skip_freq": UNCHECKED,
+        "model.window_size": OPTIONAL_WINDOW,
+    },
 )
 def sliding_window_comm_type(ctx: RuleContext) -> list[Violation] | None:
     layers = int(getattr(ctx.model, "num_layers", 0) or 0)
@@ -291,6 +339,7 @@ def _windowed_cp_comm_type(model: Any) -> str:
         "NVIDIA/TransformerEngine#2541); context_parallel.py attn_forward_func_with_cp asserts the same after. "
         "Without Transformer Engine here, the same condition is checked from the config."
     ),
+    reads={**ATTENTION_VERDICT_READS, **TOPOLOGY_READS},
 )
 def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
     softmax = softmax_type(ctx.model)
@@ -331,6 +380,16 @@ def softmax_type_comm_type(ctx: RuleContext) -> list[Violation] | None:
         "is hierarchical_context_parallel_sizes[0]. LlamaFactory hit the same split with 2 KV heads at CP 4 "
         "(hiyouga/LlamaFactory#10794)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.cp_comm_type": CP_COMM_TYPE,
+        "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+        "model.num_attention_heads": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_layers": UNCHECKED,
+        "model.num_query_groups": OPTIONAL_NON_NEGATIVE_INT,
+        "model.softmax_type": OPTIONAL_NAME,
+        "model.window_size": OPTIONAL_WINDOW,
+    },
 )
 def a2a_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
@@ -389,6 +448,7 @@ def _a2a_heads_fix(ctx: RuleContext, local: dict[str, int]) -> dict[str, Any]:
         "megatron/core/parallel_state.py initialize_model_parallel asserts 'Hybrid context parallel requires an "
         "even number of ranks' in each DP x CP group."
     ),
+    reads={**TOPOLOGY_READS, "model.hybrid_context_parallel": BOOL},
 )
 def hybrid_context_parallel(ctx: RuleContext) -> list[Violation] | None:
     if not getattr(ctx.model, "hybrid_context_parallel", False):
@@ -434,6 +494,7 @@ def _known_spelling(value: str) -> str:
         "'allgather' raises, 'all_gather' dispatches). Megatron-Core's DSA attention normalises 'allgather' itself "
         "(experimental_attention_variant/dsa_layout.py), so DSA models are not checked."
     ),
+    reads={**TOPOLOGY_READS, "model.cp_comm_type": CP_COMM_TYPE, "model.experimental_attention_variant": UNCHECKED},
 )
 def comm_type_known(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1 or getattr(ctx.model, "experimental_attention_variant", None) == "dsa":

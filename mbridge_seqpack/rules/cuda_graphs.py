@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
-from mbridge_seqpack.rules.graph_paths import (
+from mbridge_seqpack.analysis.graph_paths import (
     COMPUTED_FULL,
     COMPUTED_TE,
     FULL_ITER_READ,
@@ -15,7 +13,18 @@ from mbridge_seqpack.rules.graph_paths import (
     MAMBA_REPLAY,
     TE_REPLAY,
     TE_SAMPLES,
-    graph_path,
+)
+from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, GRAPH_PATH_READS, SPECS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_PATH,
+    OPTIONAL_STR,
+    POSITIVE_INT,
+    UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
 
@@ -41,6 +50,7 @@ def _layer_kinds(ctx: RuleContext) -> set[str]:
         "'offline_packing_specs.pad_cu_seqlens=True requires dataset pad_to_max_length=True.'; "
         "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts it again."
     ),
+    reads={**DATASET_KWARGS_READS, "dataset.offline_packing_specs.pad_cu_seqlens": BOOL},
 )
 def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.specs.pad_cu_seqlens:
@@ -64,6 +74,11 @@ def pad_cu_seqlens_needs_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "training/config.py ConfigContainer.validate raises ValueError 'Offline packing with CUDA graphs "
         "requires dataset pad_to_max_length=True.'"
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+    },
 )
 def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.training_cuda_graphs:
@@ -92,6 +107,11 @@ def training_graphs_need_fixed_width(ctx: RuleContext) -> list[Violation] | None
         "TE graphs holding attention are reported by cuda_graphs.te_attention_over_packed instead (they fail "
         "even with it)."
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+    },
 )
 def attention_graphs_need_pad_cu_seqlens(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.full_iteration_graph:
@@ -143,9 +163,10 @@ def _packing_field(ctx: RuleContext) -> dict[str, Any]:
     + COMPUTED_TE
     + ": the replay asserts on every kind with attention (docs/graph-paths.md). The fix keeps only the configured "
     "modules the run certifies (never mamba over packed rows).",
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing:
         return None
     if not (cell.fails and cell.rule_id == "cuda_graphs.te_attention_over_packed"):
@@ -166,9 +187,19 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
     "TE per-layer graphs over offline packs need packed_sequence_size == model.seq_length.",
     severity=ERROR,
     evidence=TE_SAMPLES + "; a row of packed_sequence_size tokens is copy_()d into a surface of seq_length tokens.",
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+    },
 )
 def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or cell.packing != "offline_fixed":
         return None
     size, seq = ctx.specs.packed_sequence_size, ctx.model.seq_length
@@ -199,9 +230,10 @@ def te_capture_width(ctx: RuleContext) -> list[Violation] | None:
     + ": [mamba] asserts on Mamba layers ('CUDA graph accepts only Tensor inputs.') at the first replay, after the "
     "GPUs are allocated; Megatron-Bridge's validate() checks only attention capture. The fix keeps the configured "
     "modules the run certifies, else mlp / moe_router, else graphs off.",
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "transformer_engine" or ctx.in_batch_packing or not ctx.graph_modules:
         return None  # the whole layer holds attention: cuda_graphs.te_attention_over_packed
     modules = [m for m in ctx.graph_modules if m != "attn"]
@@ -243,9 +275,26 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     "check, timers at timing_log_level >= 1 (timers.Timer.start/stop: torch.cuda.synchronize), a hybrid model's "
     "seq_idx (PackedSeqParams.__post_init__ repeat_interleave), MTP's packed roll, dropless MoE dispatch; "
     "docs/graph-paths.md lists each with its site.",
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "ddp.check_for_large_grads": BOOL,
+        "ddp.check_for_nan_in_grad": BOOL,
+        "ddp.overlap_grad_reduce": BOOL,
+        "logger.timing_log_level": ANY_INT,
+        "model.apply_rope_fusion": BOOL,
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.is_hybrid_model": BOOL,
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.position_embedding_type": OPTIONAL_NAME,
+        "rerun_state_machine.check_for_spiky_loss": BOOL,
+    },
 )
 def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.packing != "offline_fixed" or cell.impl not in ("full_iteration", "transformer_engine"):
         return None
     verdicts = _verdicts()
@@ -355,11 +404,12 @@ def _te_host_reads(ctx: RuleContext, verdicts: Any) -> list[Violation]:
     "process that trains (the plugin installed there) the wrapper must be on the class when validate() runs; a "
     "pre-launch check accepts MBRIDGE_SEQPACK_MODE only with the start-up hook (mbridge_seqpack_autoload.pth) present "
     "in the environment.",
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.thd.inject import AUTOLOAD_PTH, injection_state
 
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.verdict != "works_with_injection":
         return None
     state = injection_state()
@@ -405,9 +455,10 @@ def full_iteration_needs_injection(ctx: RuleContext) -> list[Violation] | None:
         "megatron/bridge/utils/cuda_graph.py validate_cuda_graph_configuration raises ValueError 'Megatron Bridge "
         'supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs\''
     ),
+    reads={**GRAPH_PATH_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.impl != "local":
         return None
     fix: dict[str, Any] = {"model.cuda_graph_impl": "none"}
@@ -433,6 +484,12 @@ def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
         "pad_cu_seqlens is enabled' and open()s it (FileNotFoundError), at dataset build after the GPUs are "
         "allocated."
     ),
+    reads={
+        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
+    },
 )
 def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs

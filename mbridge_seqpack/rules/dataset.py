@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NON_NEGATIVE_INT, POSITIVE_INT, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _mask_dropped_reason
 
@@ -68,6 +69,15 @@ def mask_host_bytes(seq_length: int, workers: int, datasets: int, world_size: in
         "64 GiB per node (8 ranks x workers); whether a node runs out depends on its memory, so an advisory, and an "
         "error when the figure is beyond a node of 2 TiB (NODE_HOST_BYTES), where every machine runs out."
     ),
+    reads={
+        "dataset.blend": UNCHECKED,
+        "dataset.blend_per_split": UNCHECKED,
+        "dataset.create_attention_mask": BOOL,
+        "dataset.data_path": UNCHECKED,
+        "dataset.num_workers": OPTIONAL_NON_NEGATIVE_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "dataset.skip_getting_attention_mask_from_dataset": BOOL,
+    },
 )
 def create_attention_mask(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.pretraining_dataset or not getattr(ctx.dataset, "create_attention_mask", True):

@@ -10,6 +10,7 @@ from mbridge_seqpack.analysis.attention_backend import (
 )
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, MAPPING, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _env_value
 
@@ -24,6 +25,7 @@ from mbridge_seqpack.rules.shared import _env_value
         "after the GPUs are allocated; Megatron-Bridge's _validate_and_apply_deterministic_mode checks NCCL_ALGO "
         "only (areal-project/AReaL#1544: the variable must be set before the model is built)."
     ),
+    reads={"env_vars": MAPPING, "model.deterministic_mode": BOOL, "model.transformer_impl": UNCHECKED},
 )
 def te_attention_env(ctx: RuleContext) -> list[Violation] | None:
     if not getattr(ctx.model, "deterministic_mode", False):

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from mbridge_seqpack.analysis.model_family import per_token_loss_after_finalize
 from mbridge_seqpack.errors import ADVISORY, Violation
-from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import per_token_loss_after_finalize
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_POSITIVE_INT,
+    OPTIONAL_STR,
+)
 from mbridge_seqpack.rules.registry import rule
 
 BUFFER = "dataset.packing_buffer_size"
@@ -25,6 +32,11 @@ def _one(ctx: RuleContext, fields: dict[str, Any], why: str, fix: dict[str, Any]
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={
+        "dataset.micro_batch_size": OPTIONAL_POSITIVE_INT,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
@@ -49,6 +61,11 @@ def energon_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={
+        "dataset.defer_in_batch_packing_to_step": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
@@ -77,6 +94,10 @@ def energon_exclusive_in_batch(ctx: RuleContext) -> list[Violation] | None:
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
@@ -101,6 +122,7 @@ def energon_no_mtp(ctx: RuleContext) -> list[Violation] | None:
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={"dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT, "model.cuda_graph_impl": OPTIONAL_STR},
 )
 def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
@@ -124,6 +146,7 @@ def energon_no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={**TOPOLOGY_READS, "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT},
 )
 def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:
@@ -148,6 +171,12 @@ def energon_no_pipeline(ctx: RuleContext) -> list[Violation] | None:
         "data/builders/energon.py); 0.6.2 forwards packing_buffer_size to Energon and checks nothing, so "
         "these are advisories for 0.6.2."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "ddp.average_in_collective": BOOL,
+        "model.calculate_per_token_loss": BOOL,
+    },
 )
 def energon_per_token_loss(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.energon_packing:

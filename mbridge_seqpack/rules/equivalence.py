@@ -10,7 +10,10 @@ import dataclasses
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, SPECS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+)
 from mbridge_seqpack.rules.registry import rule
 
 __all__ = ["equivalence_verdict", "timings"]
@@ -82,6 +85,7 @@ def _not_run(verdict: Any) -> str:
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
@@ -132,6 +136,7 @@ def _no_packing(ctx: RuleContext) -> dict[str, Any]:
         "the MTP target and whether it is trained (its gradient through MTPLossAutoScaler). CP>1 (the roll's CP "
         "branch) is mtp.packed_context_parallel's."
     ),
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def mtp_labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
@@ -216,6 +221,7 @@ def _padding_bound(setup: Any) -> str:
         "metrics tracker records, and real tokens the capacity drops. Upstream fixed it after 0.6.2 "
         "(Megatron-Bridge PR 5470; Megatron-LM PRs 2121, 5542, 6114)."
     ),
+    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def router_padding(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)

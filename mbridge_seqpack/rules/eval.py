@@ -6,7 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import (
+    BATCH_READS,
+    DATASET_KWARGS_READS,
+    PACK_FINGERPRINT_READS,
+    SPECS,
+    TOPOLOGY_READS,
+    RuleContext,
+)
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    OPTIONAL_NAME,
+    OPTIONAL_PATH,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
 
@@ -25,6 +38,18 @@ from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
         "MegatronPretrainingSampler yields nothing (StopIteration). Nothing checks the validation split's size "
         "before that; the training split has its own check at setup."
     ),
+    reads={
+        **PACK_FINGERPRINT_READS,
+        **TOPOLOGY_READS,
+        **BATCH_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dataset.dataset_root": UNCHECKED,
+        "dataset.do_validation": UNCHECKED,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
+        "dataset.offline_packing_specs.tokenizer_model_name": UNCHECKED,
+    },
 )
 def packed_split_rows(ctx: RuleContext) -> list[Violation] | None:
     validation = getattr(ctx.cfg, "validation", None)

@@ -1,17 +1,18 @@
-"""The type each field the rules read must hold (``FIELD_TYPES``) and the problems ``config.types`` reports."""
+"""The types a field the rules read may hold (each rule declares its fields and their types in its ``reads=``;
+``rules.catalog.FIELD_TYPES`` is their union) and the problems ``config.types`` reports."""
 
 from __future__ import annotations
 
+import enum
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mbridge_seqpack.config_paths import get_path
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.paths import get_path
-from mbridge_seqpack.rules.context import RuleContext
 
-__all__ = ["FieldType", "FIELD_TYPES", "type_problems"]
+__all__ = ["FieldType", "UNCHECKED", "type_problems"]
 
 _MISSING = object()
 
@@ -94,85 +95,46 @@ OPTIONAL_MICRO_BATCH = FieldType(
 )
 
 
-# dotted path -> type; a path whose parent is missing or None is not checked (the rules do not read it).
-FIELD_TYPES: dict[str, FieldType] = {
-    "model.seq_length": POSITIVE_INT,
-    "model.tensor_model_parallel_size": POSITIVE_INT,
-    "model.pipeline_model_parallel_size": POSITIVE_INT,
-    "model.virtual_pipeline_model_parallel_size": OPTIONAL_POSITIVE_INT,
-    "model.context_parallel_size": POSITIVE_INT,
-    "model.expert_model_parallel_size": POSITIVE_INT,
-    "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
-    "model.sequence_parallel": BOOL,
-    "model.calculate_per_token_loss": BOOL,
-    "model.cp_comm_type": CP_COMM_TYPE,
-    "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
-    "model.cuda_graph_impl": OPTIONAL_STR,
-    "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-    "dist.eval_context_parallel_size": OPTIONAL_POSITIVE_INT,
-    "dist.use_megatron_fsdp": BOOL,
-    "ddp.average_in_collective": BOOL,
-    "ddp.use_megatron_fsdp": BOOL,
-    "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
-    "train.global_batch_size": OPTIONAL_MICRO_BATCH,
-    "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
-    "dataset.seq_length": POSITIVE_INT,
-    "dataset.enable_offline_packing": BOOL,
-    "dataset.enable_in_batch_packing": BOOL,
-    "dataset.defer_in_batch_packing_to_step": BOOL,
-    "dataset.pad_to_max_length": BOOL,
-    "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
-    "dataset.dataset_kwargs": OPTIONAL_MAPPING,
-    "dataset.dataset_kwargs['pad_to_max_length']": BOOL,
-    "dataset.dataset_kwargs['pad_seq_length_to_mult']": POSITIVE_INT,
-    "dataset.dataset_kwargs['answer_only_loss']": BOOL,  # equivalence: a string 'false' would train the prompts
-    "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
-    "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,  # None: gpt_sft.py collate `None > 1`
-    "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
-    "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
-    "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
-    "dataset.offline_packing_specs.packed_val_data_path": OPTIONAL_PATH,
-    "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
-    "env_vars": MAPPING,  # training/config.py runtime_config_update: `cfg.env_vars.items()`
-    "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
-    "validation.eval_iters": OPTIONAL_NON_NEGATIVE_INT,
-    "dataset.inter_document_masking": BOOL,
-    "dataset.reset_attention_mask": OPTIONAL_BOOL,
-    "dataset.reset_position_ids": OPTIONAL_BOOL,
-    "dataset.create_attention_mask": BOOL,
-    "dataset.skip_getting_attention_mask_from_dataset": BOOL,
-    "dataset.num_workers": OPTIONAL_NON_NEGATIVE_INT,
-    "model.hybrid_context_parallel": BOOL,
-    "model.tp_comm_overlap": BOOL,
-    "model.is_hybrid_model": BOOL,
-    # read by the gap rules (ssm, rope, moe, schedules, prep): a string 'false' would turn these on
-    "model.use_mamba_mem_eff_path": BOOL,
-    "model.rmsnorm": BOOL,  # Falcon-H1 only
-    "model.deterministic_mode": BOOL,
-    "model.fused_single_qkv_rope": BOOL,
-    "model.qk_layernorm": BOOL,
-    "model.rotary_interleaved": BOOL,
-    "model.apply_rope_fusion": BOOL,
-    "model.moe_router_fusion": BOOL,
-    "model.moe_apply_probs_on_input": BOOL,
-    "model.moe_router_topk": OPTIONAL_POSITIVE_INT,  # None in some providers until finalize
-    "model.mamba_num_heads": OPTIONAL_POSITIVE_INT,
-    "model.mamba_num_groups": POSITIVE_INT,
-    "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
-    "dataset.pad_to_multiple_of": POSITIVE_INT,
-    "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
-    "ddp.num_distributed_optimizer_instances": POSITIVE_INT,
-    "dist.use_sharp": BOOL,
-    "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
-    "dataset.drop_last": BOOL,
-    "train.manual_gc_interval": NON_NEGATIVE_INT,  # training/train.py asserts it >= 0 when training starts
-    # the capture-safety conditions (cuda_graphs.capture_host_reads) read these
-    "ddp.check_for_nan_in_grad": BOOL,
-    "ddp.check_for_large_grads": BOOL,
-    "ddp.overlap_grad_reduce": BOOL,
-    "rerun_state_machine.check_for_spiky_loss": BOOL,
-    "logger.timing_log_level": ANY_INT,
-}
+OPTIONAL_INT = FieldType("an integer or null", lambda v: v is None or _is_int(v), None)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, (str, enum.Enum))
+
+
+#: Megatron's string / enum choices (``attention_backend``, ``normalization``, ``moe_token_dispatcher_type``, ...)
+OPTIONAL_NAME = FieldType("a name (a string or enum member) or null", lambda v: v is None or _is_name(v), None)
+
+
+OPTIONAL_NAMES = FieldType(
+    "a name, a list of names or null",
+    lambda v: v is None or _is_name(v) or (isinstance(v, (list, tuple)) and all(_is_name(x) for x in v)),
+    None,
+)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+OPTIONAL_NUMBERS = FieldType(
+    "a number, a list of numbers or null",
+    lambda v: v is None or _is_number(v) or (isinstance(v, (list, tuple)) and all(_is_number(x) for x in v)),
+    None,
+)
+
+
+#: ``window_size``: a (left, right) pair, or one integer as the Gemma-3 providers set it
+OPTIONAL_WINDOW = FieldType(
+    "null, an integer or a pair of integers",
+    lambda v: v is None or _is_int(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)),
+    None,
+)
+
+
+#: a field a rule reads as it is, whatever it holds (a layer spec, a tokenizer setting, a precision config): declared
+#: so the reads are complete, checked by no type rule
+UNCHECKED = FieldType("any value", lambda v: True, None)
 
 
 def _read(cfg: Any, path: str) -> Any:
@@ -206,11 +168,11 @@ def _suggest(value: Any, kind: FieldType) -> Any:
     return kind.example
 
 
-def _specs_problem(ctx: RuleContext) -> Violation | None:
+def _specs_problem(cfg: Any) -> Violation | None:
     """``offline_packing_specs`` must be Megatron-Bridge's dataclass (a YAML merge can leave a dict)."""
     from megatron.bridge.data.packing.config import PackedSequenceSpecs
 
-    specs = _read(ctx.cfg, "dataset.offline_packing_specs")
+    specs = _read(cfg, "dataset.offline_packing_specs")
     if specs is _MISSING or specs is None or isinstance(specs, PackedSequenceSpecs):
         return None
     shown = dict(specs) if isinstance(specs, Mapping) else specs
@@ -226,16 +188,17 @@ def _specs_problem(ctx: RuleContext) -> Violation | None:
     )
 
 
-def type_problems(ctx: RuleContext) -> list[Violation]:
-    """One violation per mistyped field (the specs object itself first)."""
+def type_problems(cfg: Any, types: Mapping[str, FieldType]) -> list[Violation]:
+    """One violation per field of ``types`` that ``cfg`` holds mistyped (the specs object itself first); a path whose
+    parent is missing or None is not checked (the rules do not read it)."""
     found: list[Violation] = []
-    specs_problem = _specs_problem(ctx)
+    specs_problem = _specs_problem(cfg)
     if specs_problem is not None:
         found.append(specs_problem)
-    for path, kind in FIELD_TYPES.items():
+    for path, kind in types.items():
         if specs_problem is not None and path.startswith("dataset.offline_packing_specs."):
             continue
-        value = _read(ctx.cfg, path)
+        value = _read(cfg, path)
         if value is _MISSING or kind.accepts(value):
             continue
         found.append(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import OPTIONAL_NAME, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -18,6 +19,12 @@ from mbridge_seqpack.rules.registry import rule
         "else model.seq_length, while data/packing/gpt_sft.py and data/datasets/gpt_sft.py collate_fn emit rows only "
         "as wide as their content."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "model.variable_seq_lengths": UNCHECKED,
+    },
 )
 def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
@@ -51,6 +58,7 @@ def gpt_sft_pipeline(ctx: RuleContext) -> list[Violation] | None:
         "dispatchers (they take any token count), so for GPT SFT this is a consistency/performance advisory; "
         "HybridEP, which does need equal counts, is moe.hybridep_uneven_inputs."
     ),
+    reads={**TOPOLOGY_READS, **DATASET_KWARGS_READS},
 )
 def gpt_sft_experts(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology

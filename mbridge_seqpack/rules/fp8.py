@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, FP8_ROW_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MICRO_BATCH,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import row_width_violations
 
@@ -51,6 +58,13 @@ def fp8_row_multiple(ctx: RuleContext) -> int:
         "divisible by 16'). Packed rows are packed_sequence_size or pad_seq_length_to_mult (16) wide, "
         "split by CP and, with sequence parallelism, by TP."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "mixed_precision": UNCHECKED,
+    },
 )
 def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     recipe = quantized_recipe(ctx)
@@ -94,6 +108,18 @@ def _precision_source(ctx: RuleContext) -> tuple[str, object] | None:
         "CP/SP multiple (data/packing/in_batch.py build_mcore_thd_sequence_batch_from_rows: run on CPU), which at "
         "CP=1 can be any length."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
+        "dataset.defer_in_batch_packing_to_step": BOOL,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.pad_to_max_length": BOOL,
+        "dataset.seq_length": POSITIVE_INT,
+        "mixed_precision": UNCHECKED,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def row_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.rules.row_widths import row_widths, width_fix
@@ -144,6 +170,18 @@ def row_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
         "THD format (packed rows: attention.backend_available), not the length. Each CP rank holds width / CP tokens "
         "of a row."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **FP8_ROW_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.seq_length": POSITIVE_INT,
+        "mixed_precision": UNCHECKED,
+        "mixed_precision.fp8_dot_product_attention": UNCHECKED,
+        "model.kv_channels": UNCHECKED,
+        "model.multi_latent_attention": UNCHECKED,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def mxfp8_attention_sequence(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.rules.row_widths import row_widths, width_fix

@@ -6,6 +6,7 @@ from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NON_NEGATIVE_INT, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import GDN, hybrid_layer_counts
 
@@ -28,6 +29,14 @@ def has_gdn_layers(model: Any) -> bool:
         "CPU): the first forward of every GDN layer (Qwen3-Next, Qwen3.5, Qwen3.5-VL, hybrid 'G' layers) over "
         "offline, in-batch (also deferred to qwen3_vl_step) or Energon packed rows fails."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.deterministic_mode": BOOL,
+        "model.experimental_attention_variant": UNCHECKED,
+        "model.hybrid_layer_pattern": UNCHECKED,
+    },
 )
 def gdn_packing_deterministic(ctx: RuleContext) -> list[Violation] | None:
     flags = ctx.packing_flags

@@ -16,7 +16,8 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_STR, POSITIVE_INT
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE, ROW_MULT, _alignment_fields, _pad_seq_length_to_mult
 
@@ -33,6 +34,12 @@ from mbridge_seqpack.rules.row_widths import GPT_SFT_ROW_MULTIPLE, ROW_MULT, _al
         "megatron/core/utils.py get_batch_on_this_cp_rank views each row as 2*CP chunks and "
         "tensor_parallel/mappings.py _split_along_first_dim asserts divisibility by TP under SP."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.seq_length": POSITIVE_INT,
+    },
 )
 def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     need = ctx.topology.row_alignment
@@ -79,6 +86,7 @@ def gpt_sft_row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
         "GPTSFTDatasetConfig.validate checks neither, and training/setup.py builds the datasets after the model "
         "and optimizer."
     ),
+    reads={**DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
 def gpt_sft_dataset_kwargs_accepted(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.tokenization.dataset_kwargs import (
@@ -192,6 +200,13 @@ def _template_fix(kwargs: dict[str, Any], message: str) -> dict[str, Any]:
         "needs truncation, mid-run. The checks are run on CPU on the config's values; GPTSFTDatasetConfig.validate "
         "checks the keys' presence only."
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.dataset_kwargs['prompt_template']": OPTIONAL_STR,
+        "dataset.dataset_kwargs['truncation_field']": OPTIONAL_STR,
+        "dataset.dataset_kwargs['truncation_method']": OPTIONAL_STR,
+        "dataset.enable_offline_packing": BOOL,
+    },
 )
 def prompt_template(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from mbridge_seqpack.analysis.graph_paths import FULL_ITER_READ, TE_SAMPLES
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.graph_paths import FULL_ITER_READ, TE_SAMPLES, graph_path
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_MICRO_BATCH, OPTIONAL_STR
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -17,6 +18,12 @@ from mbridge_seqpack.rules.registry import rule
         "training/config.py ConfigContainer.validate raises ValueError 'micro_batch_size should be greater "
         "than 1 when using enable_in_batch_packing=True.'"
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def micro_batch_gt_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:
@@ -53,11 +60,12 @@ def micro_batch_gt_one(ctx: RuleContext) -> list[Violation] | None:
         + ", shaped by the first micro batch; data/packing/in_batch.py packs each micro batch to its own width "
         "and number of cu_seqlens entries. Megatron-Bridge's validate() checks graphs only for offline packing."
     ),
+    reads={"dataset.enable_in_batch_packing": BOOL, "model.cuda_graph_impl": OPTIONAL_STR},
 )
 def no_cuda_graphs(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:
         return None
-    cell = graph_path(ctx)
+    cell = ctx.graph_path
     if cell is None or cell.rule_id != "in_batch.no_cuda_graphs":
         return []
     return [

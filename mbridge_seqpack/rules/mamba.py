@@ -7,7 +7,14 @@ import math
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import MAMBA, hybrid_layer_counts
 
@@ -81,6 +88,13 @@ def mamba_split_problem(heads: int, groups: int, tp: int, cp: int) -> str | None
         "CP (or CP by them, when fewer): run on CPU. TransformerConfig checks attention heads against TP, not "
         "Mamba's; all of it fails when the model is built, after the GPUs are allocated."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.mamba_head_dim": UNCHECKED,
+        "model.mamba_num_groups": POSITIVE_INT,
+        "model.mamba_num_heads": OPTIONAL_POSITIVE_INT,
+    },
 )
 def mamba_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
     found = mamba_heads(ctx.model)
@@ -124,6 +138,13 @@ def mamba_heads_divisible(ctx: RuleContext) -> list[Violation] | None:
         "Energon). Megatron-Bridge 0.6.2 ships nemotronh_4b_sft_1gpu_h100_bf16_config and "
         "nemotronh_4b_peft_1gpu_h100_bf16_config with offline packing and use_mamba_mem_eff_path=False."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.use_mamba_mem_eff_path": BOOL,
+    },
 )
 def mamba_packing_needs_mem_eff_path(ctx: RuleContext) -> list[Violation] | None:
     flags = ctx.packing_flags
@@ -151,6 +172,12 @@ def mamba_packing_needs_mem_eff_path(ctx: RuleContext) -> list[Violation] | None
         "forward; MambaMixer takes rmsnorm from its spec, which only Falcon-H1 sets from the config "
         "(models/falcon_h1/modeling_falconh1/falconh1_block.py rmsnorm=self.config.rmsnorm)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.rmsnorm": BOOL,
+        "model.use_mamba_mem_eff_path": BOOL,
+    },
 )
 def mamba_cp_needs_rmsnorm(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp == 1 or not has_mamba_layers(ctx.model) or getattr(ctx.model, "use_mamba_mem_eff_path", True):
@@ -194,6 +221,13 @@ def _has_mamba_layers(model: Any) -> bool:
         "the next, silently. HybridModelProvider (and MambaModelProvider) default is_hybrid_model to False; "
         "Megatron-Bridge's Nemotron-H bridge and recipes set it."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.hybrid_layer_pattern": UNCHECKED,
+        "model.is_hybrid_model": BOOL,
+    },
 )
 def packing_needs_hybrid(ctx: RuleContext) -> list[Violation] | None:
     from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider

@@ -8,9 +8,10 @@ from typing import Any
 from mbridge_seqpack.analysis.attention_backend import (
     LOCAL_SUFFIX,
 )
+from mbridge_seqpack.analysis.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
-from mbridge_seqpack.rules.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, OPTIONAL_NON_NEGATIVE_INT, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -35,6 +36,12 @@ def _packing_off(ctx: RuleContext) -> dict[str, Any]:
         "at the first forward; Megatron-Bridge 0.6.2 ships its Gemma-2 SFT/PEFT recipes with offline packing on "
         "(recipes/common.py _sft_common) over gemma2_layer_spec (also meta-pytorch/torchtune#2056)."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "model.attention_backend": OPTIONAL_NAME,
+        "model.transformer_layer_spec": UNCHECKED,
+    },
 )
 def core_attention_packing(ctx: RuleContext) -> list[Violation] | None:
     if not (ctx.offline_packing or ctx.in_batch_packing):
@@ -72,6 +79,7 @@ def _unpin_local(refusing: list[str]) -> dict[str, Any]:
         "parallelism is only supported by TEDotProductAttention!' and models/gemma/gemma2_provider.py "
         "Gemma2DotProductAttention.__init__ raises the same ValueError when the model is built."
     ),
+    reads={**TOPOLOGY_READS, "model.attention_backend": OPTIONAL_NAME, "model.transformer_layer_spec": UNCHECKED},
 )
 def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
     if ctx.topology.cp <= 1:
@@ -98,6 +106,13 @@ def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
         "recipes/glm/h100/glm45.py); no Megatron code fails on it (megatron/core/ssm/gated_delta_net/gdn.py "
         "takes THD cu_seqlens)."
     ),
+    reads={
+        "dataset.enable_offline_packing": BOOL,
+        "model.experimental_attention_variant": UNCHECKED,
+        "model.moe_router_score_function": UNCHECKED,
+        "model.multi_latent_attention": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
@@ -125,6 +140,11 @@ def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
         "models/qwen_vl/qwen3_vl_step.py raises ValueError on collate-packed batches, but which step runs is "
         "not part of the config."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "model.experimental_attention_variant": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def in_batch_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:

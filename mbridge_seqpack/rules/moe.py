@@ -8,7 +8,19 @@ import math
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_NAMES,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_NUMBERS,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import row_widths, width_fix
 
@@ -37,6 +49,18 @@ def _aux_loss_coeffs(model: Any) -> list[float]:
         "rows the sum of sequences padded to the CP/SP multiple; a width that is not a multiple of "
         "experts / gcd(top-k, experts) fails at the first such batch."
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.pad_to_multiple_of": POSITIVE_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
+        "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
     experts = _experts(ctx)
@@ -82,6 +106,7 @@ def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
         "CPU; 'performance' is the reason for the check, NVIDIA/Megatron-LM#1587, but it raises); "
         "megatron/core/model_parallel_config.py only warns (and only with EP>1), and Megatron-Bridge checks nothing."
     ),
+    reads={**TOPOLOGY_READS, "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT},
 )
 def tp_needs_sequence_parallel(ctx: RuleContext) -> list[Violation] | None:
     if _experts(ctx) is None or ctx.topology.tp == 1:
@@ -111,6 +136,12 @@ def tp_needs_sequence_parallel(ctx: RuleContext) -> list[Violation] | None:
         "requires TPxEP > 1' / 'NCCL EP dispatcher requires TPxEP > 1' (its tp is the expert TP group) when the model "
         "is built; TransformerConfig.__post_init__ checks the backend against the dispatcher type, not the sizes."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
+        "model.moe_token_dispatcher_type": OPTIONAL_NAME,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def flex_dispatcher_parallel(ctx: RuleContext) -> list[Violation] | None:
     m = ctx.model
@@ -181,6 +212,17 @@ def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
         "latent projections is not supported during training'. TransformerConfig.__post_init__ checks none of these "
         "pairs."
     ),
+    reads={
+        "model.moe_apply_probs_on_input": BOOL,
+        "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
+        "model.moe_latent_size": UNCHECKED,
+        "model.moe_router_fusion": BOOL,
+        "model.moe_router_group_topk": UNCHECKED,
+        "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
+        "model.moe_router_num_groups": UNCHECKED,
+        "model.moe_shared_expert_overlap": BOOL,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def router_options(ctx: RuleContext) -> list[Violation] | None:
     if _experts(ctx) is None:
@@ -230,6 +272,15 @@ def _router_counts_tokens(model: Any) -> list[str]:
         "equivalence.router_padding (an error: the unpacked sequences it compares with have no padding), so this "
         "rule leaves them to it."
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "model.moe_aux_loss_coeff": OPTIONAL_NUMBERS,
+        "model.moe_expert_capacity_factor": UNCHECKED,
+        "model.moe_router_enable_expert_bias": UNCHECKED,
+        "model.moe_z_loss_coeff": UNCHECKED,
+        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
     experts = getattr(ctx.model, "num_moe_experts", None)
@@ -263,6 +314,14 @@ def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
         "token counts across the EP group hang HybridEP's buffer all-gather or corrupt routing "
         "(deepseek-ai/DeepEP#604)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
+        "model.moe_hybridep_pad_uneven_dispatch_inputs": BOOL,
+        "model.moe_token_dispatcher_type": OPTIONAL_NAME,
+    },
 )
 def hybridep_uneven_inputs(ctx: RuleContext) -> list[Violation] | None:
     model = ctx.model

@@ -4,7 +4,8 @@ unit."""
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, OPTIONAL_NON_NEGATIVE_INT
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -33,6 +34,12 @@ def _packing_flags(ctx: RuleContext) -> dict[str, bool]:
         "multiple > 1): whether the MTP labels of this config stay within their sequences is computed by "
         "equivalence.mtp_labels (an error where they do not)."
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
     flags = _packing_flags(ctx)
@@ -63,6 +70,13 @@ def mtp_no_packing(ctx: RuleContext) -> list[Violation] | None:
         "sequence padded to 2*CP); with any alignment padding the local chunks are misplaced and MTP labels roll "
         "across sequences, silently (NVIDIA/Megatron-LM#4494/#4495: fixed after 0.19)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.packing_buffer_size": OPTIONAL_NON_NEGATIVE_INT,
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def mtp_packed_context_parallel(ctx: RuleContext) -> list[Violation] | None:
     flags = _packing_flags(ctx)
@@ -89,6 +103,12 @@ def mtp_packed_context_parallel(ctx: RuleContext) -> list[Violation] | None:
         "recompute_num_layers by the "
         "decoder's layers, not the MTP layers'."
     ),
+    reads={
+        "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+        "model.recompute_granularity": OPTIONAL_NAME,
+        "model.recompute_method": OPTIONAL_NAME,
+        "model.recompute_num_layers": OPTIONAL_NON_NEGATIVE_INT,
+    },
 )
 def mtp_full_recompute_layers(ctx: RuleContext) -> list[Violation] | None:
     m = ctx.model

@@ -7,7 +7,24 @@ from __future__ import annotations
 import math
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import (
+    DATASET_KWARGS_READS,
+    PACK_FINGERPRINT_READS,
+    PACK_PATH_READS,
+    SPECS,
+    TOPOLOGY_READS,
+    RuleContext,
+)
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MICRO_BATCH,
+    OPTIONAL_NAME,
+    OPTIONAL_NON_NEGATIVE_INT,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import _alignment_fields, row_width_violations
 
@@ -20,6 +37,12 @@ from mbridge_seqpack.rules.row_widths import _alignment_fields, row_width_violat
         "training/config.py ConfigContainer.validate raises ValueError 'offline_packing_specs must be set "
         "when enable_offline_packing=True.'"
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.seq_length": POSITIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+    },
 )
 def specs_required(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
@@ -45,6 +68,7 @@ def specs_required(ctx: RuleContext) -> list[Violation] | None:
         "training/config.py ConfigContainer.validate raises ValueError 'enable_offline_packing must be True "
         "when offline_packing_specs is set.'"
     ),
+    reads={"dataset.enable_offline_packing": BOOL},
 )
 def flag_required(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None:
@@ -68,6 +92,12 @@ def flag_required(ctx: RuleContext) -> list[Violation] | None:
         "training/config.py ConfigContainer.validate raises ValueError 'Micro batch size should be 1 when "
         "training with packed sequence'; training/gpt_step.py also rejects it for THD CP slicing."
     ),
+    reads={
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
@@ -104,6 +134,11 @@ def micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
         "training/utils/packed_seq_utils.py get_packed_seq_params raises 'max_seqlen_q must contain exactly one "
         "value' at the first evaluation, after the training steps before it."
     ),
+    reads={
+        "dataset.enable_offline_packing": BOOL,
+        "validation.eval_global_batch_size": OPTIONAL_MICRO_BATCH,
+        "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def eval_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing:
@@ -134,6 +169,7 @@ def eval_micro_batch_one(ctx: RuleContext) -> list[Violation] | None:
         "training/config.py ConfigContainer.validate raises ValueError "
         "'offline_packing_specs.packed_sequence_size must be greater than 0.'"
     ),
+    reads={"dataset.offline_packing_specs.packed_sequence_size": ANY_INT, "model.seq_length": POSITIVE_INT},
 )
 def pack_size_positive(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None:
@@ -160,6 +196,11 @@ def pack_size_positive(ctx: RuleContext) -> list[Violation] | None:
         "configured window and a longer one runs rows past the length the model (positions, RoPE scaling, "
         "pipeline buffers) was configured for."
     ),
+    reads={
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+    },
 )
 def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or ctx.specs.packed_sequence_size <= 0:
@@ -188,6 +229,10 @@ def pack_size_matches_seq_length(ctx: RuleContext) -> list[Violation] | None:
         "'max_single_sequence_length cannot exceed packed_sequence_size.' (a later assignment skips that "
         "check, and data/packing/algorithms.py create_packing_strategy cannot place the sequence)."
     ),
+    reads={
+        "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+    },
 )
 def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or ctx.specs.max_single_sequence_length is None:
@@ -214,6 +259,7 @@ def max_single_within_pack(ctx: RuleContext) -> list[Violation] | None:
         "length in cu_seqlens_padded divisible by 2*CP and otherwise drops tokens (TE #1930, Megatron-LM "
         "#1669); the split needs a GPU, so it is cited, not run."
     ),
+    reads={**TOPOLOGY_READS, "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT},
 )
 def alignment_multiple(ctx: RuleContext) -> list[Violation] | None:
     need = ctx.topology.sequence_alignment
@@ -245,6 +291,14 @@ def alignment_multiple(ctx: RuleContext) -> list[Violation] | None:
         "tensor should be divisible by tensor parallel size' under SP) then need that width divisible by "
         "lcm(2*CP, CP*TP)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.pad_to_multiple_of": POSITIVE_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "model.seq_length": POSITIVE_INT,
+    },
 )
 def row_width_alignment(ctx: RuleContext) -> list[Violation] | None:
     need = ctx.topology.row_alignment
@@ -288,6 +342,19 @@ def _pack_will_be_made(ctx: RuleContext) -> bool:
         "builder passes as max_single_sequence_length or seq_length (run on CPU). PackedSequenceSpecs checks only "
         "that the multiple is positive."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **PACK_PATH_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.max_single_sequence_length": OPTIONAL_POSITIVE_INT,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.offline_packing_specs.pad_seq_to_mult": POSITIVE_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "tokenizer.hf_tokenizer_kwargs": UNCHECKED,
+        "tokenizer.tokenizer_model": UNCHECKED,
+        "tokenizer.tokenizer_type": UNCHECKED,
+    },
 )
 def pad_multiple_within_length(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.offline_packing or ctx.specs is None or not ctx.dataset_is("gpt_sft"):
@@ -327,6 +394,11 @@ def pad_multiple_within_length(ctx: RuleContext) -> list[Violation] | None:
         "when the datasets are built, after the model (run on CPU). The unpacked GPTSFTDataset takes the key, so "
         "gpt_sft.dataset_kwargs_accepted lets it through."
     ),
+    reads={
+        **DATASET_KWARGS_READS,
+        "dataset.dataset_kwargs['virtual_tokens']": OPTIONAL_NON_NEGATIVE_INT,
+        "dataset.enable_offline_packing": BOOL,
+    },
 )
 def no_p_tuning(ctx: RuleContext) -> list[Violation] | None:
     kwargs = getattr(ctx.dataset, "dataset_kwargs", None)
@@ -358,6 +430,18 @@ def no_p_tuning(ctx: RuleContext) -> list[Violation] | None:
         "dataset's length is its rows (data/packing/parquet.py), or dataset.max_train_samples when set (its "
         "samples mapping repeats the rows in shuffled epochs). eval.packed_split_rows checks the validation split."
     ),
+    reads={
+        **PACK_FINGERPRINT_READS,
+        **DATASET_KWARGS_READS,
+        **PACK_PATH_READS,
+        "dataset.dataloader_type": OPTIONAL_NAME,
+        "dataset.drop_last": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.max_train_samples": OPTIONAL_POSITIVE_INT,
+        "train.global_batch_size": OPTIONAL_MICRO_BATCH,
+        "train.num_epochs": UNCHECKED,
+        "train.train_iters": UNCHECKED,
+    },
 )
 def train_split_rows(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_MICRO_BATCH
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -15,6 +16,11 @@ from mbridge_seqpack.rules.registry import rule
         "training/config.py ConfigContainer.validate raises ValueError 'enable_offline_packing and "
         "enable_in_batch_packing are mutually exclusive.'"
     ),
+    reads={
+        "dataset.enable_in_batch_packing": BOOL,
+        "dataset.enable_offline_packing": BOOL,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def modes_exclusive(ctx: RuleContext) -> list[Violation] | None:
     if not (ctx.offline_packing or ctx.in_batch_packing):

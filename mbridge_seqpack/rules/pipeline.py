@@ -7,7 +7,12 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import BATCH_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    OPTIONAL_POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -34,6 +39,12 @@ def _group_problem(micro_batches: int, group: int, pp: int) -> str | None:
         "training step (M = global_batch / (micro_batch x DP)) or the first evaluation (its own global and micro "
         "batch). Neither TransformerConfig nor ConfigContainer.validate compares them."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **BATCH_READS,
+        "model.microbatch_group_size_per_vp_stage": OPTIONAL_POSITIVE_INT,
+        "model.virtual_pipeline_model_parallel_size": OPTIONAL_POSITIVE_INT,
+    },
 )
 def interleaved_micro_batches(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology
@@ -97,6 +108,12 @@ def interleaved_micro_batches(ctx: RuleContext) -> list[Violation] | None:
         "two shapes crosswise: activations are received with swapped shapes, silently, until backward fails on a "
         "shape mismatch (NVIDIA/Megatron-LM#5100, #5271)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        "dataset.enable_in_batch_packing": BOOL,
+        "model.variable_seq_lengths": UNCHECKED,
+        "model.virtual_pipeline_model_parallel_size": OPTIONAL_POSITIVE_INT,
+    },
 )
 def variable_shapes_interleaved_pp2(ctx: RuleContext) -> list[Violation] | None:
     topo = ctx.topology

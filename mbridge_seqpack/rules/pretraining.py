@@ -4,7 +4,8 @@ masking, per-document positions and the dense attention mask, as Megatron-Bridge
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_BOOL, OPTIONAL_MICRO_BATCH, OPTIONAL_NAME
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _mask_dropped_reason
 
@@ -23,6 +24,7 @@ from mbridge_seqpack.rules.shared import _mask_dropped_reason
         "require cu_seqlens_argmin' (GPU batches). The merge helper Megatron-LM uses for these batches is not in "
         "Megatron-Bridge."
     ),
+    reads={**TOPOLOGY_READS, "dataset.inter_document_masking": BOOL, "train.micro_batch_size": OPTIONAL_MICRO_BATCH},
 )
 def inter_document_masking(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.pretraining_dataset or not getattr(ctx.dataset, "inter_document_masking", False):
@@ -57,6 +59,11 @@ def inter_document_masking(ctx: RuleContext) -> list[Violation] | None:
         "mask types and Megatron-Core's layer specs use 'causal'. Training runs, with documents attending to each "
         "other: the flag has no effect (and disables the dataset's mask cache)."
     ),
+    reads={
+        "dataset.create_attention_mask": BOOL,
+        "dataset.reset_attention_mask": OPTIONAL_BOOL,
+        "dataset.skip_getting_attention_mask_from_dataset": BOOL,
+    },
 )
 def reset_attention_mask(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.pretraining_dataset or not getattr(ctx.dataset, "reset_attention_mask", False):
@@ -94,6 +101,7 @@ _READS_POSITION_IDS = ("learned_absolute", "mrope")
         "length only (RotaryEmbedding.forward(max_seq_len, offset, packed_seq, cp_group) takes no position ids) and "
         "the embedding adds position_ids only for learned_absolute; mRoPE is the one rotary type that reads them."
     ),
+    reads={"dataset.reset_position_ids": OPTIONAL_BOOL, "model.position_embedding_type": OPTIONAL_NAME},
 )
 def reset_position_ids(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.pretraining_dataset or not getattr(ctx.dataset, "reset_position_ids", False):

@@ -4,7 +4,8 @@ are allocated): the partial distributed optimizer's instance count and the SHARP
 from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, POSITIVE_INT
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -19,6 +20,7 @@ from mbridge_seqpack.rules.registry import rule
         "Megatron-Bridge's training/initialize.py builds the groups, after the GPUs are allocated; "
         "DistributedDataParallelConfig and ConfigContainer.validate do not compare them."
     ),
+    reads={**TOPOLOGY_READS, "ddp.num_distributed_optimizer_instances": POSITIVE_INT},
 )
 def optimizer_instances_divide(ctx: RuleContext) -> list[Violation] | None:
     instances = getattr(getattr(ctx.cfg, "ddp", None), "num_distributed_optimizer_instances", 1)
@@ -53,6 +55,11 @@ def optimizer_instances_divide(ctx: RuleContext) -> list[Violation] | None:
         "training/initialize.py builds the groups, after the GPUs are allocated (an unknown group name is "
         "config.known_values')."
     ),
+    reads={
+        "ddp.num_distributed_optimizer_instances": POSITIVE_INT,
+        "dist.sharp_enabled_group": OPTIONAL_NAME,
+        "dist.use_sharp": BOOL,
+    },
 )
 def sharp_group(ctx: RuleContext) -> list[Violation] | None:
     dist = getattr(ctx.cfg, "dist", None)

@@ -14,13 +14,15 @@ are reported as "skipped" rather than run on values they cannot interpret.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from mbridge_seqpack.errors import ERROR, SEVERITIES, UNDETERMINED, Severity, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import UNCHECKED, FieldType
 
-__all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule"]
+__all__ = ["Rule", "RuleResult", "rule", "registered", "run_rule", "checked_field_types"]
 
 RuleFn = Callable[[RuleContext], "list[Violation] | None"]
 Status = Literal["ok", "fail", "n/a", "skipped"]
@@ -28,13 +30,15 @@ Status = Literal["ok", "fail", "n/a", "skipped"]
 
 @dataclass(frozen=True)
 class Rule:
-    """A catalog entry: stable id, one-line statement, the checking function, severity and evidence."""
+    """A catalog entry: stable id, one-line statement, the checking function, severity and evidence, and the config
+    fields the rule reads with the type each must hold (``reads``; a test records the reads and holds it complete)."""
 
     rule_id: str
     summary: str
     fn: RuleFn
     severity: Severity
     evidence: str
+    reads: Mapping[str, FieldType] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,11 +51,32 @@ class RuleResult:
 
 
 _CATALOG: list[Rule] = []
+#: every field some registered rule reads, with its one type (two rules reading a field agree on it)
+_FIELD_TYPES: dict[str, FieldType] = {}
 
 
-def rule(rule_id: str, summary: str, *, severity: Severity, evidence: str) -> Callable[[RuleFn], RuleFn]:
+def _declare(rule_id: str, reads: Mapping[str, FieldType]) -> None:
+    for path, kind in reads.items():
+        if not isinstance(kind, FieldType):
+            raise RuntimeError(f"rule {rule_id!r}: reads[{path!r}] must be a FieldType (rules/field_types.py)")
+        known = _FIELD_TYPES.setdefault(path, kind)
+        if known is not kind:
+            raise RuntimeError(
+                f"rule {rule_id!r} reads {path} as {kind.expects}; another rule reads it as {known.expects}"
+            )
+
+
+def rule(
+    rule_id: str,
+    summary: str,
+    *,
+    severity: Severity,
+    evidence: str,
+    reads: Mapping[str, FieldType] | None = None,
+) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` under ``rule_id``; ids are unique and keep registration order, and the id's prefix names the
-    module ``fn`` is defined in (one family, one module)."""
+    module ``fn`` is defined in (one family, one module). ``reads``: the config fields the rule reads (dotted paths,
+    ``dataset.dataset_kwargs['key']`` for a key) and the type each must hold for the rule to interpret it."""
     if severity not in SEVERITIES:
         raise RuntimeError(f"rule {rule_id!r}: severity must be one of {SEVERITIES}, got {severity!r}")
     if not evidence.strip():
@@ -66,11 +91,17 @@ def rule(rule_id: str, summary: str, *, severity: Severity, evidence: str) -> Ca
             )
         if any(r.rule_id == rule_id for r in _CATALOG):
             raise RuntimeError(f"duplicate rule id {rule_id!r}")
-        _CATALOG.append(Rule(rule_id, summary, fn, severity, " ".join(evidence.split())))
+        _declare(rule_id, reads or {})
+        _CATALOG.append(Rule(rule_id, summary, fn, severity, " ".join(evidence.split()), dict(reads or {})))
         fn.rule_id = rule_id  # type: ignore[attr-defined]
         return fn
 
     return register
+
+
+def checked_field_types() -> dict[str, FieldType]:
+    """The fields the registered rules read that have a type to check (``config.types``), by path."""
+    return {path: kind for path, kind in sorted(_FIELD_TYPES.items()) if kind is not UNCHECKED}
 
 
 def registered() -> list[Rule]:

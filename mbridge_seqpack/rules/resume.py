@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import PACK_FINGERPRINT_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    BOOL,
+    OPTIONAL_PATH,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import packed_split_files, parquet_rows
 
@@ -79,6 +84,14 @@ def _specs_then(run_config: Path) -> dict[str, Any]:
         "is continued at a position counted in another pack's rows. Whether that is intended is the user's call: "
         "an advisory."
     ),
+    reads={
+        **PACK_FINGERPRINT_READS,
+        "checkpoint.ckpt_step": UNCHECKED,
+        "checkpoint.finetune": UNCHECKED,
+        "checkpoint.load": OPTIONAL_PATH,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+    },
 )
 def repacked_data(ctx: RuleContext) -> list[Violation] | None:
     if ctx.specs is None or not ctx.offline_packing:

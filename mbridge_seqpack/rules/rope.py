@@ -7,6 +7,7 @@ from typing import Any
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 #: position embeddings for which GPTModel computes a rotary_pos_emb (models/gpt/gpt_model.py GPTModel.__init__)
@@ -40,6 +41,15 @@ def _split_qkv_reasons(ctx: RuleContext) -> dict[str, Any]:
         "config.' for every self-attention layer at the first forward (run on CPU). The steps pass packed_seq_params "
         "for every packed batch; TransformerConfig refuses only fused_single_qkv_rope with gated attention."
     ),
+    reads={
+        "dataset.enable_offline_packing": BOOL,
+        "model.flash_decode": UNCHECKED,
+        "model.fused_single_qkv_rope": BOOL,
+        "model.multi_latent_attention": UNCHECKED,
+        "model.no_rope_freq": UNCHECKED,
+        "model.position_embedding_type": OPTIONAL_NAME,
+        "model.qk_layernorm": BOOL,
+    },
 )
 def fused_single_qkv(ctx: RuleContext) -> list[Violation] | None:
     if not getattr(ctx.model, "fused_single_qkv_rope", False) or getattr(ctx.model, "multi_latent_attention", False):
@@ -66,6 +76,7 @@ def fused_single_qkv(ctx: RuleContext) -> list[Violation] | None:
         "'Yarn RoPE does not support interleaved rotary embeddings' at the first forward (run on CPU); "
         "TransformerConfig refuses rotary_interleaved only with multi-latent attention or RoPE fusion."
     ),
+    reads={"model.position_embedding_type": OPTIONAL_NAME, "model.rotary_interleaved": BOOL},
 )
 def yarn_not_interleaved(ctx: RuleContext) -> list[Violation] | None:
     if getattr(ctx.model, "position_embedding_type", None) != "yarn":
@@ -99,6 +110,7 @@ def _qwen3_vl_providers() -> tuple[type, ...]:
         "builds the language model from the provider itself without GPTModelProvider.provide's "
         "validate_rope_fusion_compatibility reset, so an override that turns it on reaches the assertion."
     ),
+    reads={"model.apply_rope_fusion": BOOL},
 )
 def qwen3_vl_no_fusion(ctx: RuleContext) -> list[Violation] | None:
     if not isinstance(ctx.model, _qwen3_vl_providers()):

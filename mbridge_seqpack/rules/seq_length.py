@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import POSITIVE_INT
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -15,6 +16,7 @@ from mbridge_seqpack.rules.registry import rule
         "training/config.py ConfigContainer.validate asserts 'Please ensure sequence length configuration in "
         "model config and dataset config match.'"
     ),
+    reads={"dataset.seq_length": POSITIVE_INT, "model.seq_length": POSITIVE_INT},
 )
 def model_matches_dataset(ctx: RuleContext) -> list[Violation] | None:
     data_seq = getattr(ctx.dataset, "seq_length", None)

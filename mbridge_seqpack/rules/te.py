@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, MAPPING, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.shared import _env_value
 
@@ -22,6 +23,7 @@ QK_SCALING_ENV = "NVTE_APPLY_QK_LAYER_SCALING"
         "model is built (run on CPU); runtime_config_update exports the config's env_vars first, and neither "
         "TransformerConfig nor Megatron-Bridge sets or checks the variable."
     ),
+    reads={"env_vars": MAPPING, "model.apply_query_key_layer_scaling": BOOL, "model.transformer_impl": UNCHECKED},
 )
 def qk_layer_scaling_env(ctx: RuleContext) -> list[Violation] | None:
     if getattr(ctx.model, "transformer_impl", "transformer_engine") != "transformer_engine":

@@ -7,7 +7,14 @@ from typing import Any
 
 from mbridge_seqpack.analysis.topology import round_up
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import SPECS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, SPECS, TOPOLOGY_READS, TP_OVERLAP_READS, RuleContext
+from mbridge_seqpack.rules.field_types import (
+    ANY_INT,
+    BOOL,
+    OPTIONAL_MICRO_BATCH,
+    POSITIVE_INT,
+    UNCHECKED,
+)
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -56,6 +63,15 @@ def _token_count_problem(ctx: RuleContext) -> tuple[str, dict[str, Any]] | None:
         "evaluation micro batches of another size all give other counts. Megatron-Bridge keeps the overlap only "
         "with TP>1 and sequence parallelism (training/comm_overlap.py)."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **DATASET_KWARGS_READS,
+        **TP_OVERLAP_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+        "validation.eval_micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.tp_comm_overlap:
@@ -101,6 +117,15 @@ def tp_comm_overlap_token_count(ctx: RuleContext) -> list[Violation] | None:
         "(tp_comm_overlap.token_count keeps every micro batch at that count). fp8.packed_tokens_per_rank asks for the "
         "32-token MXFP8 block only. Needs a GPU and userbuffers: cited."
     ),
+    reads={
+        **TOPOLOGY_READS,
+        **TP_OVERLAP_READS,
+        "dataset.enable_offline_packing": BOOL,
+        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
+        "dataset.seq_length": POSITIVE_INT,
+        "mixed_precision": UNCHECKED,
+        "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
+    },
 )
 def mxfp8_userbuffer_tokens(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.tp_comm_overlap or ctx.fp8_recipe != "mxfp8":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.field_types import BOOL
 from mbridge_seqpack.rules.registry import rule
 
 #: providers whose registered collate (data/collators/registry.py, keyed by HF processor type) or step refuses
@@ -45,6 +46,7 @@ def _refusing_collate_families() -> dict[type, str]:
         "NotImplementedError. recipes/common.py _sft_common_vlm / _peft_common_vlm turn packing on; the "
         "Nemotron-VL and Qwen3-Omni recipes turn it off again."
     ),
+    reads={"dataset.enable_in_batch_packing": BOOL},
 )
 def collate_refuses_packing(ctx: RuleContext) -> list[Violation] | None:
     if not ctx.in_batch_packing:

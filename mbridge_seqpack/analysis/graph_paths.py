@@ -6,7 +6,8 @@ The capture and replay verdicts are computed, not asserted: the TE per-layer cel
 fixed-width offline packs come from the capture-safety run (``mbridge_seqpack.capture``: Megatron's own step, model,
 layers and replay dispatch run on CPU under a host-read recorder, cached in ``capture/verdicts.json``). The cells
 that fail before any capture (variable width, in-batch packing, local per-layer graphs) cite the code that refuses
-them, which the tests run. The ``cuda_graphs.*`` and ``in_batch.*`` rules read their verdict from :func:`graph_path`;
+them, which the tests run. The ``cuda_graphs.*`` and ``in_batch.*`` rules read their verdict from :func:`cell_at`
+(``RuleContext.graph_path``);
 ``docs/graph-paths.md`` is rendered from it (:func:`render_markdown`) and a test keeps the two equal.
 
 Context parallelism does not change a verdict: TE's sample arguments are ``seq_length // CP`` tokens
@@ -20,11 +21,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from mbridge_seqpack.capture.verdicts import Verdicts
-    from mbridge_seqpack.rules.context import RuleContext
 
 __all__ = [
     "GraphPath",
@@ -32,8 +32,8 @@ __all__ = [
     "Impl",
     "Capture",
     "Packing",
-    "Verdict",
-    "graph_path",
+    "GraphPathVerdict",
+    "cell_at",
     "classify",
     "render_markdown",
     "TE_SCOPE_MODULES",
@@ -45,7 +45,7 @@ Impl = Literal["transformer_engine", "full_iteration", "local"]
 #: full-iteration and local graphs hold the whole step / layer
 Capture = Literal["whole_layer", "with_attention", "mlp", "moe", "moe_router", "mamba", "whole_step", "per_layer"]
 Packing = Literal["offline_fixed", "offline_variable", "in_batch"]
-Verdict = Literal["works", "works_with_injection", "fails"]
+GraphPathVerdict = Literal["works", "works_with_injection", "fails"]
 #: the TE scope modules after attention that have a cell (``moe_preprocess`` goes with ``moe_router``)
 TE_SCOPE_MODULES: tuple[str, ...] = ("mlp", "moe", "moe_router", "mamba")
 _KIND_TEXT = {
@@ -102,7 +102,7 @@ class GraphPath:
     impl: Impl
     capture: Capture
     packing: Packing
-    verdict: Verdict
+    verdict: GraphPathVerdict
     reason: str
     evidence: str
     rule_id: str | None = None  # the rule that reports the cell when it fails (or when injection is missing)
@@ -112,7 +112,9 @@ class GraphPath:
         return self.verdict == "fails"
 
 
-def _te(capture: Capture, packing: Packing, verdict: Verdict, reason: str, evidence: str, rule_id: str | None):
+def _te(
+    capture: Capture, packing: Packing, verdict: GraphPathVerdict, reason: str, evidence: str, rule_id: str | None
+):
     return GraphPath("transformer_engine", capture, packing, verdict, reason, evidence, rule_id)
 
 
@@ -260,8 +262,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _te_capture(ctx: "RuleContext") -> Capture:
-    modules = ctx.graph_modules
+def _te_capture(modules: list[str], cfg: Any) -> Capture:
     if not modules:
         return "whole_layer"
     if "attn" in modules:
@@ -273,30 +274,29 @@ def _te_capture(ctx: "RuleContext") -> Capture:
     known = [m for m in dict.fromkeys(named) if m in TE_SCOPE_MODULES]
     if not known:
         return "mlp"
-    failing = {v.module for v in load().failing_modules(known, model_layer_kinds(ctx.cfg))}
+    failing = {v.module for v in load().failing_modules(known, model_layer_kinds(cfg))}
     return next((m for m in known if m in failing), known[0])  # type: ignore[return-value]
 
 
-def classify(ctx: "RuleContext") -> tuple[Impl, Capture, Packing] | None:
-    """The matrix coordinates of a config; None when it has no training graph or no THD packing."""
-    if ctx.in_batch_packing:
-        packing: Packing = "in_batch"
-    elif ctx.offline_packing and ctx.specs is not None:
-        packing = "offline_fixed" if ctx.pad_to_max_length else "offline_variable"
-    else:
+def classify(
+    packing: Packing | None, *, full_iteration: bool, impl: str, modules: list[str], cfg: Any
+) -> tuple[Impl, Capture, Packing] | None:
+    """The matrix coordinates of a config from its packing mode, graph implementation and per-layer capture scope
+    (``cfg``: the config whose layer kinds a TE scope after attention is placed by); None when it has no training
+    graph or no THD packing."""
+    if packing is None:
         return None
-    if ctx.full_iteration_graph:
+    if full_iteration:
         return "full_iteration", "whole_step", packing
-    if ctx.cuda_graph_impl == "local":
+    if impl == "local":
         return "local", "per_layer", packing
-    if ctx.cuda_graph_impl != "transformer_engine":
+    if impl != "transformer_engine":
         return None
-    return "transformer_engine", _te_capture(ctx), packing
+    return "transformer_engine", _te_capture(modules, cfg), packing
 
 
-def graph_path(ctx: "RuleContext") -> GraphPath | None:
-    """The matrix cell for a config (None: no training graph over packed data)."""
-    where = classify(ctx)
+def cell_at(where: tuple[Impl, Capture, Packing] | None) -> GraphPath | None:
+    """The matrix cell at some coordinates (None: no training graph over packed data)."""
     if where is None:
         return None
     return next(p for p in graph_paths() if (p.impl, p.capture, p.packing) == where)
@@ -389,8 +389,9 @@ def render_markdown() -> str:
     lines = [
         "# CUDA graphs over packed data: which paths work",
         "",
-        "Generated from `mbridge_seqpack/rules/graph_paths.py` (`python -m mbridge_seqpack.rules.graph_paths`) and",
-        "the capture-safety verdicts it reads (`mbridge_seqpack/capture/verdicts.json`, recomputed by",
+        "Generated from `mbridge_seqpack/analysis/graph_paths.py`",
+        "(`python -m mbridge_seqpack.analysis.graph_paths`) and the capture-safety verdicts it reads",
+        "(`mbridge_seqpack/capture/verdicts.json`, recomputed by",
         "`python -m mbridge_seqpack.capture.verdicts --write`); tests keep this page equal to the data and the data",
         f"equal to a fresh run. Computed with {versions}.",
         "Every failing cell is an error-level rule (the last column); the rules read their verdict from this table.",
