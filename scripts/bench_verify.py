@@ -21,7 +21,7 @@ import numpy as np
 
 
 def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
-    from mbridge_seqpack.artifact.pack_entry import PackEntry
+    from mbridge_seqpack.artifact.pack_entry import PackEntry, split_entry
     from mbridge_seqpack.artifact.store import (
         Fingerprint,
         metadata_path,
@@ -30,7 +30,6 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         write_metadata,
         write_split,
     )
-    from mbridge_seqpack.pipeline.pack import split_entry
     from mbridge_seqpack.placement.cost import DEFAULT_COST
     from mbridge_seqpack.placement.layout import StepShape
     from mbridge_seqpack.placement.rows import RowRequest, place_rows
@@ -70,7 +69,7 @@ def write_pack(directory: Path, width: int, rows: int, seed: int = 0) -> Path:
         megatron_bridge_version="none",
     )
     with staged_directory(directory, overwrite=True) as staging:
-        entry = split_entry("training", seqs, placed, fp, "drop")
+        entry = split_entry("training", seqs, placed, fp.to_dict(), "drop")
         checksums = write_split(split_paths(staging, width)["training"], seqs, placed.bins, dict(entry))
         write_metadata(metadata_path(staging, width), [PackEntry.from_json({**entry, "checksums": checksums})])
     return directory

@@ -17,11 +17,16 @@ coerced: each reader says in its own words what a mistyped value means for it (t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.errors import ArtifactError
 
-__all__ = ["PackEntry", "MEGATRON_BRIDGE_KEYS"]
+if TYPE_CHECKING:
+    from mbridge_seqpack.placement.rows import PlacedRows
+    from mbridge_seqpack.tokenization.sequences import TokenizedSequences
+
+__all__ = ["PackEntry", "MEGATRON_BRIDGE_KEYS", "split_entry"]
 
 #: the keys Megatron-Bridge's ``create_packing_strategy`` writes, in its order
 MEGATRON_BRIDGE_KEYS = (
@@ -100,3 +105,20 @@ class PackEntry:
 
 def _json_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(PackEntry) if f.name not in ("extra", "keys"))
+
+
+def split_entry(
+    split: str, seqs: TokenizedSequences, placed: PlacedRows, fingerprint: dict[str, Any], overflow: str
+) -> dict[str, Any]:
+    """A split's metadata entry before its rows are written (the file's schema; checksums and the input path are
+    added once the rows are on disk)."""
+    entry = {"split": split, **placed.rows, "fingerprint": fingerprint}
+    entry["dropped_sequences"] = int((placed.bins < 0).sum())
+    entry["overflow"] = overflow  # what a sequence longer than max_seq_length met
+    entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
+    entry["truncated_tokens"] = seqs.truncated_tokens
+    entry["tokenization"] = seqs.tokenization
+    entry.update(loss_counts(seqs, placed.bins))  # read as the writer reads the rows
+    if placed.balance_entry is not None:
+        entry["balance"] = placed.balance_entry
+    return entry

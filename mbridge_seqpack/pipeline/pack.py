@@ -8,9 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.artifact.pack_entry import PackEntry
+from mbridge_seqpack.artifact.pack_entry import PackEntry, split_entry
 from mbridge_seqpack.artifact.pack_phases import reached
-from mbridge_seqpack.artifact.row_tokens import loss_counts
 from mbridge_seqpack.artifact.seal_key import seal_key
 from mbridge_seqpack.artifact.store import (
     ArtifactError,
@@ -24,11 +23,10 @@ from mbridge_seqpack.digests import FileStamp, verified_sha256
 from mbridge_seqpack.pipeline.engine import LocalEngine, PackEngine
 from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel
 from mbridge_seqpack.placement.layout import StepShape
-from mbridge_seqpack.placement.rows import PlacedRows, RowRequest, place_rows
+from mbridge_seqpack.placement.rows import RowRequest, place_rows
 from mbridge_seqpack.placement.sampler import SAMPLERS
 from mbridge_seqpack.tokenization.sequences import (
     InputError,
-    TokenizedSequences,
     check_chat_template,
     tokenizer_files_sha256,
 )
@@ -127,23 +125,6 @@ def _megatron_bridge_version() -> str:
         return "unknown"
 
 
-def split_entry(
-    split: str, seqs: TokenizedSequences, placed: PlacedRows, fingerprint: Fingerprint, overflow: str
-) -> dict[str, Any]:
-    """A split's metadata entry before its rows are written (the file's schema; checksums and the input path are
-    added once the rows are on disk)."""
-    entry = {"split": split, **placed.rows, "fingerprint": fingerprint.to_dict()}
-    entry["dropped_sequences"] = int((placed.bins < 0).sum())
-    entry["overflow"] = overflow  # what a sequence longer than max_seq_length met
-    entry["truncated_sequences"] = seqs.truncated_sequences  # shortened by Megatron-Bridge's prep
-    entry["truncated_tokens"] = seqs.truncated_tokens
-    entry["tokenization"] = seqs.tokenization
-    entry.update(loss_counts(seqs, placed.bins))  # read as the writer reads the rows
-    if placed.balance_entry is not None:
-        entry["balance"] = placed.balance_entry
-    return entry
-
-
 def pack_jsonl(
     inputs: dict[str, str | Path],
     *,
@@ -238,7 +219,7 @@ def pack_jsonl(
                     source=source,
                 )
                 bins = placed.bins
-                entry = split_entry(split, seqs, placed, fingerprint, options.overflow)
+                entry = split_entry(split, seqs, placed, fingerprint.to_dict(), options.overflow)
                 target = split_paths(staging, options.pack_size)[split]
                 checksums = engine.write_split(target, seqs, bins, dict(entry))  # the entry in the file's schema
                 # what a check compares an explicit pack with: in the sealed entry, not in the rows' file (the same
