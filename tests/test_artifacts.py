@@ -3,7 +3,6 @@ resolved as it resolves paths, and refusing every corruption, truncation, interr
 
 from __future__ import annotations
 
-import collections
 import json
 import random
 import shutil
@@ -18,62 +17,30 @@ from mbridge_seqpack import check
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.rules.artifact import content_plan
 from mbridge_seqpack.tokenization.sequences import InputError
+from tests.support.packs import (
+    DATA,
+    TOKENIZER,
+    assert_the_hook_refuses,
+    chat_corpus,
+    chat_tokenizer,
+    pack_rule,
+    packed_sequences,
+    run_pack,
+    small_jsonl,
+)
 from tests.support.stderr_text import unwrap
 
 pytestmark = pytest.mark.slow
-
-DATA = embedded_data_dir()
-TOKENIZER = embedded_tokenizer_dir()
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{% if m['role'] == 'user' %}<user> {{ m['content'] }}\n{% else %}"
-    "{% generation %}<assistant> {{ m['content'] }}{{ eos_token }}{% endgeneration %}\n{% endif %}"
-    "{% endfor %}"
-)
-
-
-def _pack(inputs: dict[str, Path], out: Path, **options: Any) -> Any:
-    return pack_jsonl(
-        inputs,
-        tokenizer=options.pop("tokenizer", TOKENIZER),
-        output_dir=out,
-        lines_per_chunk=options.pop("lines_per_chunk", 50_000),
-        options=PackOptions(**{"pack_size": 4096, **options}),
-        overwrite=True,
-    )
 
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Path:
     out = tmp_path_factory.mktemp("packed") / "a"
-    _pack(
+    run_pack(
         {"training": DATA / "training.jsonl", "validation": DATA / "validation.jsonl"}, out, pad_seq_to_mult=4, seed=7
     )
-    return out
-
-
-def _pack_rule(cfg: Any) -> list[Any]:
-    """What ``artifact.fingerprint_mismatch`` finds (``check`` at world size 8, that rule only)."""
-    return [v for v in check(cfg, world_size=8) if v.rule_id == "artifact.fingerprint_mismatch"]
-
-
-def _small_jsonl(path: Path, n: int = 40) -> Path:
-    rows = [json.loads(line) for line in (DATA / "training.jsonl").read_text().splitlines()[:n]]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _sequences(path: Path) -> collections.Counter:
-    """The multiset of (tokens, loss mask) sequences a packed file holds."""
-    import pyarrow.parquet as pq
-
-    out: collections.Counter = collections.Counter()
-    for row in pq.read_table(str(path), columns=["input_ids", "loss_mask", "seq_start_id"]).to_pylist():
-        bounds = row["seq_start_id"] + [len(row["input_ids"])]
-        for s, e in zip(bounds[:-1], bounds[1:]):
-            out[(tuple(row["input_ids"][s:e]), tuple(row["loss_mask"][s:e]))] += 1
     return out
 
 
@@ -106,27 +73,27 @@ def _megatron_bridge_prep(
 def test_byte_identical_to_megatron_bridge_prep_prompt_answer(
     tmp_path: Path, megatron_bridge: Any, mult: int, lines_per_chunk: int
 ) -> None:
-    ours = _pack(
+    ours = run_pack(
         {"training": DATA / "training.jsonl"}, tmp_path / "ours", pad_seq_to_mult=mult, lines_per_chunk=lines_per_chunk
     )
     theirs = _megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4096, mult, {})
-    mine = _sequences(ours.directory / "training_4096.idx.parquet")
+    mine = packed_sequences(ours.directory / "training_4096.idx.parquet")
     assert sum(mine.values()) == 1799
-    assert mine == _sequences(theirs)
+    assert mine == packed_sequences(theirs)
     (tokens, mask), _ = next(iter(mine.items()))
     assert 0 < sum(mask) < len(mask)  # loss on the answer only
 
 
 def test_byte_identical_to_megatron_bridge_prep_chat(tmp_path: Path, megatron_bridge: Any) -> None:
-    tok = _chat_tokenizer(tmp_path)
-    chat = _chat_corpus(tmp_path / "chat.jsonl", 300)
+    tok = chat_tokenizer(tmp_path)
+    chat = chat_corpus(tmp_path / "chat.jsonl", 300)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
-    ours = _pack(
+    ours = run_pack(
         {"training": chat}, tmp_path / "ours", pack_size=2048, pad_seq_to_mult=4, dataset_kwargs=kwargs, tokenizer=tok
     )
-    mine = _sequences(ours.directory / "training_2048.idx.parquet")
+    mine = packed_sequences(ours.directory / "training_2048.idx.parquet")
     assert sum(mine.values()) == 300
-    assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 2048, 4, kwargs))
+    assert mine == packed_sequences(_megatron_bridge_prep(chat, tok, tmp_path, 2048, 4, kwargs))
     assert inspect_artifact(ours.directory).ok
 
 
@@ -358,7 +325,7 @@ def _flip(path: Path, offset: int) -> bytes:
 def test_every_byte_flip_and_truncation_is_detected(tmp_path: Path, megatron_bridge: Any) -> None:
     from mbridge_seqpack.thd.verify import verify_artifact
 
-    out = _pack({"training": _small_jsonl(tmp_path / "t.jsonl", 120)}, tmp_path / "p", pack_size=1024).directory
+    out = run_pack({"training": small_jsonl(tmp_path / "t.jsonl", 120)}, tmp_path / "p", pack_size=1024).directory
     path = out / "training_1024.idx.parquet"
     good = path.read_bytes()
     rng = random.Random(0)
@@ -397,7 +364,7 @@ def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
 ) -> None:
     import mbridge_seqpack.pipeline.pack as pipeline
 
-    src = _small_jsonl(tmp_path / "train.jsonl")
+    src = small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
     for stage in ("tokenize_split", "write_split", "write_metadata"):
         real = getattr(pipeline, stage)
@@ -408,18 +375,18 @@ def test_interrupted_pack_leaves_nothing_that_looks_like_a_pack(
 
         monkeypatch.setattr(pipeline, stage, dying)
         with pytest.raises(KeyboardInterrupt):
-            _pack({"training": src, "validation": src}, out, pack_size=2048)
+            run_pack({"training": src, "validation": src}, out, pack_size=2048)
         monkeypatch.setattr(pipeline, stage, real)
         assert not out.exists()
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
-    _pack({"training": src}, out, pack_size=2048)
+    run_pack({"training": src}, out, pack_size=2048)
     assert inspect_artifact(out).ok
 
 
 def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
     import fcntl
 
-    src = _small_jsonl(tmp_path / "train.jsonl")
+    src = small_jsonl(tmp_path / "train.jsonl")
     out = tmp_path / "out"
     out.mkdir()
     (out / "old_file").write_text("x")
@@ -429,16 +396,16 @@ def test_output_directory_rules(tmp_path: Path, megatron_bridge: Any) -> None:
         r"--overwrite",
     ):
         pack_jsonl({"training": src}, tokenizer=TOKENIZER, output_dir=out, options=PackOptions(pack_size=2048))
-    _pack({"training": src}, out, pack_size=2048)  # overwrite: the stale file is gone with the old contents
+    run_pack({"training": src}, out, pack_size=2048)  # overwrite: the stale file is gone with the old contents
     assert sorted(p.name for p in out.iterdir()) == ["2048_metadata.jsonl", "training_2048.idx.parquet"]
     with open(tmp_path / ".out.lock", "w") as held:  # a concurrent pack holds the lock
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(ArtifactError, match="another mbridge-seqpack pack is writing there right now"):
-            _pack({"training": src}, out, pack_size=2048)
+            run_pack({"training": src}, out, pack_size=2048)
     as_file = tmp_path / "file"
     as_file.write_text("x")
     with pytest.raises(ArtifactError, match="is a file, not a directory"):
-        _pack({"training": src}, as_file, pack_size=2048)
+        run_pack({"training": src}, as_file, pack_size=2048)
 
 
 @pytest.mark.parametrize(
@@ -502,7 +469,7 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
     train = str(artifact / "training_4096.idx.parquet")
     specs.packed_train_data_path = train
     specs.packed_metadata_path = str(artifact / "4096_metadata.jsonl")
-    found = _pack_rule(packed_cfg)
+    found = pack_rule(packed_cfg)
     assert [v.rule_id for v in found] == ["artifact.fingerprint_mismatch"]
     assert found[0].fields == {
         "dataset.offline_packing_specs.packed_train_data_path": train,
@@ -510,16 +477,16 @@ def test_stale_pack_rule(artifact: Path, packed_cfg: Any) -> None:
         "dataset.offline_packing_specs.pad_seq_to_mult": 1,
     }
     specs.pad_seq_to_mult = 4
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
     specs.packed_train_data_path = str(artifact / "training_*.idx.parquet")  # a glob of the same file
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
 
 
 def test_directory_path_that_holds_validation_data_is_refused(artifact: Path, packed_cfg: Any) -> None:
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact)  # Megatron-Bridge reads every .parquet of the directory
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule == (
         "resolves to 2 file(s) holding split(s) ['training', 'validation']; Megatron-Bridge would "
         "read all of them as training data"
@@ -534,18 +501,18 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     train = copy / "training_4096.idx.parquet"
     specs.packed_train_data_path = str(train)
     _flip(train, _footer_offset(train))  # the footer is read at validate() (O(metadata))
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule.endswith(
         "its Parquet footer differs from the seal: the file was modified or corrupted - re-run mbridge-seqpack pack"
     )
     shutil.copy(artifact / "training_4096.idx.parquet", train)
     _flip(train, 1000)  # a row group: left to the launch's content check, which names it
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
     (problem,) = content_plan(packed_cfg).run()
     assert problem.startswith(f"{train}: row group 0 (rows 0..")
     shutil.copy(artifact / "training_4096.idx.parquet", train)
     (copy / "4096_metadata.jsonl").unlink()  # an interrupted pack has no metadata
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert "no <N>_metadata.jsonl next to it: the pack is incomplete" in v.rule
     mixed = tmp_path / "mixed"
     mixed.mkdir()
@@ -554,9 +521,9 @@ def test_rule_refuses_corrupted_interrupted_and_mixed_packs(artifact: Path, pack
     shutil.copy(artifact / "4096_metadata.jsonl", mixed / "4096_metadata.jsonl")
     shutil.copy(artifact / "4096_metadata.jsonl", mixed / "8192_metadata.jsonl")
     specs.packed_train_data_path = str(mixed)
-    assert "2 metadata files" in _pack_rule(packed_cfg)[0].rule
+    assert "2 metadata files" in pack_rule(packed_cfg)[0].rule
     specs.packed_train_data_path = str(tmp_path / "nowhere")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule.startswith("Megatron-Bridge finds no packed data there")
 
 
@@ -571,13 +538,13 @@ def test_rule_tokenizer_and_metadata_mismatch(artifact: Path, packed_cfg: Any, t
         (TOKENIZER / "tokenizer_config.json").read_text().replace("}", ', "model_max_length": 7}', 1)
     )
     packed_cfg.tokenizer.tokenizer_model = str(other_tok)
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule.startswith("the pack was tokenized with another tokenizer")
     packed_cfg.tokenizer.tokenizer_model = str(TOKENIZER)
     other = tmp_path / "other"
-    _pack({"training": _small_jsonl(tmp_path / "s.jsonl")}, other, pad_seq_to_mult=4)
+    run_pack({"training": small_jsonl(tmp_path / "s.jsonl")}, other, pad_seq_to_mult=4)
     specs.packed_metadata_path = str(other / "4096_metadata.jsonl")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule.startswith("packed_metadata_path was written by a different pack run")
 
 
@@ -588,12 +555,12 @@ def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: P
     import signal
     import time
 
-    from tests.test_pack_kills import _child, _context  # the fork server the kill tests share (one import)
+    from tests.support.fork_server import fork_context, pack_child  # the fork server the kill tests share (one import)
 
-    src = _small_jsonl(tmp_path / "train.jsonl", 400)
+    src = small_jsonl(tmp_path / "train.jsonl", 400)
     out = tmp_path / "out"
     argv = ["pack", str(src), "--pack-size", "1024", "--output", str(out)]
-    proc = _context().Process(target=_child, args=(argv, None))
+    proc = fork_context().Process(target=pack_child, args=(argv, None))
     proc.start()
     deadline = time.time() + 300
     while time.time() < deadline and not list(tmp_path.glob(".out.staging-*")):
@@ -604,7 +571,7 @@ def test_sigkill_mid_pack_leaves_no_pack_and_the_next_pack_cleans_up(tmp_path: P
     assert not out.exists()
     with pytest.raises(ArtifactError, match="no such file or directory"):
         inspect_artifact(out)
-    _pack({"training": src}, out, pack_size=1024)
+    run_pack({"training": src}, out, pack_size=1024)
     assert inspect_artifact(out).ok
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == [".out.lock"]
 
@@ -628,9 +595,9 @@ def test_only_rank_zero_reads_footers(
     specs.packed_train_data_path = str(copy / "training_4096.idx.parquet")
     _flip(copy / "training_4096.idx.parquet", _footer_offset(copy / "training_4096.idx.parquet"))
     monkeypatch.setenv("RANK", "5")
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
     monkeypatch.setenv("RANK", "0")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert "its Parquet footer differs from the seal" in v.rule
 
 
@@ -654,14 +621,14 @@ def test_a_sealed_file_that_lost_its_fingerprint_is_corrupted_not_foreign(
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(train)
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule_id == "artifact.fingerprint_mismatch"
     assert v.rule == f"{train}: {expected}"
     other = tmp_path / "foreign" / "training_4096.idx.parquet"  # the same unsealed file without a seal beside it
     other.parent.mkdir()
     shutil.copy(train, other)
     specs.packed_train_data_path = str(other)
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
 
 
 def test_pack_from_a_recipe_lays_out_for_its_sampler_seed_dp_and_global_batch(
@@ -710,42 +677,20 @@ def test_tokenization_scratch_stays_inside_the_staging_directory(
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
-    result = _pack({"training": _small_jsonl(tmp_path / "small.jsonl")}, tmp_path / "out")
+    result = run_pack({"training": small_jsonl(tmp_path / "small.jsonl")}, tmp_path / "out")
     assert (result.directory / "training_4096.idx.parquet").is_file()
     assert not (tmp_path / "no-such-tmp").exists()
 
 
-def _chat_tokenizer(tmp_path: Path) -> Path:
-    tok = tmp_path / "tok"
-    shutil.copytree(TOKENIZER, tok)
-    config = json.loads((tok / "tokenizer_config.json").read_text())
-    (tok / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
-    return tok
-
-
-def _chat_corpus(path: Path, n: int, *, sharegpt: bool = False) -> Path:
-    """The first ``n`` embedded prompt/answer records as chat records: ``messages`` or ShareGPT ``conversations``."""
-    with open(path, "w") as f:
-        for line in (DATA / "training.jsonl").read_text().splitlines()[:n]:
-            r = json.loads(line)
-            if sharegpt:
-                turns = [{"from": "User", "value": r["input"]}, {"from": "Assistant", "value": r["output"]}]
-                f.write(json.dumps({"conversations": turns}) + "\n")
-            else:
-                turns = [{"role": "user", "content": r["input"]}, {"role": "assistant", "content": r["output"]}]
-                f.write(json.dumps({"messages": turns}) + "\n")
-    return path
-
-
 def test_byte_identical_to_megatron_bridge_prep_sharegpt(tmp_path: Path, megatron_bridge: Any) -> None:
     """ShareGPT ``conversations`` records, which Megatron-Bridge's chat dataset normalises, pack as it packs them."""
-    tok = _chat_tokenizer(tmp_path)
-    share = _chat_corpus(tmp_path / "share.jsonl", 200, sharegpt=True)
+    tok = chat_tokenizer(tmp_path)
+    share = chat_corpus(tmp_path / "share.jsonl", 200, sharegpt=True)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
-    ours = _pack({"training": share}, tmp_path / "ours", pack_size=2048, dataset_kwargs=kwargs, tokenizer=tok)
-    mine = _sequences(ours.directory / "training_2048.idx.parquet")
+    ours = run_pack({"training": share}, tmp_path / "ours", pack_size=2048, dataset_kwargs=kwargs, tokenizer=tok)
+    mine = packed_sequences(ours.directory / "training_2048.idx.parquet")
     assert sum(mine.values()) == 200
-    assert mine == _sequences(_megatron_bridge_prep(share, tok, tmp_path, 2048, 1, kwargs))
+    assert mine == packed_sequences(_megatron_bridge_prep(share, tok, tmp_path, 2048, 1, kwargs))
 
 
 @pytest.mark.parametrize("loss_mode", ["completion", "full"])
@@ -769,47 +714,31 @@ def test_dataset_preprocessing_is_honoured_byte_for_byte(tmp_path: Path, megatro
     )
     kwargs = config_dataset_kwargs(dataset)
     assert kwargs["prompt_completion_config"].loss_mode == loss_mode
-    ours = _pack({"training": data}, tmp_path / "ours", dataset_kwargs=kwargs)
-    mine = _sequences(ours.directory / "training_4096.idx.parquet")
+    ours = run_pack({"training": data}, tmp_path / "ours", dataset_kwargs=kwargs)
+    mine = packed_sequences(ours.directory / "training_4096.idx.parquet")
     assert sum(mine.values()) == 200
-    assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 4096, 1, kwargs))
+    assert mine == packed_sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 4096, 1, kwargs))
     masks = [sum(mask) == len(mask) - 1 for (_, mask) in mine]  # "full": every token but the last is trained
     assert all(masks) if loss_mode == "full" else not any(masks)
-
-
-def _assert_the_hook_refuses(cfg: Any, violations: int = 1, also: tuple[str, ...] = ()) -> None:
-    """Through install() and Megatron-Bridge's own runtime_config_update(), as a launch would."""
-    import copy
-    import os
-
-    from megatron.bridge.training.config import runtime_config_update
-
-    import mbridge_seqpack
-    from mbridge_seqpack.errors import PackingConfigError
-
-    os.environ["WORLD_SIZE"] = "8"  # the conftest fixture restores the environment
-    with mbridge_seqpack.install(), pytest.raises(PackingConfigError) as info:
-        runtime_config_update(copy.deepcopy(cfg))
-    assert info.value.rule_ids == ["artifact.fingerprint_mismatch"] * violations + list(also)
 
 
 def test_a_pack_made_with_other_content_settings_is_refused(tmp_path: Path, packed_cfg: Any) -> None:
     """dataset_kwargs that change tokens or loss masks, and the longest sequence kept, must match the config."""
     (tmp_path / "root").mkdir()
-    small = _small_jsonl(tmp_path / "root" / "training.jsonl")
+    small = small_jsonl(tmp_path / "root" / "training.jsonl")
     packed_cfg.dataset.dataset_root = str(tmp_path / "root")  # the data the packs are made from
-    other = _pack({"training": small}, tmp_path / "eos", dataset_kwargs={"add_eos": False})
+    other = run_pack({"training": small}, tmp_path / "eos", dataset_kwargs={"add_eos": False})
     specs = packed_cfg.dataset.offline_packing_specs
     specs.packed_train_data_path = str(other.directory / "training_4096.idx.parquet")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert "add_eos: pack false, config true" in v.rule
     assert v.fields["dataset.dataset_kwargs.add_eos"] == "true"
-    _assert_the_hook_refuses(packed_cfg)
+    assert_the_hook_refuses(packed_cfg)
     packed_cfg.dataset.dataset_kwargs = {**(packed_cfg.dataset.dataset_kwargs or {}), "add_eos": False}
-    assert _pack_rule(packed_cfg) == []
-    shorter = _pack({"training": small}, tmp_path / "short", max_seq_length=2048, dataset_kwargs={"add_eos": False})
+    assert pack_rule(packed_cfg) == []
+    shorter = run_pack({"training": small}, tmp_path / "short", max_seq_length=2048, dataset_kwargs={"add_eos": False})
     specs.packed_train_data_path = str(shorter.directory / "training_4096.idx.parquet")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.fields["artifact max_seq_length"] == 2048
     assert "kept sequences up to 2048 tokens" in v.rule
 
@@ -850,7 +779,7 @@ def test_the_metadata_megatron_bridge_reads_is_sealed(
     else:
         assert "was edited or is unsealed" in problems
         _point(packed_cfg, copy)
-        assert any("was edited or is unsealed" in v.rule for v in _pack_rule(packed_cfg))
+        assert any("was edited or is unsealed" in v.rule for v in pack_rule(packed_cfg))
 
 
 def test_swapped_split_files_are_refused(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
@@ -864,7 +793,7 @@ def test_swapped_split_files_are_refused(artifact: Path, packed_cfg: Any, tmp_pa
     assert not report.ok
     assert any("named for another split" in p for s in report.splits for p in s.problems)
     _point(packed_cfg, copy)
-    assert _pack_rule(packed_cfg)
+    assert pack_rule(packed_cfg)
 
 
 def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tmp_path: Path) -> None:
@@ -874,7 +803,7 @@ def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tm
     copy = tmp_path / "copy"
     shutil.copytree(artifact, copy)
     _point(packed_cfg, copy)
-    assert inspect_artifact(copy).ok and _pack_rule(packed_cfg) == []
+    assert inspect_artifact(copy).ok and pack_rule(packed_cfg) == []
     files = [copy / "training_4096.idx.parquet", copy / "validation_4096.idx.parquet", copy / "4096_metadata.jsonl"]
     rng = random.Random(20)
     missed = []
@@ -886,7 +815,7 @@ def test_300_random_bit_flips_are_all_caught(artifact: Path, packed_cfg: Any, tm
         path.write_bytes(bytes(data))
         try:
             caught_by_inspect = not inspect_artifact(copy).ok
-            caught_by_check = bool(_pack_rule(packed_cfg)) or bool(content_plan(packed_cfg).run())
+            caught_by_check = bool(pack_rule(packed_cfg)) or bool(content_plan(packed_cfg).run())
         finally:
             data[offset] ^= bit
             path.write_bytes(bytes(data))
@@ -900,10 +829,10 @@ def test_a_pack_size_that_is_not_a_multiple_packs_as_megatron_bridge_does(
 ) -> None:
     """4094 with pad_seq_to_mult=4: Megatron-Bridge pads sequences to at most the largest multiple below (4092);
     the pack holds the same sequences."""
-    ours = _pack({"training": DATA / "training.jsonl"}, tmp_path / "ours", pack_size=4094, pad_seq_to_mult=4)
-    mine = _sequences(ours.directory / "training_4094.idx.parquet")
+    ours = run_pack({"training": DATA / "training.jsonl"}, tmp_path / "ours", pack_size=4094, pad_seq_to_mult=4)
+    mine = packed_sequences(ours.directory / "training_4094.idx.parquet")
     assert sum(mine.values()) == 1799
-    assert mine == _sequences(_megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4094, 4, {}))
+    assert mine == packed_sequences(_megatron_bridge_prep(DATA / "training.jsonl", TOKENIZER, tmp_path, 4094, 4, {}))
     assert inspect_artifact(ours.directory).ok
 
 
@@ -915,16 +844,16 @@ def test_chat_records_longer_than_the_pack_are_refused_or_dropped_as_megatron_br
     records how many it dropped."""
     from mbridge_seqpack.cli.main import main
 
-    tok = _chat_tokenizer(tmp_path)
-    chat = _chat_corpus(tmp_path / "chat.jsonl", 120)
+    tok = chat_tokenizer(tmp_path)
+    chat = chat_corpus(tmp_path / "chat.jsonl", 120)
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
     with pytest.raises(InputError, match=r"sequence\(s\) longer than 128 tokens .* pass --overflow drop"):
-        _pack({"training": chat}, tmp_path / "refused", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok)
-    ours = _pack(
+        run_pack({"training": chat}, tmp_path / "refused", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok)
+    ours = run_pack(
         {"training": chat}, tmp_path / "ours", pack_size=128, dataset_kwargs=kwargs, tokenizer=tok, overflow="drop"
     )
-    mine = _sequences(ours.directory / "training_128.idx.parquet")
-    assert mine == _sequences(_megatron_bridge_prep(chat, tok, tmp_path, 128, 1, kwargs))
+    mine = packed_sequences(ours.directory / "training_128.idx.parquet")
+    assert mine == packed_sequences(_megatron_bridge_prep(chat, tok, tmp_path, 128, 1, kwargs))
     (entry,) = json.loads((ours.directory / "128_metadata.jsonl").read_text())
     assert entry["dropped_sequences"] == 120 - sum(mine.values()) > 0
     code = main(
@@ -940,15 +869,15 @@ def test_an_explicit_pack_is_compared_with_the_file_it_was_made_from(packed_cfg:
     """An explicit packed path: the launch trains on the pack and never reads dataset_root (Megatron-Bridge's builder
     skips its prep when the pack exists), so the pack is compared with the JSONL it was made from, recorded in its
     seal: that file changed since packing is refused; dataset_root naming other data is not what the launch reads."""
-    source = _small_jsonl(tmp_path / "made_from.jsonl")
+    source = small_jsonl(tmp_path / "made_from.jsonl")
     pack = tmp_path / "pack"
-    _pack({"training": source}, pack, pad_seq_to_mult=4)
+    run_pack({"training": source}, pack, pad_seq_to_mult=4)
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(pack / "training_4096.idx.parquet")
-    assert _pack_rule(packed_cfg) == []  # dataset_root (the embedded corpus) is other data: not read
+    assert pack_rule(packed_cfg) == []  # dataset_root (the embedded corpus) is other data: not read
     source.write_text(source.read_text() + source.read_text().splitlines(keepends=True)[0])
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert v.rule.startswith(f"the pack was made from another training file than {source.resolve()} (")
     assert v.fields["pack input"] == str(source.resolve())
 
@@ -960,9 +889,9 @@ def test_a_pack_made_without_the_configured_preprocessing_is_refused(artifact: P
     specs = packed_cfg.dataset.offline_packing_specs
     specs.pad_seq_to_mult = 4
     specs.packed_train_data_path = str(artifact / "training_4096.idx.parquet")
-    assert _pack_rule(packed_cfg) == []
+    assert pack_rule(packed_cfg) == []
     packed_cfg.dataset.preprocessing = ChatSFTPreprocessingConfig(loss_mode="full")
-    (v,) = _pack_rule(packed_cfg)
+    (v,) = pack_rule(packed_cfg)
     assert "chat: pack false, config true" in v.rule and "chat_loss_mode" in v.rule
 
 
@@ -1009,10 +938,10 @@ def test_truncated_examples_are_counted_and_packed_as_megatron_bridge_truncates_
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     whole = _untruncated_lengths(data, tmp_path, kwargs)
     assert (whole > 256).sum() > 10  # the corpus does need cutting at this size
-    ours = _pack({"training": data}, tmp_path / "ours", pack_size=256, dataset_kwargs=kwargs)
+    ours = run_pack({"training": data}, tmp_path / "ours", pack_size=256, dataset_kwargs=kwargs)
     entry = ours.splits["training"]
     assert entry["truncated_sequences"] == int((whole > 256).sum())
     assert entry["truncated_tokens"] == int(np.maximum(whole - 256, 0).sum())
-    mine = _sequences(ours.directory / "training_256.idx.parquet")
-    assert mine == _sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 256, 1, kwargs))
+    mine = packed_sequences(ours.directory / "training_256.idx.parquet")
+    assert mine == packed_sequences(_megatron_bridge_prep(data, TOKENIZER, tmp_path, 256, 1, kwargs))
     assert inspect_artifact(ours.directory).ok  # the counts are sealed with the rest of the entry

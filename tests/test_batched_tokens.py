@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_artifacts import DATA, TOKENIZER
+from tests.support.packs import DATA, TOKENIZER
 
 pytestmark = pytest.mark.slow
 
@@ -117,12 +117,12 @@ def test_random_unicode_examples_tokenize_identically(
 
 def test_what_cannot_be_batched_says_why_and_runs_megatron_bridges_path(tmp_path: Path, megatron_bridge: Any) -> None:
     from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer, tokenize_split
-    from tests.test_artifacts import _chat_corpus, _chat_tokenizer
+    from tests.support.packs import chat_corpus, chat_tokenizer
 
-    tokenizer = load_megatron_tokenizer(_chat_tokenizer(tmp_path))
+    tokenizer = load_megatron_tokenizer(chat_tokenizer(tmp_path))
     kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}
     seqs = tokenize_split(
-        _chat_corpus(tmp_path / "chat.jsonl", 5),
+        chat_corpus(tmp_path / "chat.jsonl", 5),
         tokenizer,
         max_seq_length=256,
         pad_seq_to_mult=1,

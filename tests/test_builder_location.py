@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_artifacts import DATA, TOKENIZER, _assert_the_hook_refuses
+from tests.support.packs import DATA, TOKENIZER, assert_the_hook_refuses
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def test_pack_recipe_writes_where_megatron_bridge_reads_it(
     assert v.rule.startswith(f"the pack was made from another training file than {root / 'training.jsonl'}")
     assert "pack --recipe ... --overwrite" in v.fix and str(train.parent) in v.fix
     # one list: the validation split (20 records, 1 row; not stale) is also short of an evaluation batch
-    _assert_the_hook_refuses(cfg, also=("eval.packed_split_rows",))
+    assert_the_hook_refuses(cfg, also=("eval.packed_split_rows",))
 
 
 def test_pack_recipe_does_not_write_into_the_package_or_for_another_input(

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
-from tests.test_rule_evidence import tiny_pack  # noqa: F401  (module fixture: three records packed at 64)
 
 pytestmark = pytest.mark.slow
 
@@ -406,7 +405,7 @@ def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any
 
 
 # ---- the offline prep and the packed dataset ----------------------------------------------------------------------
-def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: Any, packed_cfg: Any) -> None:  # noqa: F811
+def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: Any, packed_cfg: Any) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
 
@@ -421,7 +420,7 @@ def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: A
     assert "offline.pad_multiple_within_length" not in _ids(packed_cfg)  # the pack exists: the prep is skipped
 
 
-def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: Any) -> None:  # noqa: F811
+def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: Any) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
     from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from mbridge_seqpack import check
-from tests.test_rules import CP2_LOSS, Case, _set
+from tests.support.rule_cases import CP2_LOSS, Case, _set
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs.pad_to_max_length"

@@ -172,17 +172,17 @@ def test_megatron_bridge_accepts_attention_capture_and_refuses_local_layers(pack
     with pad_cu_seqlens, the cell that asserts at the first replay; it raises for local per-layer graphs."""
     from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
 
-    from tests.test_rule_evidence import _mb_validate
+    from tests.support.validation import mb_validate
 
     packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
     packed_cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
     packed_cfg.model.cuda_graph_impl = "transformer_engine"
     set_cuda_graph_modules(packed_cfg.model, ["attn"])
-    assert _mb_validate(packed_cfg, 8) is None
+    assert mb_validate(packed_cfg, 8) is None
     assert [v.rule_id for v in check(packed_cfg, world_size=8)] == ["cuda_graphs.te_attention_over_packed"]
     packed_cfg.model.cuda_graph_impl = "local"
     set_cuda_graph_modules(packed_cfg.model, ["mlp"])
-    error = _mb_validate(packed_cfg, 8)
+    error = mb_validate(packed_cfg, 8)
     assert isinstance(error, ValueError) and 'supports model.cuda_graph_impl="local" only for' in str(error)
 
 
@@ -440,7 +440,7 @@ def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_f
     a full-iteration graph: two conditions the run finds, each with its own fix; --fix converges to a config with
     none, which Megatron-Bridge accepts too."""
     from mbridge_seqpack.overrides import apply_overrides, converged_fix
-    from tests.test_rule_evidence import _mb_validate
+    from tests.support.validation import mb_validate
 
     monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")
     cfg = _full_iteration(packed_cfg)
@@ -465,7 +465,7 @@ def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_f
     overrides, remaining = converged_fix(cfg, lambda c: check(c, world_size=8))
     assert (overrides, remaining) == (["model.apply_rope_fusion=true", "ddp.check_for_nan_in_grad=false"], [])
     fixed = apply_overrides(cfg, overrides)
-    assert check(fixed, world_size=8) == [] and _mb_validate(fixed, 8) is None
+    assert check(fixed, world_size=8) == [] and mb_validate(fixed, 8) is None
 
 
 @pytest.mark.parametrize(

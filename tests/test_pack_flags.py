@@ -488,7 +488,7 @@ def _sha(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> dict[str, Path]:
-    from tests.test_artifacts import _chat_corpus, _chat_tokenizer
+    from tests.support.packs import chat_corpus, chat_tokenizer
 
     base = tmp_path_factory.mktemp("flags")
     lines = (DATA / "training.jsonl").read_text().splitlines()
@@ -499,8 +499,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> di
     files["val"].write_text("".join(json.dumps(r) + "\n" for r in rows[6:9]))
     files["qa"] = base / "qa.jsonl"
     files["qa"].write_text("".join(json.dumps({**r, "q": r["input"], "a": r["output"]}) + "\n" for r in rows))
-    files["chat"] = _chat_corpus(base / "chat.jsonl", 12)
-    files["chat_tok"] = _chat_tokenizer(base)
+    files["chat"] = chat_corpus(base / "chat.jsonl", 12)
+    files["chat_tok"] = chat_tokenizer(base)
     files["seal_key"] = base / "seal.key"
     files["seal_key"].write_text("a-seal-key-of-32-bytes-0123456789\n")
     files["tok2"] = base / "tok2"

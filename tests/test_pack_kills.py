@@ -12,7 +12,6 @@ run their driver in an actor of this module's cluster, whose workers import Mega
 from __future__ import annotations
 
 import fcntl
-import multiprocessing
 import os
 import signal
 import sys
@@ -25,6 +24,7 @@ import pytest
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 from mbridge_seqpack.artifact.pack_phases import STOP_ENV
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
+from tests.support.fork_server import fork_context, pack_child
 
 pytestmark = pytest.mark.slow
 
@@ -99,38 +99,8 @@ def _rerun_succeeds(root: Path, run: Any, argv: list[str] | None = None) -> None
 # --- on this machine ----------------------------------------------------------------------------------------
 
 
-def _child(argv: list[str], phase: str | None) -> None:
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from mbridge_seqpack.cli.main import main
-
-    if phase:
-        os.environ[STOP_ENV] = phase
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        os._exit(main(argv))
-
-
-#: modules the fork server imports once, before it forks a pack: children start with Megatron-Bridge imported, from
-#: a process that never ran a thread (forking this test process, whose tokenizers and torch ran threads, deadlocks)
-PRELOAD = [
-    "megatron.bridge.training.config",
-    "megatron.bridge.data.builders.gpt_sft",
-    "mbridge_seqpack.cli.main",
-    "mbridge_seqpack.pipeline.pack",
-    "mbridge_seqpack.recipes.targets",
-    "tests.test_pack_kills",
-]
-
-
-def _context() -> Any:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
-
-
 def _local_run(argv: list[str]) -> int:
-    process = _context().Process(target=_child, args=(argv, None))
+    process = fork_context().Process(target=pack_child, args=(argv, None))
     process.start()
     process.join(300)
     return process.exitcode
@@ -147,7 +117,7 @@ def _state(pid: int) -> str:
 
 def _stopped_at(root: Path, phase: str, argv: list[str]) -> Any:
     """A pack stopped where ``phase`` begins (polled for ``tokenizing``), and the staging it left."""
-    process = _context().Process(target=_child, args=(argv, None if phase == "tokenizing" else phase))
+    process = fork_context().Process(target=pack_child, args=(argv, None if phase == "tokenizing" else phase))
     process.start()
     deadline = time.time() + 300
     if phase == "tokenizing":

@@ -96,12 +96,12 @@ def test_every_argument_of_the_builders_prep_is_sealed() -> None:
 @pytest.fixture(scope="module")
 def plain_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Path:
     """A pack of 40 embedded records with Megatron-Bridge's default tokenizer settings, at 4096."""
-    from tests.test_artifacts import _pack, _small_jsonl
+    from tests.support.packs import run_pack, small_jsonl
 
     where = tmp_path_factory.mktemp("plain")
     (where / "root").mkdir()
-    source = _small_jsonl(where / "root" / "training.jsonl")
-    _pack({"training": source}, where / "pack")
+    source = small_jsonl(where / "root" / "training.jsonl")
+    run_pack({"training": source}, where / "pack")
     return where
 
 
@@ -134,7 +134,7 @@ def _other(value: Any) -> Any:
 
 
 def _configured(cfg: Any, where: Path) -> Any:
-    from tests.test_artifacts import TOKENIZER
+    from tests.support.packs import TOKENIZER
 
     cfg.dataset.dataset_root = str(where / "root")
     cfg.tokenizer.tokenizer_model = str(TOKENIZER)
@@ -144,9 +144,9 @@ def _configured(cfg: Any, where: Path) -> Any:
 
 @pytest.mark.slow
 def test_the_pack_made_with_the_configs_tokenizer_settings_is_accepted(plain_pack: Path, packed_cfg: Any) -> None:
-    from tests.test_artifacts import _pack_rule
+    from tests.support.packs import pack_rule
 
-    assert _pack_rule(_configured(packed_cfg, plain_pack)) == []
+    assert pack_rule(_configured(packed_cfg, plain_pack)) == []
 
 
 @pytest.mark.slow
@@ -155,11 +155,11 @@ def test_every_tokenizer_field_the_build_reads_is_compared(
     name: str, plain_pack: Path, packed_cfg: Any, tmp_path: Path
 ) -> None:
     """Derived from the build's source: a field the pack did not seal or ``check`` did not compare fails here."""
-    from tests.test_artifacts import _pack_rule
+    from tests.support.packs import pack_rule
 
     cfg = _configured(packed_cfg, plain_pack)
     setattr(cfg.tokenizer, name, _other(getattr(cfg.tokenizer, name, None)))
-    found = _pack_rule(cfg)
+    found = pack_rule(cfg)
     assert [v.rule.split(" (")[0] for v in found] == [
         "the pack was tokenized with other tokenizer settings than tokenizer.*"
     ]
@@ -170,12 +170,12 @@ def test_every_tokenizer_field_the_build_reads_is_compared(
 def test_a_template_file_is_compared_by_the_template_it_holds(
     plain_pack: Path, packed_cfg: Any, tmp_path: Path
 ) -> None:
-    from tests.test_artifacts import _pack_rule
+    from tests.support.packs import pack_rule
 
     cfg = _configured(packed_cfg, plain_pack)
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     cfg.tokenizer.chat_template_path = str(tmp_path / "t.jinja")
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert v.fields["tokenizer.chat_template_path"] == str(tmp_path / "t.jinja")
     assert 'chat_template: pack null, config "sha256:' in v.rule
 
@@ -200,14 +200,14 @@ def chat_recipe():
 def _chat_setup(tmp: Path, field: str) -> tuple[Path, Path]:
     """A recipe whose tokenizer carries ``TEMPLATE`` (as ``field``) over a tokenizer folder holding another
     template of its own, and 60 chat records at its dataset root."""
-    from tests.test_artifacts import TOKENIZER, _chat_corpus
+    from tests.support.packs import TOKENIZER, chat_corpus
 
     tok = tmp / "tok"
     shutil.copytree(TOKENIZER, tok)
     config = json.loads((tok / "tokenizer_config.json").read_text())
     (tok / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": OTHER_TEMPLATE}))
     (tmp / "root").mkdir()
-    _chat_corpus(tmp / "root" / "training.jsonl", 60)
+    chat_corpus(tmp / "root" / "training.jsonl", 60)
     value = TEMPLATE
     if field == "chat_template_path":
         value = str(tmp / "template.jinja")
@@ -238,7 +238,7 @@ def test_pack_recipe_is_megatron_bridges_own_prep_of_a_recipe_with_a_chat_templa
 ) -> None:
     from mbridge_seqpack.cli.main import main
     from mbridge_seqpack.recipes.targets import build_launch
-    from tests.test_artifacts import _pack_rule, _sequences
+    from tests.support.packs import pack_rule, packed_sequences
 
     recipe, _ = _chat_setup(tmp_path, field)
     target = f"{recipe}:chat_recipe"
@@ -246,15 +246,15 @@ def test_pack_recipe_is_megatron_bridges_own_prep_of_a_recipe_with_a_chat_templa
     made = json.loads(capsys.readouterr().out)
     assert made["found_by_megatron_bridge"] is True
     cfg = build_launch(target, []).cfg
-    ours = _sequences(Path(made["directory"]) / "training_2048.idx.parquet")
+    ours = packed_sequences(Path(made["directory"]) / "training_2048.idx.parquet")
     assert sum(ours.values()) == 60
-    assert ours == _sequences(_megatron_bridges_own_prep(cfg, tmp_path))
-    assert _pack_rule(cfg) == []  # check finds the pack where the builder looks, and accepts it
+    assert ours == packed_sequences(_megatron_bridges_own_prep(cfg, tmp_path))
+    assert pack_rule(cfg) == []  # check finds the pack where the builder looks, and accepts it
     if field == "chat_template":
         cfg.tokenizer.chat_template = OTHER_TEMPLATE
     else:
         Path(cfg.tokenizer.chat_template_path).write_text(OTHER_TEMPLATE)
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert "the pack was tokenized with other tokenizer settings than tokenizer.* (chat_template: pack" in v.rule
     if field == "chat_template_path":
         assert v.fields["tokenizer.chat_template_path"] == cfg.tokenizer.chat_template_path

@@ -10,27 +10,9 @@ import pytest
 
 from mbridge_seqpack import check
 from mbridge_seqpack.errors import ADVISORY, ERROR
+from tests.support.validation import mb_validate
 
 pytestmark = pytest.mark.slow
-
-
-def _mb_validate(cfg: Any, world_size: int) -> Exception | None:
-    """Megatron-Bridge's own ``runtime_config_update`` (hook suspended): the exception it raises, if any."""
-    import copy
-
-    from megatron.bridge.training.config import runtime_config_update
-
-    from mbridge_seqpack.hook import suspended
-    from tests.zoo.harness import restored_environ
-
-    with restored_environ():
-        os.environ["WORLD_SIZE"] = str(world_size)
-        try:
-            with suspended():
-                runtime_config_update(copy.deepcopy(cfg))
-        except Exception as exc:  # noqa: BLE001
-            return exc
-    return None
 
 
 def _ids(cfg: Any, world_size: int, severity: str = ERROR) -> set[str]:
@@ -59,7 +41,7 @@ def test_every_rule_states_severity_and_evidence() -> None:
 def test_offline_micro_batch_boundary_is_megatron_bridges(packed_cfg: Any, mbs: int) -> None:
     packed_cfg.train.micro_batch_size = mbs
     packed_cfg.train.global_batch_size = 16 * mbs
-    mb_error = _mb_validate(packed_cfg, 8)
+    mb_error = mb_validate(packed_cfg, 8)
     flagged = "offline.micro_batch_one" in _ids(packed_cfg, 8)
     assert flagged == (mbs > 1)
     assert (mb_error is not None and "Micro batch size should be 1" in str(mb_error)) == (mbs > 1)
@@ -103,7 +85,7 @@ def test_expert_tensor_parallel_defaults_to_one_with_experts(megatron_bridge: An
     from mbridge_seqpack.hook import suspended
 
     cfg = _moe_cfg(megatron_bridge, ep=16, etp=None)
-    assert _mb_validate(cfg, 16) is None
+    assert mb_validate(cfg, 16) is None
     finalized = copy.deepcopy(cfg)
     os.environ["WORLD_SIZE"] = "16"
     try:
@@ -201,7 +183,7 @@ def test_cp1_needs_no_per_sequence_alignment_even_with_sp(packed_cfg: Any) -> No
     packed_cfg.model.sequence_parallel = True
     packed_cfg.dataset.dataset_kwargs = {"pad_to_max_length": True}
     packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = 1
-    assert _mb_validate(packed_cfg, 8) is None
+    assert mb_validate(packed_cfg, 8) is None
     assert check(packed_cfg, world_size=8) == []
 
 
@@ -211,7 +193,7 @@ def test_cp2_per_sequence_alignment(packed_cfg: Any, mult: int, flagged: bool) -
     packed_cfg.model.calculate_per_token_loss = True
     packed_cfg.ddp.average_in_collective = False
     packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = mult
-    assert _mb_validate(packed_cfg, 8) is None  # Megatron-Bridge accepts it either way
+    assert mb_validate(packed_cfg, 8) is None  # Megatron-Bridge accepts it either way
     ids = _ids(packed_cfg, 8)
     assert ("offline.alignment_multiple" in ids) == flagged
     if flagged:
@@ -221,7 +203,7 @@ def test_cp2_per_sequence_alignment(packed_cfg: Any, mult: int, flagged: bool) -
 
 def _validate_backed_cases() -> list[Any]:
     from mbridge_seqpack.rules import all_rules
-    from tests.test_rules import CASES
+    from tests.support.rule_cases import CASES
 
     backed = {r.rule_id for r in all_rules() if "ConfigContainer.validate" in r.evidence and r.severity == ERROR}
     return [c for c in CASES if c.rule_id in backed]
@@ -236,9 +218,9 @@ def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
 
     cfg = request.getfixturevalue(case.base)
     world = case.base_world or case.repaired_world or case.world
-    assert _mb_validate(cfg, world) is None
+    assert mb_validate(cfg, world) is None
     case.breaks(cfg, tmp_path)
-    assert _mb_validate(cfg, case.world) is not None, f"{case.rule_id}: Megatron-Bridge accepts the break"
+    assert mb_validate(cfg, case.world) is not None, f"{case.rule_id}: Megatron-Bridge accepts the break"
     found = [v for v in check(cfg, world_size=case.world) if v.rule_id == case.rule_id]
     assert found
     if case.repair is not None:
@@ -246,7 +228,7 @@ def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
     else:
         for path, value in found[0].assignments.items():
             set_path(cfg, path, value)
-    assert _mb_validate(cfg, case.repaired_world or case.world) is None
+    assert mb_validate(cfg, case.repaired_world or case.world) is None
 
 
 def test_eval_cp_is_never_wired_in_megatron_bridge(packed_cfg: Any) -> None:
@@ -274,7 +256,7 @@ def test_eval_cp_is_never_wired_in_megatron_bridge(packed_cfg: Any) -> None:
     assert GlobalState()._eval_pgs is None
     apply(packed_cfg, ContextParallel(2))
     packed_cfg.dist.eval_context_parallel_size = 4
-    assert _mb_validate(packed_cfg, 8) is None
+    assert mb_validate(packed_cfg, 8) is None
     [v] = check(packed_cfg, world_size=8)
     assert (v.rule_id, v.severity, v.fields, v.assignments) == (
         "cp.eval_cp_has_no_effect",
@@ -321,7 +303,7 @@ def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_pa
 
     packed_cfg.validation.eval_micro_batch_size = eval_mbs
     packed_cfg.validation.eval_global_batch_size = 16 * eval_mbs
-    assert _mb_validate(packed_cfg, 8) is None
+    assert mb_validate(packed_cfg, 8) is None
     [batch], _ = mb_packed_collate_batches(tmp_path, rows=eval_mbs, micro_batch=eval_mbs)
     if eval_mbs == 1:
         get_packed_seq_params(batch)
@@ -330,26 +312,6 @@ def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_pa
         with pytest.raises(ValueError, match="max_seqlen_q must contain exactly one value, got shape"):
             get_packed_seq_params(batch)
         assert "offline.eval_micro_batch_one" in _ids(packed_cfg, 8)
-
-
-@pytest.fixture(scope="module")
-def tiny_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> Any:
-    """Three records as JSONL and packed at 64 tokens (parquet and metadata), for Megatron-Bridge's builder."""
-    import json
-
-    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
-
-    root = tmp_path_factory.mktemp("tiny_pack")
-    source = root / "training.jsonl"
-    source.write_text("".join(json.dumps({"input": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(3)))
-    pack_jsonl(
-        {"training": source},
-        tokenizer=embedded_tokenizer_dir(),
-        output_dir=root / "pack",
-        options=PackOptions(pack_size=64),
-    )
-    return root
 
 
 @pytest.mark.parametrize("packed", [False, True])

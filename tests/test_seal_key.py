@@ -13,8 +13,8 @@ import pytest
 
 from mbridge_seqpack.artifact.seal_key import ENTRY_HMAC, KEY_ENV, KEY_FILE_ENV, KEYED
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, column_checksums, entry_digest
+from tests.support.packs import pack_rule, run_pack, small_jsonl
 from tests.support.stderr_text import unwrap
-from tests.test_artifacts import _pack, _pack_rule, _small_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +28,13 @@ def made(tmp_path: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> An
 
     def make(keyed: bool) -> tuple[Path, Any]:
         (tmp_path / "root").mkdir(exist_ok=True)
-        source = _small_jsonl(tmp_path / "root" / "training.jsonl")
+        source = small_jsonl(tmp_path / "root" / "training.jsonl")
         if keyed:
             monkeypatch.setenv(KEY_ENV, KEY)
         else:
             monkeypatch.delenv(KEY_ENV, raising=False)
         monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-        _pack({"training": source}, tmp_path / "pack")
+        run_pack({"training": source}, tmp_path / "pack")
         packed_cfg.dataset.dataset_root = str(tmp_path / "root")
         packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(tmp_path / "pack" / SPLIT)
         return tmp_path / "pack", packed_cfg
@@ -97,7 +97,7 @@ def test_a_keyed_pack_records_that_it_is_keyed_never_the_key(made: Any) -> None:
     (entry,) = _entries(pack)
     assert entry[KEYED] == "hmac-sha256" and len(entry[ENTRY_HMAC]) == 64
     assert KEY not in (pack / "4096_metadata.jsonl").read_text()
-    assert _pack_rule(cfg) == []
+    assert pack_rule(cfg) == []
     assert _find_seal(pack) is not None
 
 
@@ -106,7 +106,7 @@ def test_without_a_key_a_forgery_with_recomputed_hashes_passes(made: Any, forge:
     """The documented limit of the plain seal (docs/packing.md): it is not a signature."""
     pack, cfg = made(keyed=False)
     forge(pack)
-    assert _pack_rule(cfg) == []
+    assert pack_rule(cfg) == []
     assert _find_seal(pack) is not None
 
 
@@ -114,7 +114,7 @@ def test_without_a_key_a_forgery_with_recomputed_hashes_passes(made: Any, forge:
 def test_with_a_key_a_forged_entry_or_tile_is_refused(made: Any, forge: Any) -> None:
     pack, cfg = made(keyed=True)
     forge(pack)
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert "its keyed seal (HMAC-SHA256) does not match" in v.rule
     with pytest.raises(ArtifactError, match="keyed seal"):
         _find_seal(pack)
@@ -127,17 +127,17 @@ def test_with_a_key_a_stripped_keyed_seal_is_refused(made: Any) -> None:
         del entry[KEYED], entry[ENTRY_HMAC]
         entry[ENTRY_SEAL] = entry_digest(entry)
     _write(pack, entries)
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert "a seal key is set" in v.rule and "no keyed seal" in v.rule
 
 
 def test_a_keyed_pack_without_the_key_says_what_to_set(made: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     pack, cfg = made(keyed=True)
     monkeypatch.delenv(KEY_ENV)
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert f"it is sealed with a key (hmac-sha256); set {KEY_ENV} or {KEY_FILE_ENV}" in v.rule
     monkeypatch.setenv(KEY_ENV, KEY.upper())  # another key
-    (v,) = _pack_rule(cfg)
+    (v,) = pack_rule(cfg)
     assert "another key sealed it" in v.rule
 
 
@@ -148,7 +148,7 @@ def test_the_key_file_flag_keys_the_pack_and_a_short_key_is_refused(
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    data = _small_jsonl(tmp_path / "in.jsonl")
+    data = small_jsonl(tmp_path / "in.jsonl")
     (tmp_path / "short.key").write_text("abc\n")
     out = tmp_path / "o"
     assert (

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_artifacts import DATA, TOKENIZER, _assert_the_hook_refuses, _pack, _pack_rule, _small_jsonl
+from tests.support.packs import DATA, TOKENIZER, assert_the_hook_refuses, pack_rule, run_pack, small_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (tokenizer / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 12345}))
     return {
         "root": where / "root",
-        "data": _small_jsonl(where / "root" / "training.jsonl"),
+        "data": small_jsonl(where / "root" / "training.jsonl"),
         "other": where / "other.jsonl",
         "tokenizer": tokenizer,
     }
@@ -119,7 +119,7 @@ def _pack_for(case: dict[str, Any], split: str, corpus: dict[str, Path], out: Pa
             GPTSFTDatasetConfig(seq_length=4096, dataset_root=str(corpus["root"]), preprocessing=preprocessing)
         )
     inputs = {"training": source} if split == "training" else {"training": source, "validation": source}
-    _pack(inputs, out, **options)
+    run_pack(inputs, out, **options)
     return out / f"{split}_{options.get('pack_size', 4096)}.idx.parquet"
 
 
@@ -134,7 +134,7 @@ def test_the_pack_made_with_the_configs_own_values_is_accepted(
     packed_cfg: Any, corpus: dict[str, Path], tmp_path: Path
 ) -> None:
     pack = _pack_for({}, "training", corpus, tmp_path / "same")
-    assert _pack_rule(_configured(packed_cfg, corpus, pack)) == []
+    assert pack_rule(_configured(packed_cfg, corpus, pack)) == []
 
 
 def test_an_explicit_pack_of_another_file_is_what_the_launch_trains_on(
@@ -143,7 +143,7 @@ def test_an_explicit_pack_of_another_file_is_what_the_launch_trains_on(
     """Packed from another file than dataset_root/training.jsonl, at an explicit path: the launch trains on the pack
     and never reads dataset_root (the builder's prep is skipped), so it is not refused for that file."""
     pack = _pack_for({"input": "other"}, "training", corpus, tmp_path / "other")
-    assert _pack_rule(_configured(packed_cfg, corpus, pack)) == []
+    assert pack_rule(_configured(packed_cfg, corpus, pack)) == []
 
 
 def test_pack_recipe_input_then_its_printed_overrides_pass_check(
@@ -171,9 +171,9 @@ def test_a_pack_made_with_another_value_is_refused_by_check_and_the_hook(
 ) -> None:
     case, split, fragment, fields = CASES[name]
     cfg = _configured(packed_cfg, corpus, _pack_for(case, split, corpus, tmp_path / "pack"))
-    found = _pack_rule(cfg)
+    found = pack_rule(cfg)
     assert any(fragment in v.rule for v in found), [v.rule for v in found]
     named = {k: val for v in found for k, val in v.fields.items()}
     assert {k: named.get(k) for k in fields} == fields
     assert all(v.fix for v in found)  # the re-pack command
-    _assert_the_hook_refuses(cfg, violations=len(found))
+    assert_the_hook_refuses(cfg, violations=len(found))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_artifacts import _pack, _small_jsonl
+from tests.support.packs import run_pack, small_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,8 @@ def _break_the_metadata(pack: Path) -> None:
 def broken(tmp_path: Path, packed_cfg: Any) -> tuple[Any, Path, Path]:
     """A config whose packed path names a pack with an edited metadata entry, and the JSONL it was made from."""
     (tmp_path / "root").mkdir()
-    source = _small_jsonl(tmp_path / "root" / "training.jsonl")
-    _pack({"training": source}, tmp_path / "pack")
+    source = small_jsonl(tmp_path / "root" / "training.jsonl")
+    run_pack({"training": source}, tmp_path / "pack")
     _break_the_metadata(tmp_path / "pack")
     packed_cfg.dataset.dataset_root = str(tmp_path / "root")
     specs = packed_cfg.dataset.offline_packing_specs
@@ -60,7 +60,7 @@ def test_a_kept_verdict_is_judged_again_once_a_file_it_read_changed(broken: tupl
     assert _pack_rule_ids(hook._violations(cfg, keep=True)) == ["artifact.fingerprint_mismatch"]
     assert hook._checked["stamps"] is not None  # kept, with the stamps of what it read
     assert str(pack / "4096_metadata.jsonl") in hook._checked["reads"]
-    _pack({"training": source}, pack)  # fixed: re-packed in place
+    run_pack({"training": source}, pack)  # fixed: re-packed in place
     _date_back(pack)
     assert _pack_rule_ids(hook._violations(cfg, keep=True)) == []
 
@@ -77,6 +77,6 @@ def test_a_config_refused_for_a_bad_pack_is_accepted_once_the_pack_is_fixed(brok
         with pytest.raises(PackingConfigError) as info:
             runtime_config_update(cfg)
         assert info.value.rule_ids == ["artifact.fingerprint_mismatch"]
-        _pack({"training": source}, pack)
+        run_pack({"training": source}, pack)
         _date_back(pack)
         runtime_config_update(cfg)  # the same config object, in the same process
