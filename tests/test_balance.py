@@ -12,6 +12,7 @@ from mbridge_seqpack.placement import pack_lengths
 from mbridge_seqpack.placement.balance import balance_bins
 from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs
 from mbridge_seqpack.placement.layout import slot_order, straggler_ratio
+from tests.support.lengths import embedded_lengths, megatron_bridge_rows
 
 
 def test_cost_model_from_a_megatron_bridge_provider(megatron_bridge: Any) -> None:
@@ -29,27 +30,8 @@ def test_straggler_ratio_reads_rows_as_the_single_sampler_does() -> None:
     assert straggler_ratio(costs, dp=1, micro_batches=2) == 1.0
 
 
-def _embedded_lengths() -> np.ndarray:
-    import json
-
-    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
-
-    # runtime lengths of the embedded corpus as the prep tokenizes it are pinned in the pack tests; here the
-    # character counts / 4 stand in (the balance only needs a realistic spread)
-    records = [json.loads(line) for line in (embedded_data_dir() / "training.jsonl").read_text().splitlines()]
-    return np.asarray([max(1, (len(r["input"]) + len(r["output"])) // 4) for r in records], dtype=np.int64)
-
-
-def _megatron_bridge_rows(lengths: np.ndarray, capacity: int) -> np.ndarray:
-    """Row costs in the order Megatron-Bridge's prep writes its rows (its first_fit_decreasing bins)."""
-    from megatron.bridge.data.packing.algorithms import first_fit_decreasing
-
-    rows = first_fit_decreasing(lengths.tolist(), capacity)
-    return np.asarray([DEFAULT_COST.linear * sum(r) + DEFAULT_COST.attention * sum(x * x for x in r) for r in rows])
-
-
 SETS = {
-    "embedded_2k": (_embedded_lengths, 2048),
+    "embedded_2k": (embedded_lengths, 2048),
     "lognormal_8k": (
         lambda: np.clip(np.random.default_rng(0).lognormal(6.5, 1.2, 20000).astype(np.int64), 1, 8192),
         8192,
@@ -62,7 +44,7 @@ def test_balanced_order_beats_megatron_bridges_at_dp8(megatron_bridge: Any, name
     make, capacity = SETS[name]
     lengths = np.minimum(make(), capacity)
     bins = pack_lengths(lengths, capacity, seed=0)
-    mb_costs = _megatron_bridge_rows(lengths, capacity)
+    mb_costs = megatron_bridge_rows(lengths, capacity)
     result = balance_bins(lengths, bins, capacity, DEFAULT_COST)
     assert result.num_bins == int(bins.max()) + 1 == mb_costs.size  # no extra rows
     costs = row_costs(lengths, result.bins, result.num_bins, DEFAULT_COST)

@@ -11,6 +11,7 @@ import pytest
 
 from mbridge_seqpack import check
 from mbridge_seqpack.paths import set_path
+from tests.support.equivalence_setups import IN_BATCH, VARIABLE, make_router, make_setup
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs"
@@ -20,53 +21,6 @@ TE_NOTE = (
 )
 
 
-def _router(**changes: Any) -> Any:
-    from mbridge_seqpack.equivalence.setup import Router
-
-    base = Router(
-        experts=4,
-        topk=2,
-        score_function="softmax",
-        load_balancing_type="aux_loss",
-        aux_loss_coeff=0.01,
-        z_loss_coeff=None,
-        expert_bias=False,
-        capacity_factor=None,
-        drop_policy="probs",
-        pad_to_capacity=False,
-        num_groups=None,
-        group_topk=None,
-        pre_softmax=False,
-        topk_scaling_factor=None,
-        per_token_loss=False,
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def _setup(**changes: Any) -> Any:
-    from mbridge_seqpack.equivalence.setup import Setup
-
-    base = dict(
-        mode="offline",
-        pad_seq_to_mult=1,
-        pad_cu_seqlens=True,
-        fixed_width=True,
-        row_mult=16,
-        answer_only_loss=True,
-        chat=False,
-        micro_batch=1,
-        cp=1,
-        mtp_layers=0,
-        mtp_loss_scale=0.1,
-        per_token_loss=False,
-        router=None,
-    )
-    return Setup(**{**base, **changes})
-
-
-VARIABLE = {"fixed_width": False, "pad_cu_seqlens": False}
-IN_BATCH = {"mode": "in_batch", "micro_batch": 2, "pad_cu_seqlens": False, "fixed_width": False, "row_mult": 1}
-IN_BATCH |= {"chat": True}
 MTP = "MTP labels cross a sequence boundary or differ from the unpacked run's"
 
 #: (name, setup changes, findings as (signal, effect)); at least 12 configs across offline / in-batch, pad
@@ -90,7 +44,7 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     ),
     (
         "offline_moe_aux",
-        {"router": _router()},
+        {"router": make_router()},
         [
             (
                 "router",
@@ -99,10 +53,10 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
             )
         ],
     ),
-    ("offline_moe_coeff_without_aux_type", {"router": _router(load_balancing_type="none")}, []),
+    ("offline_moe_coeff_without_aux_type", {"router": make_router(load_balancing_type="none")}, []),
     (
         "offline_moe_seq_aux",
-        {"router": _router(load_balancing_type="seq_aux_loss")},
+        {"router": make_router(load_balancing_type="seq_aux_loss")},
         [
             (
                 "router",
@@ -111,11 +65,11 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
             )
         ],
     ),
-    ("offline_moe_aux_no_padding", {"router": _router(), "row_mult": 1, **VARIABLE}, []),
+    ("offline_moe_aux_no_padding", {"router": make_router(), "row_mult": 1, **VARIABLE}, []),
     (
         "offline_moe_zloss_bias_capacity_pad4",
         {
-            "router": _router(
+            "router": make_router(
                 aux_loss_coeff=0.0, z_loss_coeff=0.001, expert_bias=True, score_function="sigmoid", capacity_factor=1.0
             ),
             "pad_seq_to_mult": 4,
@@ -128,10 +82,10 @@ TABLE: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
             )
         ],
     ),
-    ("in_batch_mult1_mtp_moe", {**IN_BATCH, "pad_seq_to_mult": 1, "mtp_layers": 1, "router": _router()}, []),
+    ("in_batch_mult1_mtp_moe", {**IN_BATCH, "pad_seq_to_mult": 1, "mtp_layers": 1, "router": make_router()}, []),
     (
         "in_batch_mult2_moe",
-        {**IN_BATCH, "pad_seq_to_mult": 2, "router": _router()},
+        {**IN_BATCH, "pad_seq_to_mult": 2, "router": make_router()},
         [
             (
                 "router",
@@ -174,7 +128,7 @@ def test_the_issue_example_rolls_across_the_boundary(megatron: Any) -> None:
 def test_packed_against_unpacked(megatron: Any, name: str, changes: dict[str, Any], expected: list) -> None:
     from mbridge_seqpack.equivalence.compare import verdict
 
-    found = verdict(_setup(**changes))
+    found = verdict(make_setup(**changes))
     assert [(f.signal, f.effect) for f in found.findings] == expected
     assert found.not_run[0] == TE_NOTE
     assert len(found.not_run) == (2 if changes.get("cp", 1) > 1 else 1)
@@ -190,13 +144,13 @@ def test_mtp_targets_against_the_samples_own_tokens(megatron: Any) -> None:
 
     truth = [[s.ids[j + 2] for j in range(s.inputs - 1)] for s in PLAIN]
     for changes in ({"mtp_layers": 1}, {"mtp_layers": 1, "pad_seq_to_mult": 16}):
-        setup = _setup(**changes)
+        setup = make_setup(**changes)
         for run in (unpacked_run(setup),) + ((packed_run(setup),) if changes.get("pad_seq_to_mult", 1) == 1 else ()):
             tokens = token_signals(setup, run)
             assert [[t.mtp[0][0] for t in sample[:-1]] for sample in tokens] == truth
             assert all(t.mtp[0][1] for sample in tokens for t in sample[:-1])
     packed = token_signals(
-        _setup(mtp_layers=1, pad_seq_to_mult=16), packed_run(_setup(mtp_layers=1, pad_seq_to_mult=16))
+        make_setup(mtp_layers=1, pad_seq_to_mult=16), packed_run(make_setup(mtp_layers=1, pad_seq_to_mult=16))
     )
     got = [[t.mtp[0][0] if t.mtp[0][1] else None for t in sample[:-1]] for sample in packed]
     assert sum(g != w for gs, ws in zip(got, truth) for g, w in zip(gs, ws)) > 0
@@ -210,7 +164,7 @@ def _hand_signals(field: str) -> Any:
 
     unpacked = [[Token(label=5, trained=True, offset=0), Token(label=6, trained=True, offset=1)]]
     changed = dataclasses.replace(unpacked[0][1], **{field: {"label": 7, "offset": None}[field]})
-    return Signals(_setup(), [[unpacked[0][0], changed]], unpacked)
+    return Signals(make_setup(), [[unpacked[0][0], changed]], unpacked)
 
 
 MUTANT_CASES = {
@@ -218,7 +172,7 @@ MUTANT_CASES = {
     "attention": ("hand", "offset"),
     "loss_mask": ("setup", {"chat": True, "answer_only_loss": False}),
     "mtp": ("setup", {"pad_seq_to_mult": 16, "mtp_layers": 1}),
-    "router": ("setup", {"router": _router()}),
+    "router": ("setup", {"router": make_router()}),
     "loss": ("mutant", {}),
 }
 
@@ -247,7 +201,7 @@ def test_each_comparison_alone_catches_its_case(megatron: Any, name: str) -> Non
         from mbridge_seqpack.equivalence.loss import loss_signal
         from mbridge_seqpack.equivalence.signals import token_signals
 
-        setup = _setup(pad_seq_to_mult=4, fixed_width=False)
+        setup = make_setup(pad_seq_to_mult=4, fixed_width=False)
         packed, unpacked = packed_run(setup), unpacked_run(setup)
         signals = compare.Signals(
             setup,
@@ -262,8 +216,8 @@ def test_each_comparison_alone_catches_its_case(megatron: Any, name: str) -> Non
         assert [f.signal for c in compare.COMPARISONS if (f := c(signals))] == [name]
         assert [c(signals) for c in without] == [None] * len(without)
     else:
-        assert [f.signal for f in compare.verdict(_setup(**data), comparisons).findings] == [name]
-        assert compare.verdict(_setup(**data), without).findings == ()
+        assert [f.signal for f in compare.verdict(make_setup(**data), comparisons).findings] == [name]
+        assert compare.verdict(make_setup(**data), without).findings == ()
 
 
 # ---- as rules, on real ConfigContainers -----------------------------------------------------------------------

@@ -9,7 +9,8 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_equivalence import IN_BATCH, VARIABLE, _router, _setup
+
+from tests.support.equivalence_setups import IN_BATCH, VARIABLE, make_router, make_setup
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_counts_are_the_samples_answer_tokens(megatron: Any, per_token: bool) ->
     tokens after the first position), packed and unpacked; sums and the reported loss agree."""
     from mbridge_seqpack.equivalence.sequences import PLAIN
 
-    packed, unpacked = _signals(_setup(pad_seq_to_mult=4, per_token_loss=per_token))
+    packed, unpacked = _signals(make_setup(pad_seq_to_mult=4, per_token_loss=per_token))
     truth = [sum(s.answer[1:]) for s in PLAIN]
     assert [c for _, c in packed.per_sample] == truth == [c for _, c in unpacked.per_sample]
     assert [round(s, 6) for s, _ in packed.per_sample] == [round(s, 6) for s, _ in unpacked.per_sample]
@@ -77,7 +78,7 @@ def test_a_mutant_of_the_loss_path_fails(
 ) -> None:
     from mbridge_seqpack.equivalence.compare import Signals, loss
 
-    setup = _setup(**changes, per_token_loss=per_token)
+    setup = make_setup(**changes, per_token_loss=per_token)
     assert loss(Signals(setup, [], [], loss=_signals(setup))) is None
     found = loss(Signals(setup, [], [], loss=_signals(setup, mutant)))
     assert found is not None and found.signal == "loss" and expected in found.effect
@@ -90,7 +91,7 @@ def test_per_sequence_normalisation_differs_offline_and_is_not_compared(megatron
     unpacked rows do not share micro batches, so that value is measured but not compared."""
     from mbridge_seqpack.equivalence.compare import Signals, loss
 
-    setup = _setup(pad_seq_to_mult=4)
+    setup = make_setup(pad_seq_to_mult=4)
     packed, unpacked = _signals(setup)
     assert packed.backward != pytest.approx(unpacked.backward, rel=1e-3)
     assert loss(Signals(setup, [], [], loss=(packed, unpacked))) is None
@@ -112,24 +113,24 @@ PASSING: list[tuple[str, dict[str, Any]]] = [
     ("offline_chat_eos_in_turns_pad1", {"chat": True}),
     ("offline_chat_eos_in_turns_pad4", {"chat": True, "pad_seq_to_mult": 4}),
     ("offline_chat_eos_in_turns_pad16", {"chat": True, "pad_seq_to_mult": 16, **VARIABLE}),
-    ("offline_moe_aux_no_padding", {"router": _router(), "row_mult": 1, **VARIABLE}),
+    ("offline_moe_aux_no_padding", {"router": make_router(), "row_mult": 1, **VARIABLE}),
     (
         "offline_moe_zloss_bias_no_padding",
         {
-            "router": _router(aux_loss_coeff=0.0, z_loss_coeff=0.001, expert_bias=True, score_function="sigmoid"),
+            "router": make_router(aux_loss_coeff=0.0, z_loss_coeff=0.001, expert_bias=True, score_function="sigmoid"),
             "row_mult": 1,
             **VARIABLE,
         },
     ),
-    ("offline_moe_aux_type_none", {"router": _router(load_balancing_type="none")}),
+    ("offline_moe_aux_type_none", {"router": make_router(load_balancing_type="none")}),
     ("in_batch_mult1", {**IN_BATCH, "pad_seq_to_mult": 1}),
-    ("in_batch_mult1_mtp_moe_aux", {**IN_BATCH, "pad_seq_to_mult": 1, "mtp_layers": 1, "router": _router()}),
+    ("in_batch_mult1_mtp_moe_aux", {**IN_BATCH, "pad_seq_to_mult": 1, "mtp_layers": 1, "router": make_router()}),
     (
         "in_batch_mult1_moe_zloss_bias",
         {
             **IN_BATCH,
             "pad_seq_to_mult": 1,
-            "router": _router(aux_loss_coeff=0.0, z_loss_coeff=0.001, expert_bias=True, score_function="sigmoid"),
+            "router": make_router(aux_loss_coeff=0.0, z_loss_coeff=0.001, expert_bias=True, score_function="sigmoid"),
         },
     ),
     ("in_batch_mult4", {**IN_BATCH, "pad_seq_to_mult": 4}),
@@ -146,6 +147,6 @@ def test_passing_configs_train_the_same_signal(
 ) -> None:
     from mbridge_seqpack.equivalence.compare import verdict
 
-    found = verdict(_setup(**changes, per_token_loss=per_token))
+    found = verdict(make_setup(**changes, per_token_loss=per_token))
     assert found.findings == ()
     assert found.seconds < 2.0

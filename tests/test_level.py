@@ -20,7 +20,7 @@ from mbridge_seqpack.placement.cost import DEFAULT_COST, CostModel, row_costs
 from mbridge_seqpack.placement.exchange import TOLERANCE, ExchangePass
 from mbridge_seqpack.placement.layout import StepShape, slot_order, step_ratios, straggler_ratio
 from mbridge_seqpack.placement.level import level_steps, refill
-from tests.test_balance import _embedded_lengths, _megatron_bridge_rows
+from tests.support.lengths import embedded_lengths, megatron_bridge_rows
 
 TOKENS_ONLY = CostModel(linear=1.0, attention=0.0)
 
@@ -187,7 +187,7 @@ def test_one_row_per_rank_per_step_leaves_no_step_beyond_the_tolerance_where_meg
     bins = pack_lengths(lengths, capacity, seed=0)
     balanced = balance_bins(lengths, bins, capacity, DEFAULT_COST)
     leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(capacity, DEFAULT_COST, 8))
-    theirs = step_ratios(_megatron_bridge_rows(lengths, capacity), 8, 1)  # its rows in the order its prep writes them
+    theirs = step_ratios(megatron_bridge_rows(lengths, capacity), 8, 1)  # its rows in the order its prep writes them
     assert balanced.num_bins == int(bins.max()) + 1 == theirs.size * 8 + balanced.num_bins % 8  # no extra rows
     ours = step_ratios(row_costs(lengths, leveled, balanced.num_bins, DEFAULT_COST)[order], 8, 1)
     assert (theirs > 1 + TOLERANCE).sum() >= 3
@@ -201,7 +201,7 @@ def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: in
     # for a designed-order gain of ~0.0004; the guard keeps the exchanges that pay for themselves instead
     from mbridge_seqpack.placement.layout import reshuffled_ratio as _reshuffled
 
-    lengths = np.minimum(_embedded_lengths(), capacity)
+    lengths = np.minimum(embedded_lengths(), capacity)
     balanced = balance_bins(lengths, pack_lengths(lengths, capacity, seed=0), capacity, DEFAULT_COST)
     before = row_costs(lengths, balanced.bins, balanced.num_bins, DEFAULT_COST)
     leveled, order = level_steps(lengths, balanced.bins, balanced.num_bins, StepShape(capacity, DEFAULT_COST, 8))
@@ -213,7 +213,7 @@ def test_leveling_never_costs_a_reshuffled_epoch_more_than_it_gains(capacity: in
 
 def test_a_pack_whose_steps_are_all_within_the_tolerance_is_left_as_it_came() -> None:
     # the embedded corpus at 8192 tokens: every step's slowest rank is within 0.1% of the mean before leveling
-    lengths = np.minimum(_embedded_lengths(), 8192)
+    lengths = np.minimum(embedded_lengths(), 8192)
     balanced = balance_bins(lengths, pack_lengths(lengths, 8192, seed=0), 8192, DEFAULT_COST)
     before = row_costs(lengths, balanced.bins, balanced.num_bins, DEFAULT_COST)
     ratios = step_ratios(before[slot_order(before, 8, 1)], 8, 1)

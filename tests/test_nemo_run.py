@@ -21,7 +21,7 @@ from mbridge_seqpack.compose.mixins import (  # noqa: E402
     apply,
 )
 from mbridge_seqpack.integrations.nemo_run import SequencePacking, SequencePackingScriptArgs  # noqa: E402
-from tests.test_mixins import snapshot  # noqa: E402
+from tests.support.config_snapshot import snapshot  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

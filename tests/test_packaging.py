@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_recipes_cli import EXPECTED_RECIPES
+from tests.support.expected_recipes import EXPECTED_RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 

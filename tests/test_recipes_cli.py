@@ -17,19 +17,10 @@ from mbridge_seqpack import check
 from mbridge_seqpack.cli import main
 from mbridge_seqpack.cli.check import run_megatron_validation
 from mbridge_seqpack.recipes import build_recipe, list_recipes, recipe_info
+from tests.support.expected_recipes import EXPECTED_RECIPES
 from tests.support.stderr_text import unwrap
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPECTED_RECIPES = [
-    "llama31_8b_sft_128k_cp8",
-    "llama31_8b_sft_32k_cp2",
-    "llama31_8b_sft_64k_cp4",
-    "llama3_8b_sft_packed_8k",
-    "llama3_8b_sft_packed_8k_cuda_graphs",
-    "qwen25_vl_3b_sft_in_batch_4k",
-    "qwen3_8b_sft_16k_cp2",
-    "small_gpt_smoke_4k",
-]
 
 
 @pytest.fixture
