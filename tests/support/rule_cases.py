@@ -10,8 +10,6 @@ from typing import Any, Callable
 from mbridge_seqpack.paths import set_path
 
 SPECS = "dataset.offline_packing_specs"
-
-
 KW = "dataset.dataset_kwargs.pad_to_max_length"
 
 
@@ -589,8 +587,6 @@ HYBRIDEP = {
     "model__moe_token_dispatcher_type": "flex",
     "model__moe_flex_dispatcher_backend": "hybridep",
 }
-
-
 NEW_CASES = [
     Case(
         "moe.hybridep_uneven_inputs",
@@ -692,8 +688,6 @@ NEW_CASES = [
         {"model.context_parallel_size": 1},
     ),
 ]
-
-
 CASES += NEW_CASES
 
 
@@ -722,8 +716,6 @@ def _qwen3_omni(cfg: Any, tmp_path: Any) -> None:
 
 
 TP2_SP = {"model__tensor_model_parallel_size": 2, "model__sequence_parallel": True}
-
-
 MECHANISM_CASES = [
     Case(
         "pretraining.inter_document_masking",
@@ -861,6 +853,4 @@ MECHANISM_CASES = [
         {"dataset.dataset_kwargs.pad_seq_length_to_mult": 32},
     ),
 ]
-
-
 CASES += MECHANISM_CASES
