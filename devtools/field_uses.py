@@ -1,8 +1,8 @@
 """Where Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 consume, at run time, each config field the rules read.
 
 A rule about a field nothing consumes would reject configs that run (the eval-CP lesson): every field the rules
-read is listed here with the run-time code that uses it, and ``tests/test_field_uses.py`` checks that the cited
-file really names the field in the installed packages. ``python -m devtools.field_uses`` prints
+read is listed here with the run-time code that uses it, and ``tests/devtools/test_field_uses.py`` checks that the
+cited file really names the field in the installed packages. ``python -m devtools.field_uses`` prints
 ``docs/field-audit.md``.
 """
 
@@ -683,8 +683,9 @@ def render_markdown() -> str:
         "# Fields the rules read, and where they are consumed at run time",
         "",
         "Generated from `devtools/field_uses.py` (`python -m devtools.field_uses`);",
-        "`tests/test_field_uses.py` checks that every field a rule names is listed and that each cited file of the",
-        "installed Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 names it. Paths are under the `megatron` package.",
+        "`tests/devtools/test_field_uses.py` checks that every field a rule names is listed and that each cited",
+        "file of the installed Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 names it. Paths are under the `megatron`",
+        "package.",
         "",
         "| field | consumed in | where |",
         "|---|---|---|",

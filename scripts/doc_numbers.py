@@ -1,6 +1,6 @@
 """Every count the README and docs/ quote, computed from what it counts, written into the text (``--check``: say
-which differ and exit 1, writing nothing; ``tests/test_doc_numbers.py`` runs it). A count typed by hand drifts the
-first time a rule, a report or a recipe is added; here each is a pattern of the sentence that carries it.
+which differ and exit 1, writing nothing; ``tests/project/test_doc_numbers.py`` runs it). A count typed by hand
+drifts the first time a rule, a report or a recipe is added; here each is a pattern of the sentence that carries it.
 
     .venv/bin/python scripts/doc_numbers.py [--check]
 """
@@ -42,7 +42,7 @@ def _census() -> dict[str, int]:
 
 @cache
 def _reports() -> dict[str, int]:
-    from tests.real_reports import REPORTS
+    from tests.support.real_reports import REPORTS
 
     return {
         "reports": len({r.url for r in REPORTS}),
@@ -62,7 +62,7 @@ def _zoo() -> dict[str, int]:
 
 @cache
 def _runner() -> dict[str, int]:
-    return {"cases": len(json.loads((ROOT / "tests" / "runner_fixes.json").read_text())["cases"])}
+    return {"cases": len(json.loads((ROOT / "tests" / "recipes" / "runner_fixes.json").read_text())["cases"])}
 
 
 @dataclass(frozen=True)

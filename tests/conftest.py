@@ -216,23 +216,3 @@ def qwen3omni_cfg(vlm_cfg):
         num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=4096, vocab_size=1024
     )
     return vlm_cfg
-
-
-@pytest.fixture(scope="module")
-def tiny_pack(tmp_path_factory, megatron_bridge):
-    """Three records as JSONL and packed at 64 tokens (parquet and metadata), for Megatron-Bridge's builder."""
-    import json
-
-    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
-
-    root = tmp_path_factory.mktemp("tiny_pack")
-    source = root / "training.jsonl"
-    source.write_text("".join(json.dumps({"input": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(3)))
-    pack_jsonl(
-        {"training": source},
-        tokenizer=embedded_tokenizer_dir(),
-        output_dir=root / "pack",
-        options=PackOptions(pack_size=64),
-    )
-    return root

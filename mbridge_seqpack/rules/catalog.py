@@ -86,7 +86,7 @@ def render_markdown() -> str:
         "# The rule catalog",
         "",
         "Generated from the registered rules (`python -m mbridge_seqpack.rules.catalog > docs/rules.md`);",
-        "`tests/test_rules.py` checks it is current. A rule is an `error` only where Megatron-Bridge 0.6.2 /",
+        "`tests/rules/test_rules.py` checks it is current. A rule is an `error` only where Megatron-Bridge 0.6.2 /",
         "Megatron-Core 0.19.2 / Transformer Engine code fails for the config (crash, assert, or silently wrong",
         "training), with the file and function named in its evidence; with only documentation or waste behind it,",
         "it is an `advisory` (shown by `check`, warned by the hook, raised only with `install(strict=True)`).",

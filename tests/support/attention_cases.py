@@ -1,6 +1,6 @@
 """The attention agreement cases: configs whose Transformer Engine backend the analysis must name as TE's own
 selection does, TE called directly as the reference, and every case's verdict as data (read by
-tests/test_attention_backend.py, also in a process of its own)."""
+tests/analysis/test_attention_backend.py, also in a process of its own)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ UNFUSED = "UnfusedDotProductAttention"
 
 # ---- the reference: TE's selection called directly -------------------------------------------------------------
 #: TE's own reject texts, as nvte_get_fused_attn_backend_v2 / cudnn-frontend in libtransformer_engine.so build them
-#: (read from the binary: tests/test_attention_backend.py test_cited_texts_are_the_binary_s checks each)
+#: (read from the binary: tests/analysis/test_attention_backend.py test_cited_texts_are_the_binary_s checks each)
 SM90_THD = "F16/BF16 fused attention with THD format requires sm90 or later."
 LEARNABLE_THD = "Known cuDNN < 9.26.0 issue with THD learnable softmax backward. Please upgrade cuDNN."
 FP8_THD = "FP8 fused attention with THD format requires cuDNN 9.23.0 or later!"

@@ -1,5 +1,5 @@
 """The rule cases: for each rule, a config change that breaks it, the violation's fields and fix, and the repair
-(run by tests/test_rules.py; the evidence and gap tests reuse the helpers and the validate-backed cases)."""
+(run by tests/rules/test_rules.py; the evidence and gap tests reuse the helpers and the validate-backed cases)."""
 
 from __future__ import annotations
 
