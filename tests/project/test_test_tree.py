@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 #: an import statement inside a string (code a test runs in a process of its own)
 IMPORT_TEXT = re.compile(r"\b(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))")
 
