@@ -1,8 +1,8 @@
 """Where Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 consume, at run time, each config field the rules read.
 
 A rule about a field nothing consumes would reject configs that run (the eval-CP lesson): every field the rules
-read is listed here with the run-time code that uses it, and ``tests/test_field_uses.py`` checks that the cited
-file really names the field in the installed packages. ``python -m devtools.field_uses`` prints
+read is listed here with the run-time code that uses it, and ``tests/devtools/test_field_uses.py`` checks that the
+cited file really names the field in the installed packages. ``python -m devtools.field_uses`` prints
 ``docs/field-audit.md``.
 """
 

@@ -157,7 +157,7 @@ def _census() -> dict[str, int]:
 
 @cache
 def _reports() -> dict[str, int]:
-    from tests.real_reports import REPORTS
+    from tests.support.real_reports import REPORTS
 
     return {
         "reports": len({r.url for r in REPORTS}),
@@ -177,7 +177,7 @@ def _zoo() -> dict[str, int]:
 
 @cache
 def _runner() -> dict[str, int]:
-    return {"cases": len(json.loads((ROOT / "tests" / "runner_fixes.json").read_text())["cases"])}
+    return {"cases": len(json.loads((ROOT / "tests" / "recipes" / "runner_fixes.json").read_text())["cases"])}
 
 
 def _packer_figures() -> dict[str, str]:
@@ -375,7 +375,7 @@ GENERATORS: tuple[Generator, ...] = (
         "the CUDA-graph path matrix",
         _call("mbridge_seqpack.analysis.graph_paths", "render_markdown"),
     ),
-    Page("docs/real-reports.md", "the public reports", _call("tests.real_reports", "render_markdown")),
+    Page("docs/real-reports.md", "the public reports", _call("tests.support.real_reports", "render_markdown")),
     Page("docs/field-audit.md", "the field audit", _call("devtools.field_uses", "render_markdown")),
     Page("docs/failure-points.md", "the failure-point census", _failure_points),
     Section("README.md", "headline-figures", "docs/bench/*.json", headline_figures),

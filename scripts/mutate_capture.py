@@ -1,8 +1,8 @@
 """Mutation score of the THD / capture / CUDA-graph tests (issue #33). Not part of the test suite.
 
 Each mutant rewrites one function of the code under test (a text substitution in its source, re-executed in its
-module; or a table entry removed; or a text change of scripts/gpu_check.py, which tests/test_gpu.py loads), then the
-THD / capture / graph / gpu test files run in a fresh process (-x, the mutant's own group first); the mutant is
+module; or a table entry removed; or a text change of scripts/gpu_check.py, which tests/thd/test_gpu.py loads), then
+the THD / capture / graph / gpu test files run in a fresh process (-x, the mutant's own group first); the mutant is
 killed when any of them fails.
 
     PYTHONPATH=. python scripts/mutate_capture.py [--json out.json] [INDEX ...]   # every mutant, or the listed ones
@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FILES = {
-    "capture": ["tests/test_capture_blind_spots.py", "tests/test_capture.py"],
-    "graph": ["tests/test_graph_paths.py"],
-    "thd": ["tests/test_thd.py"],
-    "gpu": ["tests/test_gpu.py", "-k", "not dry_run and not without_cuda"],
+    "capture": ["tests/capture/test_capture_blind_spots.py", "tests/capture/test_capture.py"],
+    "graph": ["tests/rules/test_graph_paths.py"],
+    "thd": ["tests/thd/test_thd.py"],
+    "gpu": ["tests/thd/test_gpu.py", "-k", "not dry_run and not without_cuda"],
 }
 
 
@@ -95,12 +95,11 @@ def mutated(module_name: str, qualname: str, old: str, new: str):
 
 @contextlib.contextmanager
 def gpu_source(old: str, new: str):
-    """A mutant of scripts/gpu_check.py: tests/test_gpu.py loads the script from SCRIPT."""
+    """A mutant of scripts/gpu_check.py: tests/thd/test_gpu.py loads the script from SCRIPT."""
     import pathlib
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_gpu as tg  # the module name pytest gives tests/test_gpu.py (no tests/__init__.py)
+    import tests.thd.test_gpu as tg  # the module pytest then runs (--import-mode=importlib names it by its path)
 
     src = tg.SCRIPT.read_text()
     assert old in src, old

@@ -2,8 +2,9 @@
 
 Runs the runner's functions themselves (``recipe_runner.load_recipe``, ``apply_cli_overrides``,
 ``sync_model_pipeline_layout`` and the three ``sync_*`` fixes, in ``run_recipe.main``'s order) on Megatron-Bridge's
-shipped recipes, built offline, and writes ``tests/runner_fixes.json``: the recipe function the runner resolved,
-the training loop, and every field the fixes may set. ``tests/test_runner.py`` holds the plugin to it.
+shipped recipes, built offline, and writes ``tests/recipes/runner_fixes.json``: the recipe function the runner
+resolved, the training loop, and every field the fixes may set. ``tests/recipes/test_runner.py`` holds the plugin to
+it.
 
     .venv/bin/python scripts/record_runner_fixes.py --runner-dir /opt/Megatron-Bridge/scripts/training
 
@@ -68,7 +69,7 @@ def read(config: object, dotted: str) -> object:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runner-dir", required=True, help="Megatron-Bridge's scripts/training directory")
-    parser.add_argument("--output", default=str(ROOT / "tests" / "runner_fixes.json"))
+    parser.add_argument("--output", default=str(ROOT / "tests" / "recipes" / "runner_fixes.json"))
     args = parser.parse_args()
     sys.path.insert(0, args.runner_dir)
     warnings.simplefilter("ignore")

@@ -1,7 +1,7 @@
 """What the AST scan cannot see, listed by hand: silent discards (a field read nowhere, or read and thrown away),
 silent wrong training (no assert, no raise: the numbers are just wrong), and checks in compiled code (C++ / CUDA /
 cuBLAS / NCCL) that decide a config's fate. Each names the installed function that shows it (``needle`` is text
-that function's file holds, checked by ``tests/test_census.py``) and the verdict.
+that function's file holds, checked by ``tests/devtools/test_census.py``) and the verdict.
 
 The fields that ``devtools/field_uses.py`` records as consumed nowhere are pulled in here too (one table of
 "fields -> consumers" for the project), each with the rule that guards it (:data:`UNCONSUMED_FIELD_RULES`).

@@ -6,7 +6,7 @@ being hashed), ``renaming`` (everything is sealed and fsync'ed; the staging dire
 output) and ``swapping`` (with ``--overwrite``: the old output has been moved aside, the new one not yet in place).
 
 With ``MBRIDGE_SEQPACK_STOP_AT=<phase>`` in the environment the process stops itself (``SIGSTOP``) when it
-reaches that phase, so the kill tests (``tests/test_pack_kills.py``) send ``SIGKILL`` to a process known to be
+reaches that phase, so the kill tests (``tests/artifact/test_pack_kills.py``) send ``SIGKILL`` to a process known to be
 there, not wherever a poll happened to find it. Unset, :func:`reached` is one dictionary lookup.
 """
 

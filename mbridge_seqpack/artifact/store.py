@@ -108,8 +108,9 @@ class Fingerprint:
 
 #: every argument Megatron-Bridge's builder passes to its packing prep (``GPTSFTDatasetBuilder._prepare_packed_split``
 #: calls ``prepare_gpt_sft_packed_data``), and the fingerprint fields that seal what it changes in the rows; an empty
-#: tuple: the rows do not depend on it (where the files go, the tokenizer process count). tests/test_pack_tokenizer.py
-#: reads the call from Megatron-Bridge's source and fails on an argument missing here.
+#: tuple: the rows do not depend on it (where the files go, the tokenizer process count).
+#: tests/tokenization/test_pack_tokenizer.py reads the call from Megatron-Bridge's source and fails on an argument
+#: missing here.
 PREP_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "input_path": ("input_sha256", "input_bytes"),
     "output_path": (),

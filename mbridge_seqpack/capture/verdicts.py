@@ -287,7 +287,7 @@ def _cached() -> Verdicts:
 
 
 def load() -> Verdicts:
-    """The cached verdicts (recomputed and compared by tests/test_capture.py)."""
+    """The cached verdicts (recomputed and compared by tests/capture/test_capture.py)."""
     return _cached()
 
 

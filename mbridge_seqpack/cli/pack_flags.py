@@ -5,7 +5,7 @@ Modes: ``--recipe`` (the recipe owns the settings that decide the rows, as Megat
 a flag that would set one of them differently is refused with the override that sets it on the recipe, so pack
 and launch agree), an explicit input or the embedded corpus (the flags set everything), a recipe reading a
 Hugging Face dataset (a recipe mode), ``--ray`` (where the work runs), ``--overflow drop``. :data:`PACK_FLAGS`
-says, for every flag the parser defines, what it does and where its effect is sealed; ``tests/test_pack_flags.py``
+says, for every flag the parser defines, what it does and where its effect is sealed; ``tests/cli/test_pack_flags.py``
 holds the parser and this table equal and runs every flag in every mode.
 """
 

@@ -5,7 +5,8 @@ attention with the square of each sequence's length (THD attention never crosses
 one 8k sequence costs far more attention than a row of 300 short ones, and with data parallelism every step
 waits for its slowest rank (``layout.step_ratios``, ``layout.straggler_ratio``). Every other module of
 ``placement/`` costs rows through here; ``balance`` and ``exchange`` keep running sums in the same formula while
-they deal and trade (checked against ``row_costs`` from scratch in tests/test_balance.py and tests/test_level.py).
+they deal and trade (checked against ``row_costs`` from scratch in tests/placement/test_balance.py and
+tests/placement/test_level.py).
 """
 
 from __future__ import annotations

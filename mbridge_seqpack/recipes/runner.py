@@ -10,7 +10,7 @@ of 2*CP and CP*TP under sequence parallelism) and ``sync_model_dataset_sequence_
 
 The runner is not in the wheel. When its directory is known (``$MBRIDGE_SEQPACK_RUNNER_DIR``, or the
 ``scripts/training`` of an NGC container's ``/opt/Megatron-Bridge``), its own functions are used; otherwise they are
-restated here, function by function, and ``tests/runner_fixes.json`` (recorded from the script itself by
+restated here, function by function, and ``tests/recipes/runner_fixes.json`` (recorded from the script itself by
 ``scripts/record_runner_fixes.py``) holds the two to the same results.
 """
 

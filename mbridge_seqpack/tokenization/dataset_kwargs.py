@@ -3,7 +3,7 @@
 ``data/builders/gpt_sft.py`` ``build_gpt_sft_split`` pops its own keys and hands the rest to ``GPTSFTDataset``
 (or ``GPTSFTChatDataset``) as keyword arguments, and ``data/packing/offline.py`` ``tokenize_dataset`` pops
 ``chat_template``: an unknown key is a ``TypeError`` deep inside the dataset, a wrongly typed one an
-``AssertionError`` or a ``KeyError``. ``tests/test_dataset_kwargs.py`` keeps this table equal to what the
+``AssertionError`` or a ``KeyError``. ``tests/tokenization/test_dataset_kwargs.py`` keeps this table equal to what the
 installed code reads.
 """
 

@@ -1,0 +1,190 @@
+"""#43 item 2: what the seal protects. Without a key it detects corruption and accidental edits; a deliberate edit
+that recomputes the hashes with the plugin's own functions passes (shown here, as docs/packing.md says). With a key
+(HMAC-SHA256), a forged metadata entry and a forged tile are refused by ``check`` and by the launch's verified
+reader, and the seal records that it is keyed, never the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack.artifact.seal_key import ENTRY_HMAC, KEY_ENV, KEY_FILE_ENV, KEYED
+from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, column_checksums, entry_digest
+from tests.support.packs import pack_rule, run_pack, small_jsonl
+from tests.support.stderr_text import unwrap
+
+pytestmark = pytest.mark.slow
+
+KEY = "k3y-for-the-tests-0123456789abcdef"
+SPLIT = "training_4096.idx.parquet"
+
+
+@pytest.fixture
+def made(tmp_path: Path, packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """(pack directory, a config training on it) for a pack made with ``KEY`` set, or without when asked."""
+
+    def make(keyed: bool) -> tuple[Path, Any]:
+        (tmp_path / "root").mkdir(exist_ok=True)
+        source = small_jsonl(tmp_path / "root" / "training.jsonl")
+        if keyed:
+            monkeypatch.setenv(KEY_ENV, KEY)
+        else:
+            monkeypatch.delenv(KEY_ENV, raising=False)
+        monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+        run_pack({"training": source}, tmp_path / "pack")
+        packed_cfg.dataset.dataset_root = str(tmp_path / "root")
+        packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(tmp_path / "pack" / SPLIT)
+        return tmp_path / "pack", packed_cfg
+
+    return make
+
+
+def _entries(pack: Path) -> list[dict[str, Any]]:
+    return json.loads((pack / "4096_metadata.jsonl").read_text())
+
+
+def _write(pack: Path, entries: list[dict[str, Any]]) -> None:
+    (pack / "4096_metadata.jsonl").write_text(json.dumps(entries))
+
+
+def _forge_entry(pack: Path) -> None:
+    """A deliberate edit of a key Megatron-Bridge sizes cu_seqlens from, its sha256 seal recomputed."""
+    entries = _entries(pack)
+    entries[0]["max_samples_per_bin"] += 1
+    entries[0][ENTRY_SEAL] = entry_digest(entries[0])
+    _write(pack, entries)
+
+
+def _forge_tile(pack: Path) -> None:
+    """One token changed, the file rewritten, every checksum the entry holds (file, tiles, columns) and its sha256
+    seal recomputed with the plugin's own functions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mbridge_seqpack.artifact.row_group_seal import seal_tiles
+
+    path = pack / SPLIT
+    table = pq.read_table(str(path))
+    rows = table.column("input_ids").to_pylist()
+    rows[0][1] = rows[0][1] + 1
+    edited = table.set_column(
+        table.column_names.index("input_ids"), "input_ids", pa.array(rows, type=table.schema.field("input_ids").type)
+    ).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(edited, str(path), row_group_size=500)
+    whole, tiles = seal_tiles(path)
+    entries = _entries(pack)
+    entries[0]["checksums"] = {
+        "file_sha256": whole,
+        "file_bytes": path.stat().st_size,
+        "columns": column_checksums(edited),
+        tiles.KEY: tiles.to_dict(),
+    }
+    entries[0][ENTRY_SEAL] = entry_digest(entries[0])
+    _write(pack, entries)
+
+
+def _find_seal(pack: Path) -> Any:
+    from mbridge_seqpack.artifact.verified_parquet import find_seal
+
+    return find_seal(pack / SPLIT)
+
+
+def test_a_keyed_pack_records_that_it_is_keyed_never_the_key(made: Any) -> None:
+    pack, cfg = made(keyed=True)
+    (entry,) = _entries(pack)
+    assert entry[KEYED] == "hmac-sha256" and len(entry[ENTRY_HMAC]) == 64
+    assert KEY not in (pack / "4096_metadata.jsonl").read_text()
+    assert pack_rule(cfg) == []
+    assert _find_seal(pack) is not None
+
+
+@pytest.mark.parametrize("forge", [_forge_entry, _forge_tile], ids=["entry", "tile"])
+def test_without_a_key_a_forgery_with_recomputed_hashes_passes(made: Any, forge: Any) -> None:
+    """The documented limit of the plain seal (docs/packing.md): it is not a signature."""
+    pack, cfg = made(keyed=False)
+    forge(pack)
+    assert pack_rule(cfg) == []
+    assert _find_seal(pack) is not None
+
+
+@pytest.mark.parametrize("forge", [_forge_entry, _forge_tile], ids=["entry", "tile"])
+def test_with_a_key_a_forged_entry_or_tile_is_refused(made: Any, forge: Any) -> None:
+    pack, cfg = made(keyed=True)
+    forge(pack)
+    (v,) = pack_rule(cfg)
+    assert "its keyed seal (HMAC-SHA256) does not match" in v.rule
+    with pytest.raises(ArtifactError, match="keyed seal"):
+        _find_seal(pack)
+
+
+def test_with_a_key_a_stripped_keyed_seal_is_refused(made: Any) -> None:
+    pack, cfg = made(keyed=True)
+    entries = _entries(pack)
+    for entry in entries:
+        del entry[KEYED], entry[ENTRY_HMAC]
+        entry[ENTRY_SEAL] = entry_digest(entry)
+    _write(pack, entries)
+    (v,) = pack_rule(cfg)
+    assert "a seal key is set" in v.rule and "no keyed seal" in v.rule
+
+
+def test_a_keyed_pack_without_the_key_says_what_to_set(made: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    pack, cfg = made(keyed=True)
+    monkeypatch.delenv(KEY_ENV)
+    (v,) = pack_rule(cfg)
+    assert f"it is sealed with a key (hmac-sha256); set {KEY_ENV} or {KEY_FILE_ENV}" in v.rule
+    monkeypatch.setenv(KEY_ENV, KEY.upper())  # another key
+    (v,) = pack_rule(cfg)
+    assert "another key sealed it" in v.rule
+
+
+def test_the_key_file_flag_keys_the_pack_and_a_short_key_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from mbridge_seqpack.cli.main import main
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+    data = small_jsonl(tmp_path / "in.jsonl")
+    (tmp_path / "short.key").write_text("abc\n")
+    out = tmp_path / "o"
+    assert (
+        main(
+            [
+                "pack",
+                str(data),
+                "--pack-size",
+                "4096",
+                "--output",
+                str(out),
+                "--seal-key-file",
+                str(tmp_path / "short.key"),
+            ]
+        )
+        == 2
+    )
+    assert "the seal key has 3 bytes; use at least 16" in unwrap(capsys.readouterr().err)
+    assert not out.exists()
+    (tmp_path / "good.key").write_text(KEY + "\n")
+    argv = [
+        "pack",
+        str(data),
+        "--pack-size",
+        "4096",
+        "--output",
+        str(out),
+        "--seal-key-file",
+        str(tmp_path / "good.key"),
+    ]
+    assert main(argv) == 0
+    (entry,) = _entries(out)
+    monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "good.key"))
+    from mbridge_seqpack.artifact.pack_entry import PackEntry
+    from mbridge_seqpack.artifact.store import entry_seal_problem
+
+    assert entry[KEYED] == "hmac-sha256" and entry_seal_problem(PackEntry.from_json(entry)) is None
+    monkeypatch.setenv(KEY_ENV, KEY)  # the file wins over the variable; the same key either way
+    assert entry_seal_problem(PackEntry.from_json(entry)) is None
