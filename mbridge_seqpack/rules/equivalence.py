@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -66,6 +66,25 @@ def _not_run(verdict: Any) -> str:
     return "; ".join(verdict.not_run)
 
 
+#: the signals equivalence.labels reports (the per-token signal and the loss, whole rows and per CP rank)
+_LABEL_SIGNALS = ("labels", "loss_mask", "attention", "loss", "cp")
+
+
+def _undetermined(ctx: RuleContext, verdict: Any, fields: dict[str, Any]) -> Violation:
+    """Every computed signal agrees, but a part of the CP=N comparison ran with a stand-in or not at all: never
+    an OK."""
+    cp = verdict.setup.cp
+    return Violation(
+        {"model.context_parallel_size": cp, **fields},
+        f"packed and unpacked rows train the same per-token signal on each of the {cp} CP ranks as far as this "
+        "machine runs it; whether TE's own split gives each rank those tokens is not determined here",
+        fix="run one packed step on a GPU with CP and compare its per-rank loss masks and lm loss with an unpacked "
+        "run of the same samples",
+        severity=UNDETERMINED,
+        not_run="; ".join(verdict.undetermined),
+    )
+
+
 @rule(
     "equivalence.labels",
     "Packed rows train the same labels and loss mask per token, within the same sequence, as unpacked rows.",
@@ -78,7 +97,12 @@ def _not_run(verdict: Any) -> str:
         "forward_step_calc_loss (pipeline_parallel/schedules.py) over a fixed per-token stand-in loss (logits need "
         "a model): per sequence the loss sum and token count, the lm loss the step reports (training/train.py "
         "train_step: [sum, tokens] summed over micro batches), and with calculate_per_token_loss the loss backward "
-        "runs on. Found this "
+        "runs on. At CP > 1, each CP rank's part in a real CP-process gloo world: the split of "
+        "training/gpt_step.py get_batch (_partition_packed_batch_for_cp packed, megatron/core/utils.py "
+        "get_batch_on_this_cp_rank unpacked), per rank the tokens held, their labels, loss masks and loss "
+        "contributions and the position TE's CP attention reads them at, and the loss after the all-reduce over the "
+        "CP group (training/train.py, finalize_model_grads); TE's thd_get_partitioned_indices is CUDA only, so where "
+        "it fails the split runs with a transliteration of its kernel and the verdict is undetermined. Found this "
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
@@ -87,15 +111,17 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
     if verdict is None:
         return None
-    findings = verdict.of("labels", "loss_mask", "attention", "loss")
-    if not findings:
-        return []
+    findings = verdict.of(*_LABEL_SIGNALS)
     setup = verdict.setup
     fields = _layout_fields(ctx, setup)
+    if not findings and verdict.undetermined:
+        return [_undetermined(ctx, verdict, fields)]
+    if not findings:
+        return []
     assignments: dict[str, Any] = {}
     if setup.mode == "offline" and not setup.answer_only_loss:
         fields["dataset.dataset_kwargs.answer_only_loss"] = False
-        if _passes(setup, ("labels", "loss_mask", "attention", "loss"), answer_only_loss=True):
+        if _passes(setup, _LABEL_SIGNALS, answer_only_loss=True):
             assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
     if not assignments:
         assignments = _no_packing(ctx)
