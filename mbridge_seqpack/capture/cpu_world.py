@@ -159,8 +159,10 @@ def ranks(fn: Callable[[int, Any], Any], world_size: int = 2, timeout: float = 1
             context.Process(target=_rank_main, args=(fn, r, world_size, os.path.join(folder, "store"), pipes[r][1]))
             for r in range(world_size)
         ]
-        for proc in procs:
-            proc.start()
+        with warnings.catch_warnings():  # fork() of a threaded process: the ranks run no thread pool of ours
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for proc in procs:
+                proc.start()
         for _, send in pipes:
             send.close()
         results: list[Any] = []

@@ -207,7 +207,9 @@ def context_parallel(s: Signals) -> Finding | None:
         parts.append(f"{len(doubled)} of {total} tokens are held by more than one of the {cp} CP ranks")
         i, j, n = doubled[0]
         example = example or _example(i, j, f"on {n} CP ranks")
-    misplaced = [(i, j, t) for (i, j, held), _ in pairs for t in held if t.position != t.layout]
+    misplaced = [
+        (i, j, wrong[0]) for (i, j, held), _ in pairs if (wrong := [t for t in held if t.position != t.layout])
+    ]
     if misplaced:
         i, j, t = misplaced[0]
         parts.append(f"{len(misplaced)} of {total} tokens sit where TE's CP attention does not read them")
