@@ -161,8 +161,15 @@ def ranks(fn: Callable[[int, Any], Any], world_size: int = 2, timeout: float = 1
         ]
         with warnings.catch_warnings():  # fork() of a threaded process: the ranks run no thread pool of ours
             warnings.simplefilter("ignore", DeprecationWarning)
-            for proc in procs:
-                proc.start()
+            try:
+                for proc in procs:
+                    proc.start()
+            except (AssertionError, OSError) as exc:  # a daemonic process may not fork children; no memory to fork
+                for proc in procs:
+                    if proc.pid is not None:
+                        proc.kill()
+                        proc.join()
+                raise RanksUnavailable(f"the ranks could not be forked here ({exc})") from exc
         for _, send in pipes:
             send.close()
         results: list[Any] = []
