@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
+from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import SPECS, RuleContext
 from mbridge_seqpack.rules.registry import rule
 
@@ -70,21 +70,6 @@ def _not_run(verdict: Any) -> str:
 _LABEL_SIGNALS = ("labels", "loss_mask", "attention", "loss", "cp")
 
 
-def _undetermined(ctx: RuleContext, verdict: Any, fields: dict[str, Any]) -> Violation:
-    """Every computed signal agrees, but a part of the CP=N comparison ran with a stand-in or not at all: never
-    an OK."""
-    cp = verdict.setup.cp
-    return Violation(
-        {"model.context_parallel_size": cp, **fields},
-        f"packed and unpacked rows train the same per-token signal on each of the {cp} CP ranks as far as this "
-        "machine runs it; whether TE's own split gives each rank those tokens is not determined here",
-        fix="run one packed step on a GPU with CP and compare its per-rank loss masks and lm loss with an unpacked "
-        "run of the same samples",
-        severity=UNDETERMINED,
-        not_run="; ".join(verdict.undetermined),
-    )
-
-
 @rule(
     "equivalence.labels",
     "Packed rows train the same labels and loss mask per token, within the same sequence, as unpacked rows.",
@@ -102,7 +87,7 @@ def _undetermined(ctx: RuleContext, verdict: Any, fields: dict[str, Any]) -> Vio
         "get_batch_on_this_cp_rank unpacked), per rank the tokens held, their labels, loss masks and loss "
         "contributions and the position TE's CP attention reads them at, and the loss after the all-reduce over the "
         "CP group (training/train.py, finalize_model_grads); TE's thd_get_partitioned_indices is CUDA only, so where "
-        "it fails the split runs with a transliteration of its kernel and the verdict is undetermined. Found this "
+        "it fails the split runs with a transliteration of its kernel, and the verdict's not_run says so. Found this "
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
@@ -114,8 +99,6 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     findings = verdict.of(*_LABEL_SIGNALS)
     setup = verdict.setup
     fields = _layout_fields(ctx, setup)
-    if not findings and verdict.undetermined:
-        return [_undetermined(ctx, verdict, fields)]
     if not findings:
         return []
     assignments: dict[str, Any] = {}
