@@ -278,6 +278,17 @@ def _tokenize_row() -> str:
     )
 
 
+def _check_time_row() -> str:
+    timed = _bench("bench_check")
+    return (
+        f"| equivalence check inside `validate()` (`bench_check.py`), the {timed['recipes']} packaged recipes "
+        f"({timed['verdicts']} verdicts) | {_fig(timed['equivalence_s'])} s with the cache empty, "
+        f"{_fig(timed['equivalence_warm_s'])} s cached, after the {_fig(timed['megatron_import_s'])} s Megatron import "
+        "(packed vs unpacked per config, CP ranks as forked gloo processes; [docs/equivalence.md](docs/equivalence.md))"
+        " | none | - |"
+    )
+
+
 def headline_figures() -> str:
     """The README's table of benchmark figures, each read from the JSON its script recorded."""
     return "\n".join(
@@ -287,6 +298,7 @@ def headline_figures() -> str:
             _packer_row(),
             _fill_row(),
             _content_check_row(),
+            _check_time_row(),
             _tokenize_row(),
         ]
     )
@@ -379,6 +391,12 @@ GENERATORS: tuple[Generator, ...] = (
     Page("docs/field-audit.md", "the field audit", _call("devtools.field_uses", "render_markdown")),
     Page("docs/failure-points.md", "the failure-point census", _failure_points),
     Section("README.md", "headline-figures", "docs/bench/*.json", headline_figures),
+    Section(
+        "docs/equivalence.md",
+        "equivalence-table",
+        "docs/bench/equivalence_table.json, from scripts/equivalence_table.py",
+        lambda: _script("equivalence_table").section(),
+    ),
     Section("docs/packing.md", "content-check", "docs/bench/bench_content_check.json", _content_check_table),
     Section("docs/packing.md", "packer-grid", "docs/bench/bench_packer.json", _packing_table("grid")),
     Section("docs/packing.md", "work-balance", "docs/bench/bench_packer.json", _packing_table("balance")),

@@ -1,18 +1,25 @@
 """A one-rank CPU world for running the captured code: the process group and Megatron-Core's model-parallel state
 it expects, compiled fusions run eagerly, the recorder and its ``torch.cuda`` stand-ins active, and every piece of
-process state the run touches put back afterwards (so a check or a test process is left as it was)."""
+process state the run touches put back afterwards (so a check or a test process is left as it was).
+
+``ranks`` runs a function on each rank of a real multi-process gloo world (forked from this process, so Megatron,
+already imported here, is not imported again): for code that needs a process group of more than one rank (the
+context-parallel split and the loss reductions over it)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
+import traceback
 import warnings
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
 
-__all__ = ["cpu_world"]
+__all__ = ["RanksUnavailable", "cpu_world", "ranks"]
 
 
 @contextlib.contextmanager
@@ -102,3 +109,84 @@ def cpu_world() -> Iterator[HostReadRecorder]:
         stack.enter_context(torch.random.fork_rng(devices=[]))
         torch.manual_seed(1234)
         yield recorder
+
+
+class RanksUnavailable(RuntimeError):
+    """No multi-rank world could be made here (the message says why): the caller reports that part as not run."""
+
+
+def _rank_main(fn: Callable[[int, Any], Any], rank: int, world_size: int, path: str, conn: Any) -> None:
+    """One forked rank: a gloo world of ``world_size`` over a file store, ``fn(rank, group)``, the result sent back
+    (or the traceback)."""
+    import torch.distributed as dist
+
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # this child's own setting: the world is loopback whatever the host's
+    torch.set_num_threads(1)
+    try:
+        store = dist.FileStore(path, world_size)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                conn.send(("ok", fn(rank, dist.group.WORLD)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - the parent reports it; a child never raises into the fork's caller
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def ranks(fn: Callable[[int, Any], Any], world_size: int = 2, timeout: float = 120.0) -> list[Any]:
+    """``fn(rank, group)`` on each rank of a ``world_size``-rank gloo world of forked processes; the results by
+    rank. ``fn`` and its result must be picklable-free of process state (the result is pickled back). Raises
+    RanksUnavailable where no such world can be made here, RuntimeError with the rank's traceback where ``fn``
+    fails."""
+    import multiprocessing
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        raise RanksUnavailable(
+            "torch.distributed is already initialized in this process (forked ranks would share it)"
+        )
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise RanksUnavailable("this platform cannot fork the ranks")
+    context = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="mbridge-seqpack-ranks-") as folder:
+        pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
+        procs = [
+            context.Process(target=_rank_main, args=(fn, r, world_size, os.path.join(folder, "store"), pipes[r][1]))
+            for r in range(world_size)
+        ]
+        with warnings.catch_warnings():  # fork() of a threaded process: the ranks run no thread pool of ours
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                for proc in procs:
+                    proc.start()
+            except (AssertionError, OSError) as exc:  # a daemonic process may not fork children; no memory to fork
+                for proc in procs:
+                    if proc.pid is not None:
+                        proc.kill()
+                        proc.join()
+                raise RanksUnavailable(f"the ranks could not be forked here ({exc})") from exc
+        for _, send in pipes:
+            send.close()
+        results: list[Any] = []
+        try:
+            for rank, (recv, _) in enumerate(pipes):
+                if not recv.poll(timeout):
+                    raise RanksUnavailable(
+                        f"rank {rank} of the {world_size}-rank CPU world sent nothing in {timeout:g} s"
+                    )
+                status, value = recv.recv()
+                if status != "ok":
+                    raise RuntimeError(f"rank {rank} of the {world_size}-rank CPU world failed:\n{value}")
+                results.append(value)
+        finally:
+            for proc in procs:
+                proc.join(5)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+    return results

@@ -155,12 +155,18 @@ def _unpacked_dataset(setup: Setup, width: int) -> Any:
     dataset.tokenizer = _Tokenizer()
     dataset.pad_to_max_length = False
     dataset.max_seq_length = width
-    dataset.pad_seq_length_to_mult = setup.row_mult
+    dataset.pad_seq_length_to_mult = math.lcm(max(1, setup.row_mult), _cp_multiple(setup))
     dataset.ceil_to_power_2 = False
     dataset.tokens_to_generate = 0
     dataset.get_attention_mask_from_fusion = True
     dataset.answer_only_loss = setup.answer_only_loss
     return dataset
+
+
+def _cp_multiple(setup: Setup) -> int:
+    """Unpacked rows at CP > 1 are padded to a multiple of 2*CP: Megatron-Core's per-sequence split
+    (``_get_batch_on_this_cp_rank_per_sequence_balancing``) views each row as 2*CP equal chunks."""
+    return 2 * setup.cp if setup.cp > 1 else 1
 
 
 def _step_view(batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -239,7 +245,7 @@ def _in_batch(setup: Setup, packed: bool) -> Run:
             [{} for _ in chunk],
             max_length=width,
             pad_to_max_length=False,
-            pad_to_multiple_of=1,
+            pad_to_multiple_of=1 if packed else _cp_multiple(setup),
             ignore_index=-100,
             enable_in_batch_packing=packed,
             in_batch_packing_pad_to_multiple_of=setup.pad_seq_to_mult,

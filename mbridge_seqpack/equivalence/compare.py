@@ -23,7 +23,7 @@ __all__ = ["COMPARISONS", "Finding", "Signals", "SignalComparison", "verdict", "
 class Finding:
     """One training signal that differs packed vs unpacked: which, how many of how many, and in words."""
 
-    signal: str  # "labels" | "loss_mask" | "attention" | "mtp" | "router" | "loss"
+    signal: str  # "labels" | "loss_mask" | "attention" | "mtp" | "router" | "loss" | "cp"
     count: int
     total: int
     effect: str
@@ -39,6 +39,7 @@ class Signals:
     unpacked: list[list[Token]]
     router: object | None = None
     loss: tuple[object, object] | None = None  # (packed, unpacked) LossSignal
+    cp: object | None = None  # CpSignals: each CP rank's part, packed and unpacked (CP > 1)
 
 
 def _pairs(s: Signals):
@@ -181,7 +182,80 @@ def loss(s: Signals) -> Finding | None:
     return Finding("loss", len(bad), len(pairs), "; ".join(parts), example)
 
 
-COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (labels, loss_mask, attention, mtp, router, loss)
+def _cp_tokens(side: object) -> list[tuple[int, int, tuple]]:
+    return [(i, j, held) for i, sample in enumerate(side.tokens) for j, held in enumerate(sample)]
+
+
+def context_parallel(s: Signals) -> Finding | None:
+    """CP > 1, per rank as the step splits the micro batches: every token held by exactly one rank, at the position
+    TE's CP attention reads it; per token the label, loss mask and loss contribution of the unpacked run's; the
+    reported loss and (with calculate_per_token_loss, which validate requires for SFT at CP > 1) the loss backward
+    runs on, after the reductions over the CP group."""
+    if s.cp is None:
+        return None
+    packed, unpacked = s.cp.packed, s.cp.unpacked
+    pairs = list(zip(_cp_tokens(packed), _cp_tokens(unpacked)))
+    total = len(pairs)
+    cp = s.setup.cp
+    parts, example = [], ""
+    unheld = [(i, j) for (i, j, held), _ in pairs if not held]
+    doubled = [(i, j, len(held)) for (i, j, held), _ in pairs if len(held) > 1]
+    if unheld:
+        parts.append(f"{len(unheld)} of {total} tokens are held by no CP rank")
+        example = example or _example(*unheld[0], "on no CP rank")
+    if doubled:
+        parts.append(f"{len(doubled)} of {total} tokens are held by more than one of the {cp} CP ranks")
+        i, j, n = doubled[0]
+        example = example or _example(i, j, f"on {n} CP ranks")
+    misplaced = [
+        (i, j, wrong[0]) for (i, j, held), _ in pairs if (wrong := [t for t in held if t.position != t.layout])
+    ]
+    if misplaced:
+        i, j, t = misplaced[0]
+        parts.append(f"{len(misplaced)} of {total} tokens sit where TE's CP attention does not read them")
+        example = example or _example(
+            i, j, f"CP rank {t.rank} holds position {t.position}, TE reads position {t.layout} there"
+        )
+    bad = []
+    for (i, j, held), (_, _, other) in pairs:
+        if len(held) == 1 and len(other) == 1:
+            p, u = held[0], other[0]
+            if (p.trained or u.trained) and (
+                (p.label, p.trained) != (u.label, u.trained) or not _close(p.loss, u.loss)
+            ):
+                bad.append((i, j, p, u))
+    if bad:
+        i, j, p, u = bad[0]
+        parts.append(f"{len(bad)} of {total} tokens train another label, loss mask or loss on their CP rank")
+        example = example or _example(
+            i,
+            j,
+            f"label {p.label} trained={p.trained} loss {p.loss:.4g} on CP rank {p.rank} packed, "
+            f"{u.label} trained={u.trained} loss {u.loss:.4g} unpacked",
+        )
+    if not _close(packed.reported, unpacked.reported):
+        parts.append(
+            f"after the CP reduction the step reports lm loss {packed.reported:.4g} vs {unpacked.reported:.4g}"
+        )
+    if s.setup.per_token_loss and not _close(packed.backward, unpacked.backward):
+        parts.append(
+            f"the loss backward runs on is {packed.backward:.4g} vs {unpacked.backward:.4g} after the CP reduction"
+        )
+    if not parts:
+        return None
+    count = len(unheld) + len(doubled) + len(misplaced) + len(bad)
+    return Finding("cp", count, total, f"CP={cp}: " + "; ".join(parts), example)
+
+
+COMPARISONS: tuple[Callable[[Signals], Finding | None], ...] = (
+    labels,
+    loss_mask,
+    attention,
+    mtp,
+    router,
+    loss,
+    context_parallel,
+)
 
 
 @dataclass(frozen=True)
@@ -193,6 +267,9 @@ class SignalComparison:
     not_run: tuple[str, ...] = ()
     seconds: float = 0.0
     router: object | None = field(default=None, compare=False)
+    #: the notes of ``not_run`` that leave a part of this verdict undetermined (never shown as OK)
+    undetermined: tuple[str, ...] = ()
+    cp: object | None = field(default=None, compare=False)
 
     def of(self, *signals: str) -> list[Finding]:
         return [f for f in self.findings if f.signal in signals]
@@ -203,12 +280,27 @@ def _not_run(setup: Setup) -> tuple[str, ...]:
         "Transformer Engine's attention kernel (CUDA only): the check compares TE's reading of the packed "
         "cu_seqlens per sequence instead"
     ]
-    if setup.cp > 1:
+    if setup.cp > 1 and setup.mtp_layers:
         notes.append(
-            f"the CP={setup.cp} split of the rows (TE's thd_get_partitioned_indices is CUDA only) and the CP branch "
-            "of the MTP roll (it exchanges boundary tokens between CP ranks): compared on the whole row, MTP not"
+            f"the CP={setup.cp} branch of the MTP roll (it exchanges boundary tokens between CP ranks): MTP labels "
+            "are not compared at CP > 1 (mtp.packed_context_parallel's)"
         )
     return tuple(notes)
+
+
+def _cp(setup: Setup, packed: object, unpacked: object) -> tuple[object | None, tuple[str, ...]]:
+    """Each CP rank's part in a CP-rank CPU world, and what of it could not run here (never an OK)."""
+    from mbridge_seqpack.capture.cpu_world import RanksUnavailable
+    from mbridge_seqpack.equivalence.cp import cp_signals
+
+    try:
+        found = cp_signals(setup, packed, unpacked)
+    except RanksUnavailable as exc:
+        return None, (f"not determined here: the CP={setup.cp} split and its loss reductions ({exc})",)
+    except RuntimeError as exc:  # a rank failed: Megatron-Bridge/Core refuse these rows (other rules name why)
+        last = [line for line in str(exc).splitlines() if line.strip()][-1]
+        return None, (f"not determined here: the CP={setup.cp} split of these rows fails ({last.strip()})",)
+    return found, found.not_run
 
 
 def verdict(
@@ -236,11 +328,15 @@ def verdict(
         except (AssertionError, ValueError) as exc:  # Megatron-Core refuses the settings: other rules name them
             refused = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         signals = dataclasses.replace(signals, router=effect)
+    undetermined: tuple[str, ...] = ()
+    if setup.cp > 1:
+        found_cp, undetermined = _cp(setup, packed, unpacked)
+        signals = dataclasses.replace(signals, cp=found_cp)
     findings = tuple(f for f in (c(signals) for c in comparisons) if f is not None)
-    notes = _not_run(setup)
+    notes = _not_run(setup) + undetermined
     if refused:
         notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
-    return SignalComparison(setup, findings, notes, time.perf_counter() - started, effect)
+    return SignalComparison(setup, findings, notes, time.perf_counter() - started, effect, undetermined, signals.cp)
 
 
 @functools.lru_cache(maxsize=256)

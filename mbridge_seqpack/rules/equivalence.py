@@ -69,6 +69,10 @@ def _not_run(verdict: Any) -> str:
     return "; ".join(verdict.not_run)
 
 
+#: the signals equivalence.labels reports (the per-token signal and the loss, whole rows and per CP rank)
+_LABEL_SIGNALS = ("labels", "loss_mask", "attention", "loss", "cp")
+
+
 @rule(
     "equivalence.labels",
     "Packed rows train the same labels and loss mask per token, within the same sequence, as unpacked rows.",
@@ -81,7 +85,12 @@ def _not_run(verdict: Any) -> str:
         "forward_step_calc_loss (pipeline_parallel/schedules.py) over a fixed per-token stand-in loss (logits need "
         "a model): per sequence the loss sum and token count, the lm loss the step reports (training/train.py "
         "train_step: [sum, tokens] summed over micro batches), and with calculate_per_token_loss the loss backward "
-        "runs on. Found this "
+        "runs on. At CP > 1, each CP rank's part in a real CP-process gloo world: the split of "
+        "training/gpt_step.py get_batch (_partition_packed_batch_for_cp packed, megatron/core/utils.py "
+        "get_batch_on_this_cp_rank unpacked), per rank the tokens held, their labels, loss masks and loss "
+        "contributions and the position TE's CP attention reads them at, and the loss after the all-reduce over the "
+        "CP group (training/train.py, finalize_model_grads); TE's thd_get_partitioned_indices is CUDA only, so where "
+        "it fails the split runs with a transliteration of its kernel, and the verdict's not_run says so. Found this "
         "way: GPTSFTPackedDataset._build_loss_mask with answer_only_loss=False trains every non-EOS input token "
         "where the unpacked chat collate (GPTSFTChatDataset.collate_fn) trains the chat loss mask."
     ),
@@ -91,15 +100,15 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)
     if verdict is None:
         return None
-    findings = verdict.of("labels", "loss_mask", "attention", "loss")
-    if not findings:
-        return []
+    findings = verdict.of(*_LABEL_SIGNALS)
     setup = verdict.setup
     fields = _layout_fields(ctx, setup)
+    if not findings:
+        return []
     assignments: dict[str, Any] = {}
     if setup.mode == "offline" and not setup.answer_only_loss:
         fields["dataset.dataset_kwargs.answer_only_loss"] = False
-        if _passes(setup, ("labels", "loss_mask", "attention", "loss"), answer_only_loss=True):
+        if _passes(setup, _LABEL_SIGNALS, answer_only_loss=True):
             assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
     if not assignments:
         assignments = _no_packing(ctx)
