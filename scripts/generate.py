@@ -283,9 +283,9 @@ def _check_time_row() -> str:
     return (
         f"| equivalence check inside `validate()` (`bench_check.py`), the {timed['recipes']} packaged recipes "
         f"({timed['verdicts']} verdicts) | {_fig(timed['equivalence_s'])} s with the cache empty, "
-        f"{_fig(timed['equivalence_warm_s'])} s cached, after the {_fig(timed['megatron_import_s'])} s Megatron import "
-        "(packed vs unpacked per config, CP ranks as forked gloo processes; [docs/equivalence.md](docs/equivalence.md))"
-        " | none | - |"
+        f"{_fig(timed['equivalence_warm_s'])} s cached, after the {_fig(timed['megatron_import_s'])} s Megatron "
+        "import (packed vs unpacked per config, CP ranks as forked gloo processes; "
+        "[docs/equivalence.md](docs/equivalence.md)) | none | - |"
     )
 
 
