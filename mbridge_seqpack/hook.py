@@ -17,7 +17,7 @@ import hashlib
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
 from mbridge_seqpack.modes import ENV_MODES, MODE_ENV, MODES, STRICT_ENV, Mode, env_mode
@@ -49,10 +49,11 @@ class _HookState:
     mode: Mode | None = None
     world_size: int | None = None
     strict: bool = False
+    corrections: tuple[str, ...] = ()
 
-    def settings(self) -> tuple[Mode, int | None, bool] | None:
-        """(mode, world_size, strict) when installed, else None: what a context manager restores."""
-        return (self.mode, self.world_size, self.strict) if self.original is not None else None
+    def settings(self) -> tuple[Mode, int | None, bool, tuple[str, ...]] | None:
+        """(mode, world_size, strict, corrections) when installed, else None: what a context manager restores."""
+        return (self.mode, self.world_size, self.strict, self.corrections) if self.original is not None else None
 
 
 _state = _HookState()
@@ -235,16 +236,17 @@ def _arm_content_check(cfg: ConfigContainer) -> None:
     launch_guard.arm(plan)
 
 
-def _snapshot() -> tuple[str, int | None, bool] | None:
-    """(mode, world_size, strict) when installed, else None."""
+def _snapshot() -> tuple[str, int | None, bool, tuple[str, ...]] | None:
+    """(mode, world_size, strict, corrections) when installed, else None."""
     return _state.settings()
 
 
-def _restore(previous: tuple[str, int | None, bool] | None) -> None:
-    """Return to a :func:`_snapshot`: uninstalled, or installed with that mode, world size and strictness."""
+def _restore(previous: tuple[str, int | None, bool, tuple[str, ...]] | None) -> None:
+    """Return to a :func:`_snapshot`: uninstalled, or installed with that mode, world size, strictness and
+    corrections."""
     uninstall()
     if previous is not None:
-        install(mode=previous[0], world_size=previous[1], strict=previous[2])
+        install(mode=previous[0], world_size=previous[1], strict=previous[2], corrections=previous[3])
 
 
 class InstalledHook:
@@ -260,7 +262,9 @@ class InstalledHook:
         _restore(self._previous)
 
 
-def install(mode: str = "error", *, world_size: int | None = None, strict: bool = False) -> InstalledHook:
+def install(
+    mode: str = "error", *, world_size: int | None = None, strict: bool = False, corrections: Sequence[str] = ()
+) -> InstalledHook:
     """Register the rules inside ``ConfigContainer.validate()``.
 
     ``mode``: ``"error"`` raises :class:`PackingConfigError` listing every error-level violation and warns the
@@ -268,11 +272,20 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
     does nothing. ``MBRIDGE_SEQPACK_MODE`` overrides it (``strict`` there: error mode, strictly). ``strict=True``
     raises advisories and undetermined verdicts (what could not be computed here) too.
     ``world_size`` fixes the DP arithmetic (default: torch.distributed / ``WORLD_SIZE``).
-    Installing again only updates mode, world size and strictness.
+    ``corrections``: opt-in backports of upstream fixes, by name (``"router_padding_mask"``: Megatron-Bridge PR
+    5470, the MoE router excludes packed padding), added to those ``MBRIDGE_SEQPACK_CORRECTIONS`` names; each is
+    installed only on the Megatron versions it was written for (``check`` says where it is not).
+    Installing again only updates mode, world size, strictness and corrections.
     """
     if not isinstance(strict, bool):
         raise UsageError(f"strict must be True or False, got {strict!r}")
     _check_mode(mode, "mode")
+    from mbridge_seqpack.corrections import check_names, env_corrections
+
+    if isinstance(corrections, str):
+        corrections = (corrections,)
+    asked = check_names(corrections, "corrections")
+    wanted = tuple(dict.fromkeys((*asked, *env_corrections())))
     cls = _config_container()
     previous = _snapshot()
     if _state.original is None:
@@ -289,8 +302,21 @@ def install(mode: str = "error", *, world_size: int | None = None, strict: bool 
 
     inject.install()  # full-iteration graphs over packed batches get host-side max_seqlen
     launch_guard.install(current_mode)  # packed rows parsed only from bytes that match their seal
-    _state.mode, _state.world_size, _state.strict = mode, world_size, strict
+    _install_corrections(wanted)
+    _state.mode, _state.world_size, _state.strict, _state.corrections = mode, world_size, strict, asked
     return InstalledHook(previous)
+
+
+def _install_corrections(names: tuple[str, ...]) -> None:
+    """The named corrections on, the others off; one not installable on these versions stays off (requested:
+    ``check`` says why)."""
+    from mbridge_seqpack.corrections import router_padding
+
+    router_padding.request(names)
+    if router_padding.NAME in names and router_padding.not_installable() is None:
+        router_padding.install()
+    else:
+        router_padding.uninstall()
 
 
 @contextlib.contextmanager
@@ -309,10 +335,13 @@ def uninstall() -> None:
     if _state.original is None:
         return
     from mbridge_seqpack.artifact import launch_guard
+    from mbridge_seqpack.corrections import router_padding
     from mbridge_seqpack.thd import inject
 
     inject.uninstall()
     launch_guard.uninstall()
+    router_padding.uninstall()
+    router_padding.request(())
     cls = _config_container()
     for name, original in _state.original.items():
         if original is _INHERITED:
@@ -321,3 +350,4 @@ def uninstall() -> None:
             setattr(cls, name, original)
     _checked.update(key=None, violations=None)
     _state.original, _state.mode, _state.world_size, _state.strict = None, None, None, False
+    _state.corrections = ()

@@ -102,9 +102,19 @@ def check_target(
         from mbridge_seqpack.rules.artifact import content_plan
 
         report.contents = content_plan(cfg).summary()
+    report.notes += correction_notes()
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
     return report
+
+
+def correction_notes() -> list[str]:
+    """One line per opt-in correction that is not simply off: installed here, installed by the launch, or requested
+    and why it is not (other Megatron versions, the plugin not turned on at launch)."""
+    from mbridge_seqpack.corrections import router_padding
+
+    state = router_padding.state()
+    return [] if state.state == "off" else [state.describe()]
 
 
 def split_target(args: argparse.Namespace) -> None:

@@ -141,7 +141,11 @@ def mtp(s: Signals) -> Finding | None:
 def router(s: Signals) -> Finding | None:
     """Padding contributes nothing to the router's counts and losses."""
     effect = s.router
-    if effect is None or not effect.routed_padding:
+    if effect is None:
+        return None
+    if effect.corrected:
+        return _corrected_router(effect)
+    if not effect.routed_padding:
         return None
     parts = [f"{effect.padding_share:.1%} of routed tokens are padding ({effect.routed_padding} of {effect.routed})"]
     parts.append(f"tokens per expert move by {effect.load_shift:.1%} of the real load")
@@ -152,6 +156,33 @@ def router(s: Signals) -> Finding | None:
     if effect.real_dropped is not None and effect.real_dropped[0] != effect.real_dropped[1]:
         parts.append(f"capacity drops {effect.real_dropped[0]} real tokens vs {effect.real_dropped[1]}")
     return Finding("router", effect.routed_padding, effect.routed, "; ".join(parts))
+
+
+def _corrected_router(effect: object) -> Finding | None:
+    """With the padding mask of the correction router_padding_mask: what still differs from the real tokens alone."""
+    parts = []
+    if effect.routed_padding:
+        parts.append(f"{effect.routed_padding} padding tokens are still counted")
+    if effect.real_uncounted:
+        parts.append(f"{effect.real_uncounted} real tokens are left out of the counts")
+    if effect.load_shift > 1e-9:
+        parts.append(f"tokens per expert move by {effect.load_shift:.1%} of the real load")
+    if effect.aux_loss is not None and not _close(*effect.aux_loss):
+        parts.append(f"load-balancing loss {effect.aux_loss[0]:.4g} vs {effect.aux_loss[1]:.4g} on real tokens only")
+    if effect.z_loss is not None and not _close(*effect.z_loss):
+        parts.append(f"z-loss {effect.z_loss[0]:.4g} vs {effect.z_loss[1]:.4g}")
+    drops = effect.real_dropped
+    if drops is not None and drops[0] != drops[1]:
+        parts.append(f"capacity drops {drops[0]} real tokens vs {drops[1]}")
+    if not parts:
+        return None
+    if drops is not None:
+        parts.append(
+            "the expert capacity still counts every token (Megatron-Core 0.19.2's apply_router_token_dropping takes "
+            "no padding mask; the correction does not reach it)"
+        )
+    count = effect.routed_padding + effect.real_uncounted + (abs(drops[0] - drops[1]) if drops else 0)
+    return Finding("router", count, effect.routed, "with the correction router_padding_mask on: " + "; ".join(parts))
 
 
 def _close(a: float, b: float) -> bool:

@@ -8,6 +8,14 @@ tokens alone (what the unpacked samples give it without their own padding; the s
 ``padding_mask``). Compared: the share of routed tokens that are padding, tokens per expert (the expert-bias counts
 and the aux loss's load), the load-balancing loss and the z-loss the metrics tracker records, and real tokens the
 capacity drops.
+
+With the opt-in correction ``router_padding_mask`` in effect (corrections/router_padding.py, Megatron-Bridge PR 5470
+backported), the first pass is the corrected step's: each micro batch goes through the wrapped
+``gpt_step.get_batch_from_iterator`` and ``_packed_metadata_for_forward`` (the functions the correction installs, in
+the CPU world), and the mask they hand on reaches the router as ``MoELayer.forward`` passes it (transposed to
+``[s, b]``), with the correction's expert-bias patch on ``TopKRouter``. Counted then are the tokens the router's
+terms count (the routing map outside the mask); the capacity still sees every token (Megatron-Core 0.19.2's
+``apply_router_token_dropping`` takes no mask).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from mbridge_seqpack.equivalence.batches import Run
 from mbridge_seqpack.equivalence.sequences import VOCAB
 from mbridge_seqpack.equivalence.setup import Router
 
-__all__ = ["RouterEffect", "router_effect"]
+__all__ = ["RouterEffect", "router_effect", "step_padding_mask"]
 
 HIDDEN = 16
 
@@ -36,6 +44,8 @@ class RouterEffect:
     aux_loss: tuple[float, float] | None  # (as run, real tokens only), per unit coefficient
     z_loss: tuple[float, float] | None
     real_dropped: tuple[int, int] | None  # real tokens dropped by capacity (as run, real tokens only)
+    corrected: bool = False  # the router got the padding mask of the correction router_padding_mask
+    real_uncounted: int = 0  # real tokens the mask leaves out of the counts (none when the mask is right)
 
     @property
     def padding_share(self) -> float:
@@ -72,8 +82,11 @@ def _config(router: Router) -> Any:
     )
 
 
-def _one_pass(config: Any, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """One router forward as ``MoELayer.route`` calls it; (routing map, tracked losses per unit coefficient)."""
+def _one_pass(
+    config: Any, hidden: torch.Tensor, weight: torch.Tensor, padding_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """One router forward as ``MoELayer.route`` calls it (``padding_mask`` [s, b], True at padding, as
+    ``MoELayer.forward`` hands it on); (routing map, tracked losses per unit coefficient)."""
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer.moe import moe_logging
     from megatron.core.transformer.moe.router import TopKRouter
@@ -86,7 +99,7 @@ def _one_pass(config: Any, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[
     tracker = moe_logging.MoEMetricsTracker()
     moe_logging.set_moe_metrics_tracker(tracker)
     try:
-        _, routing_map = router(hidden.requires_grad_())
+        _, routing_map = router(hidden.requires_grad_(), padding_mask)
     finally:
         moe_logging.set_moe_metrics_tracker(previous)
     losses = {name: float(entry.values[0]) for name, entry in tracker.metrics.items()}
@@ -97,9 +110,30 @@ def _one_pass(config: Any, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[
     return routing_map, losses
 
 
+def step_padding_mask(batch: dict[str, Any]) -> torch.Tensor | None:
+    """The padding mask the corrected step hands the model for this raw micro batch ([rows, tokens], True at
+    padding): the batch through ``gpt_step.get_batch_from_iterator`` and ``_packed_metadata_for_forward`` as the
+    correction wraps them (installed for the call where it is not; inside the CPU world, whose ``.cuda()`` stands in
+    for the device). GPTModel asserts the mask has the tokens' shape (gpt_model.py ``_preprocess``)."""
+    from megatron.bridge.training import gpt_step
+
+    from mbridge_seqpack.corrections import router_padding
+
+    with router_padding.installed(True):
+        got = gpt_step.get_batch_from_iterator(iter([batch]), is_first_pp_stage=True, is_last_pp_stage=True)
+        metadata = gpt_step._packed_metadata_for_forward(got)
+    mask = None if metadata is None else metadata.get("padding_mask")
+    if mask is not None and tuple(mask.shape) != tuple(batch["tokens"].shape):
+        raise ValueError(f"padding_mask {tuple(mask.shape)} for tokens {tuple(batch['tokens'].shape)}")
+    return mask
+
+
 def router_effect(router: Router, run: Run) -> RouterEffect:
     """Route every packed micro batch with and without its padding; the differences, summed over micro batches."""
+    import contextlib
+
     from mbridge_seqpack.capture.cpu_world import cpu_world
+    from mbridge_seqpack.corrections import router_padding
 
     generator = torch.Generator().manual_seed(7)
     table = torch.randn((VOCAB + 64, HIDDEN), generator=generator)
@@ -110,19 +144,28 @@ def router_effect(router: Router, run: Run) -> RouterEffect:
     dropped = [0, 0]
     aux = [0.0, 0.0]
     z = [0.0, 0.0]
-    with cpu_world():
+    uncounted = 0
+    corrected = router_padding.installed(True) if router.padding_mask else contextlib.nullcontext()
+    with cpu_world(), corrected:
         for micro, batch in enumerate(run.batches):
             tokens = batch["tokens"].clamp(min=0, max=table.shape[0] - 1)
             real = run.real(micro)
+            mask = step_padding_mask(batch) if router.padding_mask else None
             hidden = table[tokens].transpose(0, 1).contiguous()  # [s, b, h]
-            as_run, losses_run = _one_pass(config, hidden.clone(), weight)
+            as_run, losses_run = _one_pass(
+                config, hidden.clone(), weight, None if mask is None else mask.transpose(0, 1).bool()
+            )
             only = hidden.transpose(0, 1)[real].unsqueeze(1).contiguous()  # [n_real, 1, h]
             ideal, losses_ideal = _one_pass(config, only, weight)
             flat_real = real.transpose(0, 1).reshape(-1)  # routing map rows are [s, b] flattened
+            # the rows the router's terms count: all of them, or those outside the mask the step handed on
+            counted = torch.ones_like(flat_real) if mask is None else ~mask.transpose(0, 1).reshape(-1)
             any_expert = as_run.any(dim=1)
             routed += int(any_expert.sum())
-            routed_padding += int((any_expert & ~flat_real).sum())
-            shift += float((as_run.sum(0).float() - ideal.sum(0).float()).abs().sum())
+            routed_padding += int((any_expert & ~flat_real & counted).sum())
+            uncounted += int((flat_real & ~counted).sum())
+            counted_map = as_run & counted.unsqueeze(1)
+            shift += float((counted_map.sum(0).float() - ideal.sum(0).float()).abs().sum())
             real_assignments += float(ideal.sum())
             if router.capacity_factor is not None:
                 dropped[0] += int((~any_expert & flat_real).sum())
@@ -139,4 +182,6 @@ def router_effect(router: Router, run: Run) -> RouterEffect:
         aux_loss=(aux[0], aux[1]) if any(c > 0 for c in coeffs) and any(aux) else None,
         z_loss=(z[0], z[1]) if router.z_loss_coeff else None,
         real_dropped=(dropped[0], dropped[1]) if router.capacity_factor is not None else None,
+        corrected=router.padding_mask,
+        real_uncounted=uncounted,
     )

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AUX_LOSS_TYPES", "Router", "Setup", "setup_of", "in_batch_multiple"]
+__all__ = ["AUX_LOSS_TYPES", "Router", "Setup", "setup_of", "in_batch_multiple", "correction_covers"]
 
 #: the load-balancing types whose loss TopKRouter computes (transformer/moe/router.py _apply_*aux_loss)
 AUX_LOSS_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss")
@@ -36,6 +36,9 @@ class Router:
     pre_softmax: bool
     topk_scaling_factor: float | None
     per_token_loss: bool
+    #: the step hands the router the packed rows' padding mask (the opt-in correction router_padding_mask is in
+    #: effect for the process that trains and covers this config: corrections/router_padding.py)
+    padding_mask: bool = False
 
     @property
     def counting_terms(self) -> list[str]:
@@ -113,7 +116,16 @@ def _router_of(model: Any) -> Router | None:
         pre_softmax=bool(getattr(model, "moe_router_pre_softmax", False)),
         topk_scaling_factor=getattr(model, "moe_router_topk_scaling_factor", None),
         per_token_loss=bool(getattr(model, "calculate_per_token_loss", False)),
+        padding_mask=correction_covers(model),
     )
+
+
+def correction_covers(model: Any) -> bool:
+    """Whether the step of the process that trains hands the router a padding mask: the correction
+    ``router_padding_mask`` is installed here or at launch, and covers this model config."""
+    from mbridge_seqpack.corrections import router_padding
+
+    return router_padding.state().in_effect and router_padding.uncovered(model) is None
 
 
 def _balancing(value: Any) -> Any:

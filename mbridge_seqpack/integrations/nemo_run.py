@@ -113,6 +113,10 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
             (``pad_seq_to_mult = lcm(existing, 2*CP)``, per-token loss, ...) is passed too. Without a base
             only the facts are passed and the training process's hook reports anything left.
         mode: ``MBRIDGE_SEQPACK_MODE`` for the executor: "error" (default), "warn" or "off".
+        corrections: opt-in corrections for the training process, by name (``["router_padding_mask"]``:
+            Megatron-Bridge PR 5470 backported, the MoE router excludes packed padding); set on the executor as
+            ``MBRIDGE_SEQPACK_CORRECTIONS``, installed with the plugin only on the Megatron versions each is written
+            for (``check`` says where it is not).
         script_args_converter_fn: turns ``SequencePackingScriptArgs`` into script arguments (default:
             Hydra-style overrides), as Megatron-Bridge's plugins allow.
     """
@@ -120,11 +124,18 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
     mixins: Sequence[Any] = field(default_factory=tuple)
     base: Any = None
     mode: str = "error"
+    corrections: Sequence[str] = field(default_factory=tuple)
     script_args_converter_fn: Optional[Callable[[SequencePackingScriptArgs], list[str]]] = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"SequencePacking.mode must be 'error', 'warn' or 'off', got {self.mode!r}")
+        from mbridge_seqpack.corrections import check_names
+
+        self.corrections = check_names(
+            (self.corrections,) if isinstance(self.corrections, str) else self.corrections,
+            "SequencePacking.corrections",
+        )
         for mixin in self.mixins:
             if not hasattr(mixin, "facts"):
                 raise TypeError(
@@ -135,6 +146,10 @@ class SequencePacking(Plugin):  # type: ignore[misc,valid-type]
         if not HAVE_NEMO_RUN:
             raise ImportError(MISSING_NEMO_RUN)
         executor.env_vars[MODE_ENV] = self.mode
+        if self.corrections:
+            from mbridge_seqpack.corrections import CORRECTIONS_ENV
+
+            executor.env_vars[CORRECTIONS_ENV] = ",".join(self.corrections)
         if isinstance(task, Script):
             args = SequencePackingScriptArgs(script_overrides(self.mixins, self._base_config(task.args)))
             overrides = (self.script_args_converter_fn or _hydra_converter)(args)

@@ -228,7 +228,12 @@ def _padding_bound(setup: Any) -> str:
         "tail are routed) and over the real tokens alone (the same as padding_mask). Compared: routed padding, "
         "tokens per expert (expert-bias counts, the aux loss's load), the load-balancing loss and z-loss the "
         "metrics tracker records, and real tokens the capacity drops. Upstream fixed it after 0.6.2 "
-        "(Megatron-Bridge PR 5470; Megatron-LM PRs 2121, 5542, 6114)."
+        "(Megatron-Bridge PR 5470; Megatron-LM PRs 2121, 5542, 6114). With the opt-in correction router_padding_mask "
+        "(the PR backported for Megatron-Bridge 0.6.2 with Megatron-Core 0.19.2: mbridge_seqpack/corrections/"
+        "router_padding.py) in effect, the packed pass is the corrected step's: each micro batch through the wrapped "
+        "gpt_step.get_batch_from_iterator and _packed_metadata_for_forward, the mask they hand on given to the "
+        "router as MoELayer.forward passes it; the rule then passes only where the counts and losses equal the real "
+        "tokens' alone (capacity is not corrected: apply_router_token_dropping takes no mask)."
     ),
     reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
 )
@@ -249,6 +254,23 @@ def router_padding(ctx: RuleContext) -> list[Violation] | None:
             "no Megatron-Bridge 0.6.2 setting removes the padding of these rows (the CP/SP alignment needs it): "
             "turn packing off, or take Megatron-Bridge PR 5470 (the step passes padding_mask to the model)"
         )
+    correction = _correction_words(ctx, setup)
+    if correction:
+        from mbridge_seqpack.errors import format_assignment
+
+        fix = fix or "; ".join(format_assignment(k, v) for k, v in assignments.items())
+        fix = f"{fix}; {correction}" if fix else correction
+    if setup.router.padding_mask:
+        message = (
+            f"{finding.effect} on the check's rows: the step hands the router the padding mask (correction "
+            "router_padding_mask), and still the router does not train what the unpacked rows train"
+        )
+    else:
+        message = (
+            f"{finding.effect} on the check's rows: Megatron-Bridge 0.6.2 gives the router no padding_mask, so the "
+            "padding of packed rows is routed and counted in the aux loss, z-loss, expert-bias counts and capacity; "
+            f"this config's rows carry {_padding_bound(setup)}"
+        )
     return [
         Violation(
             {
@@ -257,11 +279,34 @@ def router_padding(ctx: RuleContext) -> list[Violation] | None:
                 **_layout_fields(ctx, setup),
                 "measured": finding.effect,
             },
-            f"{finding.effect} on the check's rows: Megatron-Bridge 0.6.2 gives the router no padding_mask, so the "
-            "padding of packed rows is routed and counted in the aux loss, z-loss, expert-bias counts and capacity; "
-            f"this config's rows carry {_padding_bound(setup)}",
+            message,
             fix=fix,
             assignments=assignments,
             not_run=_not_run(verdict),
         )
     ]
+
+
+def _correction_words(ctx: RuleContext, setup: Any) -> str:
+    """What the opt-in correction router_padding_mask would do here, or why it does not: for the fix text."""
+    from mbridge_seqpack.corrections import CORRECTIONS_ENV
+    from mbridge_seqpack.corrections import router_padding as correction
+
+    state = correction.state()
+    uncovered = correction.uncovered(ctx.model)
+    if state.state == "not_installable":
+        return f"the correction router_padding_mask is requested but not installable: {state.why}"
+    if uncovered is not None:
+        return f"the correction router_padding_mask does not cover {uncovered}"
+    if state.state == "not_launched":
+        return f"the correction router_padding_mask is requested but not installed at launch: {state.why}"
+    if state.in_effect or setup.router.padding_mask or correction.not_installable() is not None:
+        return ""
+    on = dataclasses.replace(setup, router=dataclasses.replace(setup.router, padding_mask=True))
+    if not _passes(on, ("router",)):
+        return ""
+    return (
+        f"or turn on the correction router_padding_mask ({CORRECTIONS_ENV}=router_padding_mask with "
+        "MBRIDGE_SEQPACK_MODE, or mbridge_seqpack.install(corrections=['router_padding_mask'])): Megatron-Bridge "
+        "PR 5470 backported, the same check passes with it"
+    )

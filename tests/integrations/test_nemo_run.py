@@ -57,6 +57,19 @@ def test_script_overrides_through_megatron_bridge_equal_apply(base: Any, name: s
     assert check(launched, world_size=16) == []
 
 
+def test_the_plugin_asks_the_training_process_for_a_correction() -> None:
+    from mbridge_seqpack.errors import UsageError
+
+    executor = run.LocalExecutor()
+    SequencePacking(corrections=["router_padding_mask"]).setup(run.Script(path=RUNNER, args=[]), executor)
+    assert executor.env_vars["MBRIDGE_SEQPACK_CORRECTIONS"] == "router_padding_mask"
+    executor = run.LocalExecutor()
+    SequencePacking().setup(run.Script(path=RUNNER, args=[]), executor)
+    assert "MBRIDGE_SEQPACK_CORRECTIONS" not in executor.env_vars
+    with pytest.raises(UsageError, match="^SequencePacking.corrections: unknown correction 'router'"):
+        SequencePacking(corrections=["router"])
+
+
 def test_script_overrides_exact_for_cp2(base: Any) -> None:
     task = run.Script(path=RUNNER, args=[])
     SequencePacking(mixins=[ContextParallel(2)], base=base).setup(task, run.LocalExecutor())
