@@ -70,10 +70,10 @@ CASES: dict[str, CensusCase] = {
         values={**CP2, "dataset.offline_packing_specs.pad_seq_to_mult": 4, "model.mtp_num_layers": 1}
     ),
     "resume after re-packing": CensusCase(
-        proven_by="tests/test_mechanism_evidence.py::test_resuming_over_a_pack_written_after_the_checkpoint_is_reported"
+        proven_by="tests/rules/test_mechanism_evidence.py::test_resuming_over_a_pack_written_after_the_checkpoint_is_reported"
     ),
     "a stale or foreign pack at the builder's default path": CensusCase(
-        proven_by="tests/test_artifacts.py::test_stale_pack_rule"
+        proven_by="tests/artifact/test_artifacts.py::test_stale_pack_rule"
     ),
     "THD CP partition (tex.thd_get_partitioned_indices)": CensusCase(values=CP2),
     "FP8 GEMM operand alignment (cuBLASLt)": CensusCase(values={"mixed_precision": "bf16_with_mxfp8_mixed", **TP2_SP}),
@@ -92,7 +92,7 @@ CASES: dict[str, CensusCase] = {
         change=_full_iteration, env={"MBRIDGE_SEQPACK_MODE": "error"}
     ),
     "attention kernels (cuDNN / flash-attn)": CensusCase(
-        proven_by="tests/test_attention_backend.py::test_no_declared_gpu_asks_each_generation"
+        proven_by="tests/analysis/test_attention_backend.py::test_no_declared_gpu_asks_each_generation"
     ),
     "HybridEP uneven token counts (DeepEP C++)": CensusCase(
         "unpacked_cfg",

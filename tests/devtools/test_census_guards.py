@@ -15,7 +15,7 @@ from devtools.census.silent import Mechanism, all_mechanisms
 from mbridge_seqpack.paths import set_path
 from tests.support.census_cases import CASES, CensusCase
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUARDED = {m.name: m for m in all_mechanisms() if m.verdict.cls == "guarded"}
 
 

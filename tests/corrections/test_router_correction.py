@@ -14,7 +14,7 @@ import torch
 
 from mbridge_seqpack.paths import set_path
 
-FIXTURE = Path(__file__).parent / "contract_fixtures" / "pr5470_child_23743e2f7.json"
+FIXTURE = Path(__file__).parents[1] / "contract_fixtures" / "pr5470_child_23743e2f7.json"
 MOE = {"model.num_moe_experts": 4, "model.moe_router_topk": 2, "model.moe_aux_loss_coeff": 0.01}
 
 
