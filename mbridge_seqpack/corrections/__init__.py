@@ -1,6 +1,8 @@
-"""Opt-in corrections of Megatron-Bridge behaviour that trains wrong and that no setting avoids: small upstream
-fixes, backported for the exact versions they were written for and switched on by name (``install(corrections=...)``
-or ``MBRIDGE_SEQPACK_CORRECTIONS``). Each is proven by the equivalence check (packed equals unpacked with it on).
+"""Opt-in corrections of Megatron-Bridge behaviour that trains wrong and that no setting avoids.
+
+Small upstream fixes, backported for the exact versions they were written for and switched on by name
+(``install(corrections=...)`` or ``MBRIDGE_SEQPACK_CORRECTIONS``). Each is proven by the equivalence check (packed
+equals unpacked with it on).
 
 Nothing here is on by default: Megatron-Bridge's own code runs unless a correction is named.
 """
