@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
 
 FIXTURE = Path(__file__).parents[1] / "contract_fixtures" / "pr5470_child_23743e2f7.json"
 MOE = {"model.num_moe_experts": 4, "model.moe_router_topk": 2, "model.moe_aux_loss_coeff": 0.01}

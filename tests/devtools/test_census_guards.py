@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devtools.census.silent import Mechanism, all_mechanisms
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
 from tests.support.census_cases import CASES, CensusCase
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mbridge_seqpack import check
-from mbridge_seqpack.paths import set_path
+from mbridge_seqpack.config_paths import set_path
 from tests.support.equivalence_configs import IN_BATCH, make_setup
 
 SPECS = "dataset.offline_packing_specs"
