@@ -103,9 +103,20 @@ def check_target(
 
         report.contents = content_plan(cfg).summary()
     report.notes += correction_notes()
+    if typed:
+        report.notes += equivalence_notes(ctx)
     if megatron:
         report.megatron_error = run_megatron_validation(cfg, world)
     return report
+
+
+def equivalence_notes(ctx: Any) -> list[str]:
+    """What of the CP comparison ran with a stand-in (TE's CUDA-only partition kernel) or not at all, said beside
+    the verdict rather than behind an ok (the verdict is cached: no second run)."""
+    from mbridge_seqpack.rules.equivalence import equivalence_verdict
+
+    verdict = equivalence_verdict(ctx)
+    return [] if verdict is None else [f"equivalence check: {note}" for note in verdict.undetermined]
 
 
 def correction_notes() -> list[str]:

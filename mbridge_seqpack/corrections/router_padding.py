@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
 from mbridge_seqpack.corrections import CORRECTIONS_ENV, CorrectionState, env_corrections
 from mbridge_seqpack.errors import SeqpackError
+from mbridge_seqpack.switched import switched
 
 __all__ = [
     "NAME",
@@ -326,21 +327,9 @@ def uninstall() -> None:
     _originals = None
 
 
-@contextlib.contextmanager
-def installed(on: bool) -> Iterator[None]:
+def installed(on: bool) -> contextlib.AbstractContextManager[None]:
     """The correction on (``on``) or off for the duration; the previous state after."""
-    was = _originals is not None
-    if on and not was:
-        install()
-    elif not on and was:
-        uninstall()
-    try:
-        yield
-    finally:
-        if on and not was:
-            uninstall()
-        elif not on and was:
-            install()
+    return switched(on, lambda: _originals is not None, install, uninstall)
 
 
 def request(names: tuple[str, ...]) -> None:

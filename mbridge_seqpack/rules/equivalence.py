@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mbridge_seqpack.errors import ERROR, Violation
+from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, SPECS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     BOOL,
@@ -73,6 +73,22 @@ def _not_run(verdict: Any) -> str:
 _LABEL_SIGNALS = ("labels", "loss_mask", "attention", "loss", "cp")
 
 
+def _cp_not_compared(verdict: Any, fields: dict[str, Any]) -> Violation:
+    """Every computed signal agrees, but the CP=N comparison did not run at all (no CPU world of N ranks, or the
+    split raised): never an OK. A stand-in for TE's CUDA-only partition kernel is not this: the split then ran, and
+    ``check`` says what stood in (cli/check.py ``equivalence_notes``)."""
+    cp = verdict.setup.cp
+    return Violation(
+        {"model.context_parallel_size": cp, **fields},
+        f"packed and unpacked rows train the same per-token signal on the whole row; what each of the {cp} CP ranks "
+        "trains was not compared here",
+        fix="run the check where a CPU world of the CP size can be forked (not inside a daemonic process), or run one "
+        "packed step on a GPU with CP and compare its per-rank loss masks and lm loss with an unpacked run",
+        severity=UNDETERMINED,
+        not_run="; ".join(verdict.undetermined),
+    )
+
+
 @rule(
     "equivalence.labels",
     "Packed rows train the same labels and loss mask per token, within the same sequence, as unpacked rows.",
@@ -103,6 +119,8 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     findings = verdict.of(*_LABEL_SIGNALS)
     setup = verdict.setup
     fields = _layout_fields(ctx, setup)
+    if not findings and setup.cp > 1 and verdict.cp is None:
+        return [_cp_not_compared(verdict, fields)]
     if not findings:
         return []
     assignments: dict[str, Any] = {}

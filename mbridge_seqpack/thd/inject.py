@@ -28,6 +28,7 @@ import torch
 
 from mbridge_seqpack.errors import SeqpackError
 from mbridge_seqpack.modes import ACTIVE_MODES, env_mode
+from mbridge_seqpack.switched import switched
 
 __all__ = [
     "install",
@@ -110,21 +111,9 @@ def injection_active() -> bool:
     return injection_state() in ("installed", "launch")
 
 
-@contextlib.contextmanager
-def installed(on: bool) -> Iterator[None]:
+def installed(on: bool) -> contextlib.AbstractContextManager[None]:
     """The wrapper on ``data_read`` (``on``) or Megatron-Core's own, for the duration; the previous state after."""
-    was = is_installed()
-    if on and not was:
-        install()
-    elif not on and was:
-        uninstall()
-    try:
-        yield
-    finally:
-        if on and not was:
-            uninstall()
-        elif not on and was:
-            install()
+    return switched(on, is_installed, install, uninstall)
 
 
 class HostMaxSeqlen:

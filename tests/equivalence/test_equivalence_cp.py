@@ -200,3 +200,38 @@ def test_the_rule_passes_cp2_and_the_verdict_keeps_it_undetermined(packed_cfg: A
     found = verdict_of(setup_of(packed_cfg))
     assert (found.setup.cp, found.setup.pad_seq_to_mult, found.findings) == (2, 4, ())
     assert found.undetermined == (KERNEL_NOTE,)
+    # what stood in is said beside the verdict: check's notes carry it
+    from mbridge_seqpack.cli.check import equivalence_notes
+    from mbridge_seqpack.rules import RuleContext
+
+    assert equivalence_notes(RuleContext.build(packed_cfg, 8)) == [f"equivalence check: {KERNEL_NOTE}"]
+
+
+def test_a_cp_comparison_that_could_not_run_is_undetermined_never_ok(
+    packed_cfg: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where no CPU world of the CP size can be made (here: torch.distributed already initialized in the checking
+    process, as in a script that sets up its world before validate()), what each CP rank trains was not compared:
+    the rule says so (undetermined, with what did not run), never a plain pass."""
+    import torch.distributed as dist
+
+    from mbridge_seqpack.equivalence.compare import verdict_of
+
+    set_path(packed_cfg, "model.context_parallel_size", 2)
+    set_path(packed_cfg, f"{SPECS}.pad_seq_to_mult", 4)
+    set_path(packed_cfg, "model.calculate_per_token_loss", True)
+    set_path(packed_cfg, "ddp.average_in_collective", False)
+    verdict_of.cache_clear()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        (found,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("equivalence.")]
+    finally:
+        dist.destroy_process_group()
+        verdict_of.cache_clear()
+    assert (found.rule_id, found.severity) == ("equivalence.labels", "undetermined")
+    assert found.fields["model.context_parallel_size"] == 2
+    assert found.not_run == (
+        "not determined here: the CP=2 split and its loss reductions (torch.distributed is already initialized in "
+        "this process (forked ranks would share it))"
+    )
+    assert found.rule.startswith("packed and unpacked rows train the same per-token signal on the whole row")
