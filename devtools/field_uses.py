@@ -652,6 +652,12 @@ FIELD_USES: tuple[FieldUse, ...] = (
         "moe_expert_capacity_factor",
     ),
     FieldUse(
+        "model.overlap_moe_expert_parallel_comm",
+        "core/pipeline_parallel/schedules.py",
+        "forward_backward_no_pipelining: combined_1f1b_schedule_for_no_pipelining",
+        "overlap_moe_expert_parallel_comm",
+    ),
+    FieldUse(
         "model.moe_pad_expert_input_to_capacity",
         "core/transformer/moe/token_dispatcher.py",
         "MoEAlltoAllTokenDispatcher: drop_and_pad",

@@ -301,6 +301,8 @@ class SignalComparison:
     #: the notes of ``not_run`` that leave a part of this verdict undetermined (never shown as OK)
     undetermined: tuple[str, ...] = ()
     cp: object | None = field(default=None, compare=False)
+    #: the CP comparison did not run at all: no CPU world of the CP size could be made here
+    cp_not_run: bool = False
 
     def of(self, *signals: str) -> list[Finding]:
         return [f for f in self.findings if f.signal in signals]
@@ -319,6 +321,10 @@ def _not_run(setup: Setup) -> tuple[str, ...]:
     return tuple(notes)
 
 
+#: how a CP comparison that could not run at all begins (no world of the CP size here)
+CP_NOT_RUN = "not determined here: no CPU world: "
+
+
 def _cp(setup: Setup, packed: object, unpacked: object) -> tuple[object | None, tuple[str, ...]]:
     """Each CP rank's part in a CP-rank CPU world, and what of it could not run here (never an OK)."""
     from mbridge_seqpack.capture.cpu_world import RanksUnavailable
@@ -327,7 +333,7 @@ def _cp(setup: Setup, packed: object, unpacked: object) -> tuple[object | None, 
     try:
         found = cp_signals(setup, packed, unpacked)
     except RanksUnavailable as exc:
-        return None, (f"not determined here: the CP={setup.cp} split and its loss reductions ({exc})",)
+        return None, (f"{CP_NOT_RUN}the CP={setup.cp} split and its loss reductions ({exc})",)
     except RuntimeError as exc:  # a rank failed: Megatron-Bridge/Core refuse these rows (other rules name why)
         last = [line for line in str(exc).splitlines() if line.strip()][-1]
         return None, (f"not determined here: the CP={setup.cp} split of these rows fails ({last.strip()})",)
@@ -367,7 +373,9 @@ def verdict(
     notes = _not_run(setup) + undetermined
     if refused:
         notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
-    return SignalComparison(setup, findings, notes, time.perf_counter() - started, effect, undetermined, signals.cp)
+    cp_not_run = setup.cp > 1 and signals.cp is None and any(n.startswith(CP_NOT_RUN) for n in undetermined)
+    seconds = time.perf_counter() - started
+    return SignalComparison(setup, findings, notes, seconds, effect, undetermined, signals.cp, cp_not_run)
 
 
 @functools.lru_cache(maxsize=256)

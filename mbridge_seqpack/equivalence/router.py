@@ -124,7 +124,7 @@ def step_padding_mask(batch: dict[str, Any]) -> torch.Tensor | None:
         metadata = gpt_step._packed_metadata_for_forward(got)
     mask = None if metadata is None else metadata.get("padding_mask")
     if mask is not None and tuple(mask.shape) != tuple(batch["tokens"].shape):
-        raise ValueError(f"padding_mask {tuple(mask.shape)} for tokens {tuple(batch['tokens'].shape)}")
+        raise RuntimeError(f"padding_mask {tuple(mask.shape)} for tokens {tuple(batch['tokens'].shape)}")  # a bug
     return mask
 
 

@@ -11,9 +11,7 @@ from typing import Any
 
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, SPECS, RuleContext
-from mbridge_seqpack.rules.field_types import (
-    BOOL,
-)
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_STR
 from mbridge_seqpack.rules.registry import rule
 
 __all__ = ["equivalence_verdict", "timings"]
@@ -119,7 +117,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     findings = verdict.of(*_LABEL_SIGNALS)
     setup = verdict.setup
     fields = _layout_fields(ctx, setup)
-    if not findings and setup.cp > 1 and verdict.cp is None:
+    if not findings and verdict.cp_not_run:
         return [_cp_not_compared(verdict, fields)]
     if not findings:
         return []
@@ -253,7 +251,14 @@ def _padding_bound(setup: Any) -> str:
         "router as MoELayer.forward passes it; the rule then passes only where the counts and losses equal the real "
         "tokens' alone (capacity is not corrected: apply_router_token_dropping takes no mask)."
     ),
-    reads={**EQUIVALENCE_READS, **DATASET_KWARGS_READS, "dataset.enable_offline_packing": BOOL},
+    reads={
+        **EQUIVALENCE_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.enable_offline_packing": BOOL,
+        # what the correction does not cover (corrections/router_padding.py uncovered)
+        "model.cuda_graph_impl": OPTIONAL_STR,
+        "model.overlap_moe_expert_parallel_comm": BOOL,
+    },
 )
 def router_padding(ctx: RuleContext) -> list[Violation] | None:
     verdict = equivalence_verdict(ctx)

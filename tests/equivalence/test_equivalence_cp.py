@@ -231,7 +231,7 @@ def test_a_cp_comparison_that_could_not_run_is_undetermined_never_ok(
     assert (found.rule_id, found.severity) == ("equivalence.labels", "undetermined")
     assert found.fields["model.context_parallel_size"] == 2
     assert found.not_run == (
-        "not determined here: the CP=2 split and its loss reductions (torch.distributed is already initialized in "
-        "this process (forked ranks would share it))"
+        "not determined here: no CPU world: the CP=2 split and its loss reductions (torch.distributed is already "
+        "initialized in this process (forked ranks would share it))"
     )
     assert found.rule.startswith("packed and unpacked rows train the same per-token signal on the whole row")
