@@ -81,3 +81,16 @@ def test_the_test_folders_mirror_the_package() -> None:
     assert () not in folders, "a test file directly in tests/"
     assert {f[0] for f in folders} - subpackages - OTHER_FOLDERS == set()
     assert all(len(f) == 1 for f in folders), sorted(f for f in folders if len(f) > 1)
+
+
+#: a test file cited by path (docs, docstrings, evidence strings, scripts)
+CITED_TEST = re.compile(r"\btests/[\w/]+\.py")
+
+
+def test_every_test_file_cited_by_path_exists() -> None:
+    """A moved or renamed test leaves no page, docstring or script pointing at where it was."""
+    root = TESTS.parent
+    sources = [*root.glob("*.md"), *(root / "docs").rglob("*.md"), *(root / "scripts").rglob("*.py")]
+    sources += [*(root / "mbridge_seqpack").rglob("*.py"), *(root / "devtools").rglob("*.py"), *TESTS.rglob("*.py")]
+    cited = {(str(s.relative_to(root)), m) for s in sources for m in CITED_TEST.findall(s.read_text())}
+    assert sorted((where, path) for where, path in cited if not (root / path).is_file()) == []
