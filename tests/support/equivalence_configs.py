@@ -1,7 +1,8 @@
 """The equivalence check's setups for tests and the docs' table: a base ``Setup`` changed per case, and the configs
 the check passes (packed == unpacked on every signal), across offline / in-batch packing, pad multiples 1 / 4 / 16,
 MoE with aux loss / z-loss / expert bias, MTP, chat with EOS inside turns and CP=2 in a CPU world
-(``scripts/equivalence_table.py`` runs them for docs/equivalence.md; tests/equivalence/test_equivalence_loss.py asserts them)."""
+(``scripts/equivalence_table.py`` runs them for docs/equivalence.md; tests/equivalence/test_equivalence_loss.py
+asserts them)."""
 
 from __future__ import annotations
 
