@@ -1,8 +1,9 @@
 """The equivalence check on the configs it passes (``tests/support/equivalence_configs.py`` PASSING, the same
 list ``tests/equivalence/test_equivalence_loss.py`` asserts): per config the signals compared, the result and the
-seconds it took, as a Markdown table. Running it records the rows in ``docs/bench/equivalence_table.json``; ``section()`` renders
-what docs/equivalence.md carries between its markers from that record (``scripts/generate.py`` writes and checks
-it without running the check), and says the record is stale when the list of configs changed since.
+seconds it took, as a Markdown table. Running it records the rows in ``docs/bench/equivalence_table.json``;
+``section()`` renders what docs/equivalence.md carries between its markers from that record
+(``scripts/generate.py`` writes and checks it without running the check), and says the record is stale when the
+list of configs changed since.
 
     .venv/bin/python scripts/equivalence_table.py
 """
