@@ -321,23 +321,24 @@ def _not_run(setup: Setup) -> tuple[str, ...]:
     return tuple(notes)
 
 
-#: how a CP comparison that could not run at all begins (no world of the CP size here)
-CP_NOT_RUN = "not determined here: no CPU world: "
-
-
-def _cp(setup: Setup, packed: object, unpacked: object) -> tuple[object | None, tuple[str, ...]]:
-    """Each CP rank's part in a CP-rank CPU world, and what of it could not run here (never an OK)."""
+def _cp(setup: Setup, packed: object, unpacked: object) -> tuple[object | None, tuple[str, ...], bool]:
+    """Each CP rank's part in a CP-rank CPU world, what of it could not run here (never an OK), and whether no such
+    world could be made at all."""
     from mbridge_seqpack.capture.cpu_world import RanksUnavailable
     from mbridge_seqpack.equivalence.cp import cp_signals
 
     try:
         found = cp_signals(setup, packed, unpacked)
     except RanksUnavailable as exc:
-        return None, (f"{CP_NOT_RUN}the CP={setup.cp} split and its loss reductions ({exc})",)
+        return (
+            None,
+            (f"not determined here: no CPU world: the CP={setup.cp} split and its loss reductions ({exc})",),
+            True,
+        )
     except RuntimeError as exc:  # a rank failed: Megatron-Bridge/Core refuse these rows (other rules name why)
         last = [line for line in str(exc).splitlines() if line.strip()][-1]
-        return None, (f"not determined here: the CP={setup.cp} split of these rows fails ({last.strip()})",)
-    return found, found.not_run
+        return None, (f"not determined here: the CP={setup.cp} split of these rows fails ({last.strip()})",), False
+    return found, found.not_run, False
 
 
 def verdict(
@@ -366,14 +367,14 @@ def verdict(
             refused = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         signals = dataclasses.replace(signals, router=effect)
     undetermined: tuple[str, ...] = ()
+    cp_not_run = False
     if setup.cp > 1:
-        found_cp, undetermined = _cp(setup, packed, unpacked)
+        found_cp, undetermined, cp_not_run = _cp(setup, packed, unpacked)
         signals = dataclasses.replace(signals, cp=found_cp)
     findings = tuple(f for f in (c(signals) for c in comparisons) if f is not None)
     notes = _not_run(setup) + undetermined
     if refused:
         notes += (f"the router: Megatron-Core refuses these router settings ({refused})",)
-    cp_not_run = setup.cp > 1 and signals.cp is None and any(n.startswith(CP_NOT_RUN) for n in undetermined)
     seconds = time.perf_counter() - started
     return SignalComparison(setup, findings, notes, seconds, effect, undetermined, signals.cp, cp_not_run)
 

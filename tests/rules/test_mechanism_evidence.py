@@ -328,20 +328,10 @@ def test_nvfp4_quantizes_sixteen_token_blocks(packed_cfg: Any) -> None:
 @pytest.fixture(scope="module")
 def val_pack(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> tuple[Path, int]:
     """The embedded corpus packed at 4096 with its validation split, and that split's row count."""
-    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
     from mbridge_seqpack.rules.shared import parquet_rows
+    from tests.support.packs import small_validation_pack
 
-    out = tmp_path_factory.mktemp("val_pack") / "pack"
-    data = embedded_data_dir()
-    small = out.parent / "validation.jsonl"  # its first 94 records: 2 rows, under one row per rank of 8
-    small.write_text("".join((data / "validation.jsonl").read_text().splitlines(keepends=True)[:94]))
-    pack_jsonl(
-        {"training": data / "training.jsonl", "validation": small},
-        tokenizer=embedded_tokenizer_dir(),
-        output_dir=out,
-        options=PackOptions(pack_size=4096),
-    )
+    out = small_validation_pack(tmp_path_factory.mktemp("val_pack") / "pack")
     return out, parquet_rows([out / "validation_4096.idx.parquet"])
 
 

@@ -52,19 +52,9 @@ def pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> C
 @pytest.fixture(scope="module")
 def val_pack_of(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -> list[str]:
     """Overrides that point a config at a pack of the embedded training and validation data (pad_seq_to_mult 1)."""
-    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-    from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
+    from tests.support.packs import small_validation_pack
 
-    out = tmp_path_factory.mktemp("val_pack") / "p"
-    data = embedded_data_dir()
-    small = out.parent / "validation.jsonl"  # its first 94 records: 2 rows at 4096
-    small.write_text("".join((data / "validation.jsonl").read_text().splitlines(keepends=True)[:94]))
-    pack_jsonl(
-        {"training": data / "training.jsonl", "validation": small},
-        tokenizer=embedded_tokenizer_dir(),
-        output_dir=out,
-        options=PackOptions(pack_size=4096),
-    )
+    out = small_validation_pack(tmp_path_factory.mktemp("val_pack") / "p")
     specs = "dataset.offline_packing_specs"
     return [
         f"{specs}.packed_train_data_path={out / 'training_4096.idx.parquet'}",

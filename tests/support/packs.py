@@ -36,6 +36,21 @@ def run_pack(inputs: dict[str, Path], out: Path, **options: Any) -> Any:
     )
 
 
+def small_validation_pack(out: Path) -> Path:
+    """The embedded training corpus and the first 94 validation records (2 rows at 4096: under one row per rank of
+    8) packed at 4096 into ``out``."""
+    data = embedded_data_dir()
+    small = out.parent / "validation.jsonl"
+    small.write_text("".join((data / "validation.jsonl").read_text().splitlines(keepends=True)[:94]))
+    pack_jsonl(
+        {"training": data / "training.jsonl", "validation": small},
+        tokenizer=embedded_tokenizer_dir(),
+        output_dir=out,
+        options=PackOptions(pack_size=4096),
+    )
+    return out
+
+
 def pack_rule(cfg: Any) -> list[Any]:
     """What ``artifact.fingerprint_mismatch`` finds (``check`` at world size 8, that rule only)."""
     return [v for v in check(cfg, world_size=8) if v.rule_id == "artifact.fingerprint_mismatch"]
