@@ -19,7 +19,15 @@ from mbridge_seqpack.override_text import render_override, render_value
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["render_value", "render_override", "check_override_syntax", "apply_overrides", "converged_fix"]
+__all__ = [
+    "render_value",
+    "render_override",
+    "check_override_syntax",
+    "config_sections",
+    "check_override_sections",
+    "apply_overrides",
+    "converged_fix",
+]
 
 
 def check_override_syntax(overrides: Sequence[str]) -> None:
@@ -36,6 +44,57 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
                 f"write it as Megatron-Bridge's recipe runner takes it, e.g. model.seq_length=8192, "
                 f"++dataset.dataset_kwargs.pad_to_max_length=true"
             ) from None
+
+
+def config_sections() -> tuple[str, ...] | None:
+    """The sections of Megatron-Bridge's ``ConfigContainer`` (``model``, ``train``, ``dataset`` ...), read from the
+    installed ``megatron/bridge/training/config.py`` without importing it (that import takes the 20-60 s an override
+    typo should not wait for); None where the file is not found or the class not recognised."""
+    import ast
+    import importlib.machinery
+    import os
+
+    spec = importlib.machinery.PathFinder.find_spec("megatron")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        source = os.path.join(location, "bridge", "training", "config.py")
+        if not os.path.isfile(source):
+            continue
+        try:
+            with open(source, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+        except (OSError, SyntaxError, ValueError):
+            return None
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "ConfigContainer":
+                names = tuple(
+                    item.target.id
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                )
+                return names or None
+    return None
+
+
+def check_override_sections(overrides: Sequence[str], sections: Sequence[str] | None = None) -> None:
+    """An override of a section ``ConfigContainer`` does not have (``modle.seq_length=...``) is refused with the
+    nearest section, before the Megatron import; with ``+``/``++`` Megatron-Bridge would skip it with a log line."""
+    import difflib
+
+    known = config_sections() if sections is None else tuple(sections)
+    if not known:
+        return
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~").strip()
+        section = key.split(".", 1)[0]
+        if not section or section in known:
+            continue
+        public = [name for name in known if not name.startswith("_")]
+        near = difflib.get_close_matches(section, public, n=1)
+        rest = key[len(section) :]
+        hint = f"did you mean {near[0] + rest!r}?" if near else f"the sections are {', '.join(public)}"
+        raise UsageError(
+            f"override {text!r}: {section!r} is not a section of Megatron-Bridge's ConfigContainer ({hint})"
+        )
 
 
 def apply_overrides(cfg: ConfigContainer, overrides: Sequence[str], config_file: str | None = None) -> ConfigContainer:

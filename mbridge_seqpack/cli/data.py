@@ -72,17 +72,14 @@ def _from_recipe(
     pack)."""
     from mbridge_seqpack.pipeline.pack import PackOptions
     from mbridge_seqpack.recipes.targets import build_launch
-    from mbridge_seqpack.tokenization.dataset_kwargs import (
-        check_config_dataset_kwargs,
-        check_prompt_template,
-        config_dataset_kwargs,
-    )
+    from mbridge_seqpack.tokenization.dataset_kwargs import check_config_dataset_kwargs, check_prompt_template
 
-    launch = build_launch(args.recipe, args.overrides, runner=args.runner)
+    launch = build_launch(args.recipe, args.overrides, runner=args.runner, own_data=True)
     cfg = launch.cfg
     from mbridge_seqpack.textout import wrap
 
-    for note in launch.notes():  # the alignment the pack is sealed with is the one the launch will use
+    notes = [*launch.notes(), *([launch.source_note] if launch.source_note else [])]
+    for note in notes:  # the alignment the pack is sealed with is the one the launch will use
         print("\n".join(wrap(note, "note: ", hang="  ")), file=sys.stderr)
     specs = getattr(cfg.dataset, "offline_packing_specs", None)
     if specs is None:
@@ -95,7 +92,7 @@ def _from_recipe(
     from mbridge_seqpack.recipes.targets import resolve_world
     from mbridge_seqpack.rules.context import RuleContext
 
-    dataset_kwargs = config_dataset_kwargs(cfg.dataset)
+    dataset_kwargs = _megatron_dataset_kwargs(args, cfg)
     check_config_dataset_kwargs(dataset_kwargs)
     check_prompt_template(dataset_kwargs, "dataset.dataset_kwargs")
     ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
@@ -112,6 +109,7 @@ def _from_recipe(
         "micro_batches": max(1, int(cfg.train.global_batch_size) // dp),
         "tokenizer": cfg.tokenizer.tokenizer_model,
         "dataset_kwargs": dataset_kwargs,
+        "preprocessing": getattr(cfg.dataset, "preprocessing", None),
     }
     recipe_conflicts(args, recipe, {"model_parallel": ctx.topology.model_parallel})
     root = _recipe_root(args, cfg)
@@ -142,6 +140,21 @@ def _from_recipe(
         cfg.tokenizer,
         (cfg, ctx.world_size),
     )
+
+
+def _megatron_dataset_kwargs(args: argparse.Namespace, cfg: ConfigContainer) -> dict:
+    """The recipe's dataset_kwargs as Megatron-Bridge's builder folds them (``config_dataset_kwargs``), which runs its
+    ``GPTSFTDatasetConfig.validate()`` first: a config it refuses (two sources, a deprecated key beside
+    ``dataset.preprocessing``, a bad preprocessing field) is the user's, said in one line with the field."""
+    from mbridge_seqpack.tokenization.dataset_kwargs import config_dataset_kwargs
+
+    try:
+        return config_dataset_kwargs(cfg.dataset)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f"recipe {args.recipe}: Megatron-Bridge's dataset config refuses it (dataset: {exc}); fix that dataset.* "
+            "field with an override after the recipe name, and launch with the same"
+        ) from None
 
 
 def _recipe_root(args: argparse.Namespace, cfg: ConfigContainer) -> Path:

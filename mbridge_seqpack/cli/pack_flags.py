@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def recipe_conflicts(args: argparse.Namespace, recipe: dict[str, Any], layout: d
 
     ``recipe``: the values ``pack --recipe`` takes (pack_size, pad_seq_to_mult, max_seq_length, seed, sampler,
     sampler_seed, data_parallel, micro_batches, tokenizer, dataset_kwargs); ``layout``: model-parallel size."""
-    from mbridge_seqpack.tokenization.dataset_kwargs import CONTENT_DEFAULTS
+    from mbridge_seqpack.tokenization.dataset_kwargs import CONTENT_DEFAULTS, chat_preprocessing_overrides
 
     specs = "dataset.offline_packing_specs"
     fields = {
@@ -216,8 +217,16 @@ def recipe_conflicts(args: argparse.Namespace, recipe: dict[str, Any], layout: d
             f"the override {_override('train.global_batch_size', gbs)}",
         )
     given = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
-    wanted = dataset_kwargs_of_flags(args, given)
     configured = recipe["dataset_kwargs"]
+    if args.chat and not configured.get("chat"):  # Megatron-Bridge 0.6.2 deprecates dataset_kwargs chat=true
+        refuse(
+            "--chat",
+            "dataset.preprocessing="
+            + (type(recipe["preprocessing"]).__name__ if recipe.get("preprocessing") is not None else "None")
+            + ": prompt/answer records",
+            "the overrides " + " ".join(map(shlex.quote, chat_preprocessing_overrides())),
+        )
+    wanted = dataset_kwargs_of_flags(args, given) if not args.chat else dict(given)
     missing = object()
     differs = {
         key: value for key, value in wanted.items() if configured.get(key, CONTENT_DEFAULTS.get(key, missing)) != value

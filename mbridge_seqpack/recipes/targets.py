@@ -96,6 +96,8 @@ class Launch:
     runner: bool = False
     modelled: str = ""  # which runner implementation (``runner.implementation()``)
     benchmark: bool = False  # a megatron.bridge.perf_recipes recipe, whose benchmark defaults are not modelled
+    source_note: str | None = None  # the user's dataset_root replaced the recipe's source (``data_source``)
+    overrides: list[str] = field(default_factory=list)  # what was applied: the source drops, then the user's
 
     def notes(self) -> list[str]:
         if not self.runner:
@@ -118,6 +120,7 @@ def build_launch(
     *,
     runner: bool | None = None,
     runner_args: Any = None,
+    own_data: bool = False,
 ) -> Launch:
     """Build ``target``: a packaged recipe, ``file.py[:function]``, or any Megatron-Bridge recipe name as
     ``run_recipe.py --recipe NAME`` resolves it. ``runner`` (default: on for Megatron-Bridge names) applies the
@@ -127,10 +130,12 @@ def build_launch(
 
     What the user gave is checked before the Megatron import (override syntax, the config file's YAML, the recipe
     name or file); what the recipe's code raises, or a value that is not a ConfigContainer, is the user's error
-    (``user_code``), and the Hugging Face hub out of reach fails at once (``hub``)."""
-    from mbridge_seqpack.overrides import apply_overrides, check_override_syntax
+    (``user_code``), and the Hugging Face hub out of reach fails at once (``hub``). ``own_data``: a
+    ``dataset.dataset_root`` override replaces the recipe's Hugging Face source (``data_source``; ``pack``)."""
+    from mbridge_seqpack.overrides import apply_overrides, check_override_sections, check_override_syntax
     from mbridge_seqpack.recipes import list_recipes, load_recipe_target
     from mbridge_seqpack.recipes.config_file import check_config_keys, read_config_file
+    from mbridge_seqpack.recipes.data_source import source_overrides
     from mbridge_seqpack.recipes.hub import fail_fast, no_retries_offline
     from mbridge_seqpack.recipes.names import is_written
     from mbridge_seqpack.recipes.runner import (
@@ -147,6 +152,7 @@ def build_launch(
 
     if overrides:  # Hydra's parser is a second's import without cached bytecode: not for nothing
         check_override_syntax(overrides)
+        check_override_sections(overrides)
     yaml_keys = read_config_file(config_file) if config_file else []
     file_part = target.partition(":")[0]
     megatron_name = not file_part.endswith(".py") and target not in list_recipes()
@@ -187,12 +193,15 @@ def build_launch(
     changes = before_overrides(built, args, mode) if use_runner else []
     if yaml_keys:
         check_config_keys(built, config_file, yaml_keys)
+    drops, source_note = source_overrides(built, overrides) if own_data else ([], None)
+    overrides = [*drops, *overrides]
     cfg = apply_overrides(built, overrides, config_file)
     if use_runner:
         changes += sync_model_pipeline_layout(cfg, list(overrides))
         changes += runner_fixes(cfg, mode)
     benchmark = megatron_name and find_benchmark_recipe(target) is not None
-    return Launch(cfg, info, declared, changes, use_runner, implementation() if use_runner else "", benchmark)
+    modelled = implementation() if use_runner else ""
+    return Launch(cfg, info, declared, changes, use_runner, modelled, benchmark, source_note, list(overrides))
 
 
 def _environment_world() -> tuple[int, str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from mbridge_seqpack.tokenization.sequences import InputError
+from mbridge_seqpack.errors import InputError
 
 __all__ = [
     "DATASET_KWARGS",
@@ -21,6 +21,8 @@ __all__ = [
     "PACKED_DATASET_KWARGS",
     "PASSED_BY_BUILDER",
     "POPPED_BY_BUILDER",
+    "CHAT_PREPROCESSING",
+    "chat_preprocessing_overrides",
     "check_config_dataset_kwargs",
     "check_dataset_kwargs",
     "check_prompt_template",
@@ -219,3 +221,15 @@ def content_kwargs(kwargs: dict[str, Any]) -> dict[str, str]:
 
     merged = {**CONTENT_DEFAULTS, **kwargs}
     return {key: json.dumps(merged.get(key), sort_keys=True, default=str) for key in CONTENT_DEFAULTS}
+
+
+#: Megatron-Bridge's chat preprocessing (data/sft_processing.py), as its override parser instantiates it
+CHAT_PREPROCESSING = "megatron.bridge.data.builders.ChatSFTPreprocessingConfig"
+
+
+def chat_preprocessing_overrides(loss_mode: str | None = None) -> list[str]:
+    """The overrides that make a recipe read chat records through the tokenizer's chat template, the way
+    Megatron-Bridge 0.6.2 asks (``dataset.preprocessing``; ``dataset_kwargs.chat`` is deprecated there). Set to null
+    first: its parser merges a mapping into a preprocessing already set and keeps the old class."""
+    mode = f",loss_mode:{loss_mode}" if loss_mode else ""
+    return ["dataset.preprocessing=null", f"dataset.preprocessing={{_target_:{CHAT_PREPROCESSING}{mode}}}"]

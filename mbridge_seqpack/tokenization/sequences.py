@@ -25,6 +25,13 @@ import numpy as np
 
 from mbridge_seqpack.digests import file_sha256
 from mbridge_seqpack.errors import InputError
+from mbridge_seqpack.tokenization.file_kind import (
+    CHAT_KEYS,
+    chat_record_message,
+    chat_template_refusals,
+    json_array_message,
+    not_jsonl_message,
+)
 
 __all__ = [
     "TokenizedSequences",
@@ -129,7 +136,12 @@ def _iter_records(path: Path, first_line: int = 1, shown: Any = None) -> Iterato
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
     with handle:
+        if first_line == 1:  # the file's start: a compressed file is told as one, not as "not UTF-8"
+            found = not_jsonl_message(path, shown, handle.peek(8)[:8])
+            if found is not None:
+                raise InputError(found)
         lines = enumerate(handle, first_line)
+        seen = first_line > 1
         while True:
             try:
                 number, raw = next(lines)
@@ -145,6 +157,9 @@ def _iter_records(path: Path, first_line: int = 1, shown: Any = None) -> Iterato
                 ) from None
             if not line.strip():
                 continue
+            if not seen and line.lstrip().startswith("["):  # a JSON array, on one line or pretty-printed
+                raise InputError(json_array_message(shown))
+            seen = True
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -208,6 +223,8 @@ def check_jsonl(
             raise InputError(f"{shown}:{number}: each line must be a JSON object, got {type(record).__name__}")
         if chat:
             _check_chat(shown, number, record)
+        elif any(record.get(key) for key in CHAT_KEYS):
+            raise InputError(chat_record_message(shown, number, record))
         elif completion is not None:
             for name in (completion.prompt_column, completion.completion_column):
                 if name not in record:
@@ -388,7 +405,11 @@ def tokenize_split(
         for chunk, count in _chunks(path, lines_per_chunk, Path(work)):
             request = AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None
             builder = functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals, assembly=request)
-            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            with (
+                contextlib.redirect_stderr(io.StringIO()),
+                contextlib.redirect_stdout(io.StringIO()),
+                chat_template_refusals(path),
+            ):
                 items = tokenize_dataset(
                     chunk,
                     tokenizer,

@@ -311,11 +311,11 @@ TABLE: dict[str, dict[str, list[Case]]] = {
         "recipe": [
             Case(
                 ("--chat",),
-                _recipe_conflict(
+                _recipe_conflict(  # Megatron-Bridge 0.6.2's own way, not the deprecated dataset_kwargs.chat
                     "--chat",
-                    "dataset.dataset_kwargs: chat=false, use_hf_tokenizer_chat_template=false",
-                    "the override(s) ++dataset.dataset_kwargs.chat=true "
-                    "++dataset.dataset_kwargs.use_hf_tokenizer_chat_template=true",
+                    "dataset.preprocessing=None: prompt/answer records",
+                    "the overrides dataset.preprocessing=null "
+                    "'dataset.preprocessing={_target_:megatron.bridge.data.builders.ChatSFTPreprocessingConfig}'",
                 ),
             )
         ],
