@@ -26,11 +26,10 @@ def _result(found: object) -> str:
     if found.findings:
         return "differs: " + "; ".join(f"{f.signal}: {f.effect}" for f in found.findings)
     if found.undetermined:
-        kernel = "TE's thd_get_partitioned_indices" if "thd_get_partitioned_indices" in found.undetermined[0] else ""
-        what = kernel or found.undetermined[0].removeprefix("not determined here: ")
-        return (
-            f"same per-token signal on every rank; not determined here: {what} (CUDA only; its kernel transliterated)"
-        )
+        if "thd_get_partitioned_indices" in found.undetermined[0]:  # ran, with a stand-in: said, not undetermined
+            what = "stood in here: TE's thd_get_partitioned_indices"
+            return f"same per-token signal on every rank; {what} (CUDA only; its kernel transliterated)"
+        return f"same per-token signal on every rank; {found.undetermined[0]}"
     return "same per-token signal"
 
 

@@ -88,6 +88,7 @@ class CheckReport:
                 ],
                 "violations": [v.to_dict() for v in self.violations],
                 "contents": self.contents,
+                "notes": self.notes,  # what the text prints as note: lines (what stood in, the runner's fixes)
                 "megatron_bridge_validate": None
                 if not self.megatron_ran
                 else ({"ok": self.megatron_error is None, "error": self.megatron_error}),

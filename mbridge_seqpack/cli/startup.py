@@ -1,8 +1,9 @@
 """What the command line does around its slow imports: one status line on stderr as a slow library starts to load,
 and known third-party noise kept out of the output (``--verbose`` shows everything).
 
-Importing Megatron-Bridge takes 20-60 s on a CPU machine, twice that where Python has no cached bytecode to load
-(its package ``__init__`` imports every model family, and with them Megatron-Core, torch and Transformer Engine),
+Importing Megatron-Bridge took 20 s on an idle 2-core machine, 44 s where Python had no cached bytecode to load
+(:data:`MEASURED_IMPORT_S`; its package ``__init__`` imports every model family, and with them Megatron-Core, torch
+and Transformer Engine), minutes on a loaded one,
 before a command can say anything; without a word first, a command looks hung. The status line is printed by an
 import finder the moment the first slow package is asked for, so it comes before that import wherever it starts (a
 recipe file, ``build_launch``, the tokenizer of ``pack``), and only once the cheap checks before it have passed.
@@ -27,11 +28,26 @@ import sys
 import warnings
 from typing import Any, Iterator, Sequence, TextIO
 
-__all__ = ["SLOW_IMPORTS", "WARNING_NOISE", "LOG_NOISE", "bytecode_state", "status_line", "command_line"]
+__all__ = [
+    "MEASURED_IMPORT_S",
+    "SLOW_IMPORTS",
+    "WARNING_NOISE",
+    "LOG_NOISE",
+    "bytecode_state",
+    "status_line",
+    "command_line",
+]
+
+#: a bare ``import megatron.bridge``, medians of the seconds ``scripts/bench_startup.py`` measured on an idle 2-core
+#: machine (docs/bench/bench_startup.json: "import megatron.bridge, bytecode cached" and "import megatron.bridge");
+#: the status line quotes them as measured, never as a promise (tests/cli/test_startup.py holds them to the record)
+MEASURED_IMPORT_S = {"cached": 20, "uncached": 44}
+_MEASURED = f"measured {MEASURED_IMPORT_S['cached']} s on an idle 2-core machine, longer under load"
+_MEGATRON = "Megatron-Bridge (with torch and Transformer Engine)"
 
 #: top-level packages whose import a user waits for, and what the status line says of each
 SLOW_IMPORTS = {
-    "megatron": "Megatron-Bridge (with torch and Transformer Engine); this takes 20-60 s on a CPU machine",
+    "megatron": f"{_MEGATRON}; {_MEASURED}",
     "torch": "torch; this takes a few seconds",
     "transformers": "transformers (with torch); this takes a few seconds",
     "ray": "Ray; this takes a few seconds",
@@ -41,15 +57,14 @@ _BROUGHT_ALONG = {"megatron": tuple(SLOW_IMPORTS), "transformers": ("torch",)}
 
 #: Megatron-Bridge's import without cached bytecode: about half of its CPU time is compiling its Python source
 #: (measured: 41-44 s of user time against 19 s)
+_SLOW = f"measured {MEASURED_IMPORT_S['uncached']} s on an idle 2-core machine"
 _UNCACHED = {
-    "first": "Megatron-Bridge (with torch and Transformer Engine); this takes 40-120 s on a CPU machine the first "
-    "time, while Python compiles and caches its bytecode, about half that after",
-    "unset": "Megatron-Bridge (with torch and Transformer Engine); this takes 40-120 s on a CPU machine, half of it "
-    "compiling Python source that PYTHONDONTWRITEBYTECODE keeps from being cached (unset it, or run "
-    "`python -m compileall` on site-packages once)",
-    "read-only": "Megatron-Bridge (with torch and Transformer Engine); this takes 40-120 s on a CPU machine, half of "
-    "it compiling Python source that a read-only site-packages cannot cache (set PYTHONPYCACHEPREFIX to a writable "
-    "directory)",
+    "first": f"{_MEGATRON}; {_SLOW} the first time, while Python compiles and caches its bytecode, "
+    f"{MEASURED_IMPORT_S['cached']} s after",
+    "unset": f"{_MEGATRON}; {_SLOW}, half of it compiling Python source that PYTHONDONTWRITEBYTECODE keeps from being "
+    "cached (unset it, or run `python -m compileall` on site-packages once)",
+    "read-only": f"{_MEGATRON}; {_SLOW}, half of it compiling Python source that a read-only site-packages cannot "
+    "cache (set PYTHONPYCACHEPREFIX to a writable directory)",
 }
 
 #: (category, message, emitting module, what it is): re.match patterns, as ``warnings.filterwarnings`` takes them

@@ -7,7 +7,7 @@ packed batches through ``_partition_packed_batch_for_cp`` (-> packed_seq_utils.p
 per-sequence zigzag), with the keys ``get_batch_from_iterator`` keeps. TE's kernel is CUDA only (its wrapper makes
 a CUDA output tensor; here ``transformer_engine_torch`` does not even load): where calling it fails, the split runs
 with ``te_partition_indices`` in its place, a line-by-line transliteration of TE's ``thd_partition_indices_kernel``
-(common/fused_attn/context_parallel.cu), and the verdict says that part is not determined here.
+(common/fused_attn/context_parallel.cu), and the verdict says what stood in (``check`` prints it, text and JSON).
 
 Per rank: the physical position of every token it holds, its label, loss mask and per-token loss contribution (the
 stand-in loss of ``loss.py`` times the mask), Megatron-Bridge's ``masked_next_token_loss`` and Megatron-Core's
@@ -226,7 +226,7 @@ def _side(run: Run, results: list[dict[str, Any]]) -> CpSide:
 
 def _kernel_note(error: str) -> str:
     return (
-        f"not determined here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; here: {error}): "
+        f"stood in here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; here: {error}): "
         "each CP rank's packed split ran through Megatron-Bridge's _partition_packed_batch_for_cp with a "
         "transliteration of TE's thd_partition_indices_kernel in its place"
     )

@@ -6,6 +6,7 @@ Megatron-Bridge ones fail before its 40-90 s import (asserted), so the table cos
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -224,6 +225,47 @@ def _rows(tmp: Path) -> list[Row]:
             "(--tokenizer DIR), add its template, or pack prompt/answer records (--prompt-key/--answer-key)",
         ),
         Row("pack-tokenizer", [*pack, str(records), "--tokenizer", str(tmp / "tok")], ERR + f"tokenizer {tmp}..."),
+        # issue #53: what the file is, not the symptom ("not UTF-8", "not valid JSON")
+        Row(
+            "pack-gzip",
+            [*pack, str(tmp / "records.jsonl.gz")],
+            ERR + f"{tmp / 'records.jsonl.gz'}: is a gzip-compressed file, not JSONL text; decompress it first "
+            f"(gunzip -c {tmp / 'records.jsonl.gz'} > {tmp / 'records.jsonl'}) and pass {tmp / 'records.jsonl'}",
+        ),
+        Row(
+            "pack-json-array",
+            [*pack, str(tmp / "records.json")],
+            ERR + f"{tmp / 'records.json'}: is a JSON array ('[' first), not JSONL; pack needs one JSON object per "
+            f"line: convert it, e.g. jq -c '.[]' {tmp / 'records.json'} > records.jsonl",
+        ),
+        Row(
+            "pack-json-array-one-line",
+            [*pack, str(tmp / "array.jsonl")],
+            ERR + f"{tmp / 'array.jsonl'}: is a JSON array ('[' first), not JSONL; pack needs one JSON object per "
+            f"line: convert it, e.g. jq -c '.[]' {tmp / 'array.jsonl'} > array_lines.jsonl",
+        ),
+        Row(
+            "pack-chat-as-records",
+            [*pack, str(chat)],
+            ERR + f"{chat}:1: a chat record ('messages'), but prompt/answer records are read; to pack chat records "
+            "through the tokenizer's chat template add --chat, or with --recipe the overrides "
+            "dataset.preprocessing=null "
+            "'dataset.preprocessing={_target_:megatron.bridge.data.builders.ChatSFTPreprocessingConfig}' (and "
+            "launch with them)",
+        ),
+        # a config section misspelt: named before the Megatron import, for check and pack alike
+        Row(
+            "override-section",
+            ["check", "small_gpt_smoke_4k", "modle.seq_length=4096"],
+            ERR + "override 'modle.seq_length=4096': 'modle' is not a section of Megatron-Bridge's ConfigContainer "
+            "(did you mean 'model.seq_length'?)",
+        ),
+        Row(
+            "pack-override-section",
+            ["pack", "--recipe", "small_gpt_smoke_4k", "++tarin.global_batch_size=4"],
+            ERR + "override '++tarin.global_batch_size=4': 'tarin' is not a section of Megatron-Bridge's "
+            "ConfigContainer (did you mean 'train.global_batch_size'?)",
+        ),
         Row("inspect-missing", ["inspect", str(tmp / "nopack")], ERR + "..."),
         Row("verify-missing", ["verify", str(tmp / "nopack")], ERR + "..."),
         # the hub, reached by the user's code (transformers only, no Megatron-Bridge)
@@ -301,6 +343,10 @@ def _write_inputs(tmp: Path) -> None:
     (tmp / "chat.jsonl").write_text(json.dumps({"messages": message}) + "\n")
     (tmp / "records.jsonl").write_text(json.dumps({"input": "a question", "output": "an answer"}) + "\n")
     (tmp / "bad.jsonl").write_text('{"input": "a", "output": "b"}\n{"input": \n')
+    record = {"input": "a question", "output": "an answer"}
+    (tmp / "records.jsonl.gz").write_bytes(gzip.compress((json.dumps(record) + "\n").encode()))
+    (tmp / "records.json").write_text(json.dumps([record, record], indent=2))
+    (tmp / "array.jsonl").write_text(json.dumps([record, record]) + "\n")
     (tmp / "tok").mkdir()
 
 

@@ -92,6 +92,8 @@ def _recipe_conflict(flag_text: str, has: str, instead: str) -> Refused:
     )
 
 
+CHAT_PREPROCESSING = "{_target_:megatron.bridge.data.builders.ChatSFTPreprocessingConfig}"
+CHAT_OVERRIDES = f"dataset.preprocessing=null 'dataset.preprocessing={CHAT_PREPROCESSING}'"
 NO_RECIPE_WORLD = Refused(
     "--world-size sizes DP from a recipe's parallel layout (with --recipe); without one pass --data-parallel D"
 )
@@ -314,8 +316,17 @@ TABLE: dict[str, dict[str, list[Case]]] = {
                 _recipe_conflict(  # Megatron-Bridge 0.6.2's own way, not the deprecated dataset_kwargs.chat
                     "--chat",
                     "dataset.preprocessing=None: prompt/answer records",
-                    "the overrides dataset.preprocessing=null "
-                    "'dataset.preprocessing={_target_:megatron.bridge.data.builders.ChatSFTPreprocessingConfig}'",
+                    f"the overrides {CHAT_OVERRIDES}",
+                ),
+            )
+        ],
+        "hf": [
+            Case(
+                ("--chat",),
+                _recipe_conflict(
+                    "--chat",
+                    "dataset.preprocessing=PromptCompletionSFTPreprocessingConfig: prompt/answer records",
+                    f"the overrides {CHAT_OVERRIDES}",
                 ),
             )
         ],

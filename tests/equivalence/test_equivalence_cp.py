@@ -16,7 +16,7 @@ from tests.support.equivalence_configs import IN_BATCH, make_setup
 
 SPECS = "dataset.offline_packing_specs"
 KERNEL_NOTE = (
-    "not determined here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; here: RuntimeError: "
+    "stood in here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; here: RuntimeError: "
     "Found no NVIDIA driver on your system): each CP rank's packed split ran through Megatron-Bridge's "
     "_partition_packed_batch_for_cp with a transliteration of TE's thd_partition_indices_kernel in its place"
 )

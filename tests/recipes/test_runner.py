@@ -166,7 +166,7 @@ def test_a_pasted_launch_line_is_modelled_with_its_world_size_and_the_runner_nam
         "the runner will set model.calculate_per_token_loss=True (was False; sync_finetuning_cp_invariants)",
         "the runner will set dataset.offline_packing_specs.pad_seq_to_mult=4 (was 1; sync_offline_packing_alignment)",
         "world size 8 from --nproc-per-node 4 x --nnodes 2",
-        "equivalence check: not determined here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; "
+        "equivalence check: stood in here: Transformer Engine's thd_get_partitioned_indices kernel (CUDA only; "
         "here: RuntimeError: Found no NVIDIA driver on your system): each CP rank's packed split ran through "
         "Megatron-Bridge's _partition_packed_batch_for_cp with a transliteration of TE's thd_partition_indices_kernel "
         "in its place",
