@@ -102,6 +102,7 @@ def check_target(
         from mbridge_seqpack.rules.artifact import content_plan
 
         report.contents = content_plan(cfg).summary()
+        report.notes += pack_notes(cfg, target, overrides)  # issue #53: no pack where the launch reads it
     report.notes += correction_notes()
     if typed:
         report.notes += equivalence_notes(ctx)
@@ -164,6 +165,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
             other_world = _nearest_world(cfg, world, lambda c, w: check(c, world_size=w))
             if other_world is not None:
                 world, fixes, remaining = other_world
+    moved = moved_pack(cfg, fixes, args.target, [*args.overrides, *fixes])
     shown = fixes or (other_world is not None and args.overrides)
     print(" ".join(collapsed([*args.overrides, *fixes])) if shown else "# nothing to fix")
     if other_world is not None:
@@ -174,7 +176,31 @@ def cmd_fix(args: argparse.Namespace) -> int:
         )
     for v in remaining:
         print(f"# not fixable by an override: [{v.rule_id}] {v.fix}", file=sys.stderr)
+    if moved is not None:
+        print(f"# {moved}", file=sys.stderr)
     return 1 if remaining else 0
+
+
+# --- issue #53: the pack the (fixed) config reads, and the command that makes it (cli/pack_hint.py) ---
+
+
+def pack_notes(cfg: Any, target: str, overrides: Sequence[str]) -> list[str]:
+    from mbridge_seqpack.cli.pack_hint import missing_pack_note
+
+    note = missing_pack_note(cfg, target, overrides)
+    return [note] if note is not None else []
+
+
+def moved_pack(cfg: Any, fixes: Sequence[str], target: str, overrides: Sequence[str]) -> str | None:
+    """The line saying the fixes move the pack folder Megatron-Bridge reads, with the pack command (or None)."""
+    import copy
+
+    from mbridge_seqpack.cli.pack_hint import moved_pack_note
+    from mbridge_seqpack.overrides import apply_overrides
+
+    if not fixes:
+        return None
+    return moved_pack_note(cfg, apply_overrides(copy.deepcopy(cfg), fixes), target, overrides)
 
 
 #: the GPU counts ``check --fix`` offers in place of one no override makes work: whole nodes of 8, or fewer

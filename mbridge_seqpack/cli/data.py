@@ -89,14 +89,18 @@ def _from_recipe(
         )
     from mbridge_seqpack.cli.pack_flags import recipe_conflicts
     from mbridge_seqpack.placement.cost import CostModel
-    from mbridge_seqpack.recipes.targets import resolve_world
+    from mbridge_seqpack.recipes.targets import world_and_source
     from mbridge_seqpack.rules.context import RuleContext
 
     dataset_kwargs = _megatron_dataset_kwargs(args, cfg)
     check_config_dataset_kwargs(dataset_kwargs)
     check_prompt_template(dataset_kwargs, "dataset.dataset_kwargs")
-    ctx = RuleContext(cfg=cfg, world_size=resolve_world(args.world_size, launch))
+    world, source = world_and_source(args.world_size, launch)
+    ctx = RuleContext(cfg=cfg, world_size=world)
     dp = ctx.topology.data_parallel or 1
+    if args.world_size is None and not args.no_balance:  # issue #53: the layout's world size, and where it came from
+        note = f"rows laid out for world size {world} (DP {dp}) from {source}; pass --world-size N for another"
+        print("\n".join(wrap(note, "note: ", hang="  ")), file=sys.stderr)
     recipe = {
         "pack_size": int(specs.packed_sequence_size),
         "pad_seq_to_mult": int(specs.pad_seq_to_mult or 1),

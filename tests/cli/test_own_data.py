@@ -107,6 +107,8 @@ def test_a_chat_jsonl_replaces_a_megatron_bridge_recipes_hub_dataset(
         (shown,) = re.findall(r"```\n(note: .*?)```", PAGE, flags=re.S)
         note = " ".join(part.strip() for part in shown.replace("/tmp/chat", str(example)).splitlines())
         assert note in _notes(err)
+        world = "rows laid out for world size 1 (DP 1) from the GPU count in the recipe name; pass --world-size N"
+        assert f"note: {world} for another" in _notes(err)  # the layout's world size, and where it came from
         launch = ["dataset.hf_dataset=null", "dataset.hf_validation_proportion=null", *argv[3:]]
         assert main(["check", MB_RECIPE, *launch]) == 0
         out = capsys.readouterr().out
