@@ -27,11 +27,13 @@ def pack_command(target: str, overrides: Sequence[str]) -> str:
 
 
 def _location(cfg: Any) -> Any:
-    """Where Megatron-Bridge's builder reads the pack of ``cfg`` (None: explicit paths, the package's embedded
-    sample, or no offline packing)."""
+    """Where Megatron-Bridge's builder reads the pack of ``cfg`` from the user's ``dataset_root`` (None: explicit
+    paths, a Hugging Face source, the package's embedded sample, or no offline packing)."""
     from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
+    if getattr(getattr(cfg, "dataset", None), "dataset_root", None) is None:
+        return None  # a Hugging Face source: Megatron-Bridge's builder materializes and prepares it at launch
     location = builder_location(cfg)
     if location is None or location.directory.parent.parent.resolve() == embedded_data_dir().resolve():
         return None
