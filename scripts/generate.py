@@ -378,6 +378,23 @@ def package_table() -> str:
     return "\n".join(rows)
 
 
+def _status_line() -> str:
+    """The status line of a command that loads Megatron-Bridge with its bytecode cached (cli/startup.py), as shown."""
+    from mbridge_seqpack.cli import startup
+
+    name, _, why = startup.SLOW_IMPORTS["megatron"].partition("; ")
+    return f"```\nmbridge-seqpack: loading {name} ...\n  {why}\n```"
+
+
+def _import_seconds() -> dict[str, str]:
+    """A bare Megatron-Bridge import, as scripts/bench_startup.py recorded it (the status line quotes the same)."""
+    record = _bench("bench_startup")["median"]
+    return {
+        "cached": str(round(record["import megatron.bridge, bytecode cached"]["wall_s"])),
+        "uncached": str(round(record["import megatron.bridge"]["wall_s"])),
+    }
+
+
 # --- the registry ----------------------------------------------------------------------------------------------------
 
 GENERATORS: tuple[Generator, ...] = (
@@ -424,6 +441,18 @@ GENERATORS: tuple[Generator, ...] = (
     Count("docs/evidence.md", r"TE \((?P<sites>\d+) sites in\s+(?P<files>\d+) files\)", _census),
     Count("docs/evidence.md", r"The (?P<not_built>\d+) recipes not built", _zoo),
     Count("docs/cli.md", r"On those (?P<cases>\d+) cases, with the runner", _runner),
+    Count("docs/cli.md", r"the recipe, (?P<rules>\d+) rules, Megatron-Bridge's", _rules),
+    Section("docs/cli.md", "status-line", "cli/startup.py SLOW_IMPORTS", _status_line),
+    Count(
+        "docs/quickstart.md",
+        r"The rule catalog: (?P<rules>\d+) rules \((?P<errors>\d+) errors, (?P<advisories>\d+) advisories\)",
+        _rules,
+    ),
+    Count(
+        "README.md",
+        r"Importing\s+Megatron-Bridge took (?P<cached>\d+) s \((?P<uncached>\d+) s without cached bytecode\)",
+        _import_seconds,
+    ),
     Count(
         "docs/packing.md",
         r"Peak memory of `pack_lengths` on (?P<peak_n>\w+) lengths at (?P<peak_capacity>[\d,]+): "

@@ -88,3 +88,27 @@ def test_the_sample_error_is_the_one_raised(megatron_bridge: Any) -> None:
     with mbridge_seqpack.install(world_size=8), pytest.raises(ValueError) as info:
         cfg.validate()
     assert sample == str(info.value) + "\n"
+
+
+def test_megatron_bridges_own_validate_names_one_setting_of_the_cuda_graph_launch(megatron_bridge: Any) -> None:
+    """The README: Megatron-Bridge's validate() refuses the full-iteration graph launch too, naming one setting
+    (pad_cu_seqlens on its recipe, pad_to_max_length on the packaged one); the rules name each violation, a host read
+    of a device value inside the capture among them."""
+    from mbridge_seqpack.cli.check import check_target
+    from tests.zoo.harness import offline
+
+    graphs = ["model.cuda_graph_impl=local", "model.cuda_graph_scope=full_iteration"]
+    assert "`validate()` names `pad_to_max_length`" in README.replace("\n", " ")
+    with offline():
+        report = check_target("llama3_8b_sft_2gpu_h100_bf16_config", graphs, None)
+    assert report.megatron_error.startswith(
+        "ValueError: Packed attention CUDA graphs require offline_packing_specs.pad_cu_seqlens=True."
+    )
+    assert {v.rule_id for v in report.errors} >= {
+        "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
+        "cuda_graphs.capture_host_reads",
+    }
+    packaged = check_target("llama3_8b_sft_packed_8k", graphs, None)
+    assert packaged.megatron_error == (
+        "ValueError: Offline packing with CUDA graphs requires dataset pad_to_max_length=True."
+    )
