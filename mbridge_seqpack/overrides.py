@@ -135,6 +135,15 @@ def _did_you_mean(cfg: Any, message: str) -> str:
         names = [f.name for f in dataclasses.fields(node)]
     else:
         names = list(getattr(node, "__dict__", {}))
+    held = getattr(node, leaf, None) if leaf in names else None
+    if dataclasses.is_dataclass(held):  # a mapping merged into a config object: its parser keeps the object's class
+        path = found.group(1).lstrip("+~")
+        return (
+            f" ({path} holds a {type(held).__name__}: a mapping is merged into it, so set {path}=null first, "
+            f"then {path}={{_target_:...}})"
+        )
+    if leaf in names:
+        return ""
     near = difflib.get_close_matches(leaf, names, n=1)
     return f" (did you mean {'.'.join([*parents, near[0]])!r}?)" if near else ""
 

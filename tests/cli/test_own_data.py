@@ -180,3 +180,19 @@ def test_a_dataset_config_megatron_bridge_refuses_is_exit_2_with_its_field(
         "text-only SFT source must be set: dataset_root or hf_dataset.); fix that dataset.* field with an override "
         "after the recipe name, and launch with the same"
     )
+
+
+def test_a_preprocessing_mapping_over_a_set_one_is_told_to_set_it_to_null_first(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Megatron-Bridge's parser refuses a mapping over the recipe's PromptCompletionSFTPreprocessingConfig (it would
+    merge into it); the line says what does (its own message once suggested the field it names)."""
+    from tests.zoo.harness import offline
+
+    with offline():
+        assert main(["check", MB_RECIPE, f"dataset.preprocessing={CHAT}", "--rules-only"]) == 2
+    assert _last_error(capsys) == (
+        f"{ERR}Megatron-Bridge rejected the overrides: Failed to parse Hydra overrides: Could not override "
+        "'dataset.preprocessing'. (dataset.preprocessing holds a PromptCompletionSFTPreprocessingConfig: a mapping "
+        "is merged into it, so set dataset.preprocessing=null first, then dataset.preprocessing={_target_:...})"
+    )
