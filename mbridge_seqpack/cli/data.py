@@ -95,7 +95,7 @@ def _from_recipe(
     dataset_kwargs = _megatron_dataset_kwargs(args, cfg)
     check_config_dataset_kwargs(dataset_kwargs)
     check_prompt_template(dataset_kwargs, "dataset.dataset_kwargs")
-    world, source = world_and_source(args.world_size, launch)
+    world, source = world_and_source(args.world_size, launch, getattr(args, "launcher", None))
     ctx = RuleContext(cfg=cfg, world_size=world)
     dp = ctx.topology.data_parallel or 1
     if args.world_size is None and not args.no_balance:  # issue #53: the layout's world size, and where it came from

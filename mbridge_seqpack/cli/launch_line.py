@@ -27,6 +27,7 @@ __all__ = [
     "runner_overrides",
     "runner_target",
     "launcher_world",
+    "pack_launch_line",
 ]
 
 #: ``run_recipe.COMMON_OVERRIDE_FIELDS``: (option dest, its flags, the config field it sets, its type)
@@ -187,3 +188,27 @@ def runner_args(args: argparse.Namespace) -> RunnerArgs:
         dataset=getattr(args, "dataset", None),
         deterministic=bool(getattr(args, "deterministic", False)),
     )
+
+
+def pack_launch_line(argv: Sequence[str], default: str) -> tuple[list[str], tuple[int, str] | None]:
+    """``pack``'s arguments (after the command name) with a pasted ``torchrun ... run_recipe.py --recipe NAME ...``
+    made into its own (issue #53): ``--recipe NAME``, the convenience flags as the overrides the runner makes of them,
+    then the rest as typed; and the world size ``--nproc-per-node`` x ``--nnodes`` gives (None without them). The
+    runner options that change more than overrides (``--mode``, ``--dataset``, ``--deterministic``) are refused:
+    ``pack`` packs the recipe's own dataset."""
+    stripped = strip_launcher(argv)
+    if stripped == list(argv):
+        return list(argv), None
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_runner_options(parser)
+    known, rest = parser.parse_known_args(stripped)
+    for dest, flag in (("mode", "--mode"), ("dataset", "--dataset"), ("deterministic", "--deterministic")):
+        if getattr(known, dest):
+            raise UsageError(
+                f"pack takes a pasted run_recipe.py line's recipe, convenience flags and overrides; {flag} changes "
+                f"more than overrides: drop it (pack packs the recipe's own dataset settings)"
+            )
+    known.target = default
+    target = runner_target(known, default)
+    named = ["--recipe", target] if target is not None else []
+    return [*named, *runner_overrides(known), *rest], launcher_world(known)

@@ -17,10 +17,11 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
+from mbridge_seqpack.cli.args import DEFAULT_RECIPE
 from mbridge_seqpack.cli.check import add_check_command
 from mbridge_seqpack.cli.contract import add_contract_command
 from mbridge_seqpack.cli.data import add_data_commands
-from mbridge_seqpack.cli.launch_line import strip_launcher
+from mbridge_seqpack.cli.launch_line import pack_launch_line, strip_launcher
 from mbridge_seqpack.cli.plan import add_plan_command
 from mbridge_seqpack.cli.recipes import add_recipes_command
 from mbridge_seqpack.cli.startup import command_line
@@ -74,10 +75,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     plain (``launch_line``), and overrides after the options added to the overrides."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    launcher = None
     if "check" in argv:  # `check torchrun ... run_recipe.py ...`: a pasted launch line
         at = argv.index("check") + 1
         argv = [*argv[:at], *strip_launcher(argv[at:])]
+    elif "pack" in argv:  # `pack torchrun ... run_recipe.py ...`: the recipe, its overrides and its world size
+        at = argv.index("pack") + 1
+        try:
+            rest, launcher = pack_launch_line(argv[at:], DEFAULT_RECIPE)
+        except UsageError as exc:
+            parser.error(str(exc))  # exit 2, one message
+        argv = [*argv[:at], *rest]
     args, extra = parser.parse_known_args(argv)
+    if launcher is not None:
+        args.launcher = launcher
     # `check NAME --world-size 8 key=value`: overrides may follow the options too
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]

@@ -69,3 +69,36 @@ def test_a_fix_that_moves_the_pack_says_so_with_the_pack_command(
     assert main(["check", RECIPE, *fixed, "--world-size", "2", "--rules-only"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("result: OK") and "no pack where" not in out and "no sealed pack found" not in out
+
+
+def test_pack_takes_a_pasted_launch_line_and_says_where_its_world_size_came_from(
+    megatron_bridge: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pack torchrun ... run_recipe.py --recipe NAME -gb 16 key=value``: the recipe, the convenience flags as the
+    runner's overrides, the world size from torchrun's flags (said in one line); a runner option that changes more
+    than overrides is refused."""
+    import json
+
+    root = tmp_path / "data"
+    shutil.copytree(embedded_data_dir(), root)
+    line = "torchrun --nproc-per-node 4 --nnodes 2 scripts/training/run_recipe.py --recipe small_gpt_smoke_4k -gb 16"
+    argv = ["pack", *line.split(), f"dataset.dataset_root={root}", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    notes = " ".join(captured.err.split())
+    assert (
+        "note: rows laid out for world size 8 (DP 8) from --nproc-per-node 4 x --nnodes 2; pass --world-size N"
+        in notes
+    )
+    (training,) = [split for name, split in json.loads(captured.out)["splits"].items() if name == "training"]
+    assert (training["balance"]["data_parallel"], training["balance"]["micro_batches"]) == (8, 2)
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error: exit 2, the usage line and one message
+        main(["pack", *line.split(), "--dataset", "squad", f"dataset.dataset_root={root}"])
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err.split("error: ", 1)[1].split()
+        == (
+            "pack takes a pasted run_recipe.py line's recipe, convenience flags and overrides; --dataset changes more "
+            "than overrides: drop it (pack packs the recipe's own dataset settings)"
+        ).split()
+    )
