@@ -48,8 +48,8 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
 
 def config_sections() -> tuple[str, ...] | None:
     """The sections of Megatron-Bridge's ``ConfigContainer`` (``model``, ``train``, ``dataset`` ...), read from the
-    installed ``megatron/bridge/training/config.py`` without importing it (that import takes the 20-60 s an override
-    typo should not wait for); None where the file is not found or the class not recognised."""
+    installed ``megatron/bridge/training/config.py`` without importing it (an override typo should not wait for that
+    import: ``cli/startup.py`` MEASURED_IMPORT_S); None where the file is not found or the class not recognised."""
     import ast
     import importlib.machinery
     import os

@@ -1,9 +1,9 @@
 """``mbridge-seqpack``: check configs, list recipes, plan pack length vs batch, pack and inspect data.
 
 Commands that do not need Megatron-Bridge (``pack`` checks its inputs first, ``inspect``, ``verify``, ``--help``)
-do not import it before they must: that import takes 40-120 s on a CPU machine, so a command says so on stderr as it
-starts, and keeps third-party notices that do not concern the user out of its output unless ``--verbose``
-(``cli/startup.py``).
+do not import it before they must: that import took 20 s on an idle 2-core machine (44 s without cached bytecode;
+``startup.MEASURED_IMPORT_S``), so a command says so on stderr as it starts, and keeps third-party notices that do
+not concern the user out of its output unless ``--verbose`` (``cli/startup.py``).
 
 Exit codes: 0 ok, 1 a config that breaks a rule (or a check that found one), 2 an error of the plugin's family
 (``errors.SeqpackError``: bad input, usage, artifact) or an exhausted resource, 3 a bug (shown as one, with the
