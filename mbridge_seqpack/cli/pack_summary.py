@@ -33,6 +33,7 @@ class PackReport:
                 "metadata": str(self.result.metadata),
                 "found_by_megatron_bridge": self.found_by_builder,
                 "splits": {name: entry.to_json() for name, entry in self.result.splits.items()},
+                "warnings": self.warnings(),  # what check will refuse of this pack, as the text says it
             },
             indent=2,
         )
@@ -50,10 +51,15 @@ class PackReport:
                 lines += wrap(balance.to_text(), "    ", hang="      ")
         lines += labelled("  metadata: ", str(result.metadata), hang="    ")
         lines += self._use_lines()
-        if self.launched is not None:
-            for warning in row_warnings(*self.launched, result.directory, self.pack_size, list(result.splits)):
-                lines += wrap(warning, "", hang="  ")
+        for warning in self.warnings():
+            lines += wrap(warning, "", hang="  ")
         return "\n".join(lines)
+
+    def warnings(self) -> list[str]:
+        """The recipe's row-count rules on the pack just made (with --recipe), one line each."""
+        if self.launched is None:
+            return []
+        return row_warnings(*self.launched, self.result.directory, self.pack_size, list(self.result.splits))
 
     def _use_lines(self) -> list[str]:
         """How a launch finds the pack: where it is, or the overrides to paste."""

@@ -16,6 +16,11 @@ from mbridge_seqpack.cli.main import main
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir
 
 RECIPE = "small_gpt_smoke_4k"
+#: the embedded validation split at DP 8, global batch 16: what check will refuse, said by pack first
+WARNINGS = [
+    "warning: the batch sampler needs 16 validation rows per evaluation batch and the packed split holds 11: the "
+    "first evaluation fails, after eval_interval training steps; add validation.eval_global_batch_size=8"
+]
 
 
 def _checked(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[bool, list[str]]:
@@ -92,6 +97,7 @@ def test_pack_takes_a_pasted_launch_line_and_says_where_its_world_size_came_from
     )
     (training,) = [split for name, split in json.loads(captured.out)["splits"].items() if name == "training"]
     assert (training["balance"]["data_parallel"], training["balance"]["micro_batches"]) == (8, 2)
+    assert json.loads(captured.out)["warnings"] == WARNINGS  # --json says what the text says check will refuse
     with pytest.raises(SystemExit) as exited:  # argparse's usage error: exit 2, the usage line and one message
         main(["pack", *line.split(), "--dataset", "squad", f"dataset.dataset_root={root}"])
     assert exited.value.code == 2
