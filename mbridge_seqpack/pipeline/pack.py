@@ -75,9 +75,9 @@ class PackOptions:
             # GPTSFTDataset._multiple_truncation cuts every prompt/answer example to max_seq_length, so none is ever
             # longer: the flag would be accepted and do nothing
             raise InputError(
-                "--overflow drop acts on chat records only (--chat, or dataset_kwargs chat=true): Megatron-Bridge's "
-                "prep truncates prompt/answer records to --max-seq-length, so none is longer and none is dropped; "
-                "leave --overflow out"
+                "--overflow drop acts on chat records only (--chat, or a recipe's ChatSFTPreprocessingConfig): "
+                "Megatron-Bridge's prep truncates prompt/answer records to --max-seq-length, so none is longer and "
+                "none is dropped; leave --overflow out"
             )
         if self.sampler not in SAMPLERS:
             raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")

@@ -48,8 +48,9 @@ BASE = {
 }
 #: prompt/answer records are cut to max_seq_length by Megatron-Bridge's prep, so none can overflow
 OVERFLOW_REFUSED = (
-    "--overflow drop acts on chat records only (--chat, or dataset_kwargs chat=true): Megatron-Bridge's prep "
-    "truncates prompt/answer records to --max-seq-length, so none is longer and none is dropped; leave --overflow out"
+    "--overflow drop acts on chat records only (--chat, or a recipe's ChatSFTPreprocessingConfig): Megatron-Bridge's "
+    "prep truncates prompt/answer records to --max-seq-length, so none is longer and none is dropped; leave "
+    "--overflow out"
 )
 RECIPE_NAME = {"recipe": "small_gpt_smoke_4k", "hf": f"{HF_RECIPE}:hf_smoke"}
 
