@@ -60,6 +60,7 @@ def decide(
         {**now, "only": sorted(keep), "observations": {n: got[n] for n in keep}},
         a_name=a_name,
         b_name=b_name,
+        count_guards="census.scan" in seen,
     )
     if diff.changed:
         return CHANGED, diff, f"changed: {', '.join(c.observation for c in diff.changes)}"

@@ -36,6 +36,8 @@ class Diff:
     b: str
     notes: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    #: census.scan's guard changes when they do not count (the default): shown after the changes
+    guards: list[Change] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -105,16 +107,16 @@ def _census(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, Any
         return None
     before, after = _guards(a, groups), _guards(b, groups)
 
-    def place(key: str) -> tuple[str, str]:
-        qualname, kind, _digest, _occurrence = key.split("::")
-        return qualname, kind
+    def place(key: str, shown: str) -> tuple[str, str]:
+        """(where: file and function, kind): a guard gone and one new at one place read as one changed."""
+        return shown.partition(": ")[0], key.split("::")[0]
 
     gone: dict[tuple[str, str], list[str]] = {}
     new: dict[tuple[str, str], list[str]] = {}
     for key in sorted(set(before) - set(after)):
-        gone.setdefault(place(key), []).append(before[key])
+        gone.setdefault(place(key, before[key]), []).append(before[key])
     for key in sorted(set(after) - set(before)):
-        new.setdefault(place(key), []).append(after[key])
+        new.setdefault(place(key, after[key]), []).append(after[key])
     lines = []
     for where in sorted(set(gone) | set(new)):
         was, now = gone.get(where, []), new.get(where, [])
@@ -141,9 +143,13 @@ def _verdicts(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, A
     return Change(name, head["function"], "verdicts", inputs=head["inputs"], details=lines)
 
 
-def diff_records(a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_name: str = "B") -> Diff:
+def diff_records(
+    a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_name: str = "B", count_guards: bool = False
+) -> Diff:
     """Every observation of either record that differs (observations only one record has are listed as missing
-    unless one record was made with ``--only``)."""
+    unless one record was made with ``--only``). census.scan's guard changes are kept apart (``Diff.guards``,
+    shown, not counted) unless ``count_guards``: a guard of code these inputs ran, changed, is a change of code; a
+    changed value or verdict is a change of what these inputs observe."""
     out = Diff(a_name, b_name)
     if a.get("observations_version") != b.get("observations_version"):
         out.notes.append(
@@ -193,8 +199,9 @@ def diff_records(a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_n
                 position=_position(path[1:] if sub else path), outcome=outcome(before, after),
                 before=_shown(before), after=_shown(after),
             )  # fmt: skip
-        if change is not None:
-            out.changes.append(change)
+        if change is None:
+            continue
+        (out.guards if change.kind == "census" and not count_guards else out.changes).append(change)
     return out
 
 
@@ -210,10 +217,16 @@ def _short(value: Any, width: int) -> str:
 
 def render_text(diff: Diff, *, width: int = WIDTH) -> str:
     """The diff in ``width`` columns; the first line says whether anything changed."""
+    guards = sum(len(c.details) for c in diff.guards)
     lines = [
         f"{len(diff.changes)} observation{'s' if len(diff.changes) != 1 else ''} changed"
         if diff.changed
         else "no change: every observation of both records is the same"
+        + (
+            f" ({guards} guard{'s' if guards != 1 else ''} of the code they ran changed: below, not counted)"
+            if guards
+            else ""
+        )
     ]
     lines += wrap(f"A: {diff.a}", hang="   ", width=width) + wrap(f"B: {diff.b}", hang="   ", width=width)
     for note in diff.notes:
@@ -234,6 +247,17 @@ def render_text(diff: Diff, *, width: int = WIDTH) -> str:
             lines.append("  after:  " + _short(c.after, width - 10))
         for detail in c.details:
             lines += wrap(detail, "  ", hang="      ", width=width)
+    for c in diff.guards:
+        lines.append("")
+        lines += wrap(
+            f"{c.observation}: {len(c.details)} guard{'s' if len(c.details) != 1 else ''} of the code these inputs "
+            "ran changed (shown, not counted: what is observed did not change through them; `contract bisect-run "
+            "--only census.scan` counts them)",
+            hang="  ",
+            width=width,
+        )
+        for detail in c.details:
+            lines += wrap(detail, "  ", hang="      ", width=width)
     return "\n".join(lines)
 
 
@@ -245,6 +269,7 @@ def render_json(diff: Diff) -> str:
             "changed": diff.changed,
             "notes": diff.notes,
             "changes": [asdict(c) for c in diff.changes],
+            "guards_not_counted": [asdict(c) for c in diff.guards],
         },
         indent=1,
         sort_keys=True,

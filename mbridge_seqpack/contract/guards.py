@@ -3,9 +3,10 @@ which it is reached (the enclosing ``if`` tests, ``not (...)`` on an ``else`` br
 message. What the contract's ``census.scan`` compares commit to commit: a changed condition or message is a changed
 guard; a moved, reformatted or re-commented line, or a new line that guards nothing (``x.tolist()``), is not.
 
-A guard's identity is (function, kind, condition, message), the function spelled as CPython spells a code object's
-``co_qualname`` (``outer.<locals>.inner``), so a function that moves to another file keeps its guards; the file is
-shown, never compared. Part of the plugin (the wheel's ``contract record`` runs it); nothing here imports Megatron.
+A guard's fingerprint is (kind, condition, message): a function renamed or moved to another file keeps its guards
+(the census compares fingerprints; the file and the function, spelled as CPython spells a code object's
+``co_qualname``, ``outer.<locals>.inner``, are shown, never compared).
+Part of the plugin (the wheel's ``contract record`` runs it); nothing here imports Megatron.
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ class Guard:
     occurrence: int  # tells identical guards of one function apart
 
     @property
-    def key(self) -> str:
+    def fingerprint(self) -> str:
+        """What the guard checks and says, wherever it is: ``kind::digest`` of its condition and message."""
         text = f"{self.condition}\n{self.message}"
-        return f"{self.qualname}::{self.kind}::{hashlib.sha1(text.encode()).hexdigest()[:12]}::{self.occurrence}"
+        return f"{self.kind}::{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+    @property
+    def key(self) -> str:
+        """The guard in its function: ``qualname::kind::digest::occurrence``."""
+        return f"{self.qualname}::{self.fingerprint}::{self.occurrence}"
 
     @property
     def text(self) -> str:

@@ -381,6 +381,23 @@ def get_batch_pp_stages(ctx: Context) -> Any:
     return out
 
 
+@contextmanager
+def _te_partition_on_host() -> Iterator[None]:
+    """TE's ``thd_get_partitioned_indices`` (CUDA only) replaced, where Megatron-Core calls it
+    (``megatron.core.utils.tex``), by its CPU transliteration (mbridge_seqpack/equivalence/cp.py
+    ``te_partition_indices``): the CP split runs on any host and the same everywhere."""
+    import megatron.core.utils as mcore_utils
+
+    from mbridge_seqpack.equivalence.cp import te_partition_indices
+
+    saved = getattr(mcore_utils, "tex", None)
+    mcore_utils.tex = SimpleNamespace(thd_get_partitioned_indices=te_partition_indices)
+    try:
+        yield
+    finally:
+        mcore_utils.tex = saved
+
+
 def cp_partition_indices(ctx: Context) -> Any:
     partition = find("megatron.bridge.training.utils.packed_seq_utils:get_thd_cp_partition_indices")
     import torch
@@ -393,17 +410,38 @@ def cp_partition_indices(ctx: Context) -> Any:
     ):
         for rank in (0, 1):
             try:
-                with _host_cuda():
+                with _host_cuda(), _te_partition_on_host():
                     got = partition(
                         torch.tensor(cu, dtype=torch.int32), total_tokens=WIDTH, cp_group=_Group(rank, 2), device="cpu"
                     )
                 out[f"{label}, CP 2 rank {rank}"] = plain(got)
-            except RuntimeError as exc:
-                if "NVIDIA driver" in str(exc) or "CUDA" in str(exc):  # TE's partition kernel: not on this host
-                    raise NotRun(f"needs a GPU here: {raised(exc)['raised']}") from exc
-                out[f"{label}, CP 2 rank {rank}"] = raised(exc)
             except Exception as exc:  # noqa: BLE001
                 out[f"{label}, CP 2 rank {rank}"] = raised(exc)
+    return out
+
+
+def get_batch_cp2(ctx: Context) -> Any:
+    """The step's CP split of a packed row: each rank of CP 2 gets its half of every sequence (pad_seq_to_mult 4,
+    2 x CP, as Megatron-Bridge requires of packed CP), with and without ``pad_cu_seqlens``."""
+    get_batch = find("megatron.bridge.training.gpt_step:get_batch")
+    _one_process_world()
+    out: dict[str, Any] = {}
+    for pad_cu in (False, True):
+        dataset = ctx.packed_dataset(4, pad_cu_seqlens=pad_cu)
+        for rank in (0, 1):
+            label = f"CP 2 rank {rank}{', pad_cu_seqlens' if pad_cu else ''}"
+            pg = SimpleNamespace(pp=_Group(0, 1), cp=_Group(rank, 2), tp=_Group(0, 1))
+            batch = dataset.collate_fn([dataset[0]])
+            try:
+                with _host_cuda(), _te_partition_on_host():
+                    got = get_batch(iter([batch]), _packed_cfg(), pg_collection=pg)
+                out[label] = [None if v is None else plain(v) for v in got]
+            except AssertionError as exc:
+                if "parallel group is not initialized" in str(exc):  # Megatron-Core's global state, not pg_collection
+                    raise NotRun(f"this commit's get_batch reads Megatron-Core's parallel state: {exc}") from exc
+                out[label] = raised(exc)
+            except Exception as exc:  # noqa: BLE001
+                out[label] = raised(exc)
     return out
 
 
@@ -500,7 +538,7 @@ def census_scan(ctx: Context) -> Any:
     parsed: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for name, functions in sorted(ctx.functions_run.items()):
-        guards: dict[str, str] = {}
+        found: list[tuple[str, str]] = []  # (fingerprint, where and what)
         for file, qualname in sorted(functions):
             if file not in parsed:
                 try:
@@ -509,7 +547,13 @@ def census_scan(ctx: Context) -> Any:
                     parsed[file] = {}
             where = Path(file).resolve().relative_to(root) if Path(file).resolve().is_relative_to(root) else file
             for guard in parsed[file].get(qualname, []):
-                guards[guard.key] = f"{where} {qualname}: {' '.join(guard.text.split())}"[:300]
+                found.append((guard.fingerprint, f"{where} {qualname}: {' '.join(guard.text.split())}"[:300]))
+        # keyed by fingerprint (a renamed or moved function keeps its guards), numbered among equal fingerprints
+        guards: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        for fingerprint, shown in sorted(found):
+            n = seen[fingerprint] = seen.get(fingerprint, -1) + 1
+            guards[f"{fingerprint}::{n}"] = shown
         out[name] = guards
     return out
 
@@ -517,13 +561,17 @@ def census_scan(ctx: Context) -> Any:
 def validate_verdicts(ctx: Context) -> Any:
     """``ConfigContainer.validate()`` of Megatron-Bridge itself (the plugin not installed) on the rule cases that
     build without a data set: the verdict is ``ok`` or the exception it raises."""
+    import torch.distributed as dist
+
     from mbridge_seqpack.contract.cases import VALIDATE_CASES
 
+    if dist.is_initialized():  # a step observation's one-process world: validate() would read its size, not the case's
+        dist.destroy_process_group()
     out: dict[str, Any] = {}
     for case in VALIDATE_CASES:
         try:
-            cfg = case.build()
-        except (ImportError, AttributeError) as exc:
+            cfg = case.build(find)
+        except (ImportError, AttributeError, TypeError, Absent) as exc:
             out[case.name] = {"config": case.config, "status": "not_run", "why": f"{type(exc).__name__}: {exc}"}
             continue
         try:
@@ -579,9 +627,17 @@ OBSERVATIONS: tuple[Observation, ...] = (
         get_batch_pp_stages,
     ),
     Observation(
+        "step.get_batch.cp2",
+        "megatron.bridge.training.gpt_step:get_batch",
+        "row 0 of the packed collate, pad_seq_to_mult 4, with and without pad_cu_seqlens, on CP 2 ranks 0 and 1"
+        " (one PP stage; TE's CUDA partition kernel: its CPU transliteration)",
+        get_batch_cp2,
+    ),
+    Observation(
         "cp.partition_indices",
         "megatron.bridge.training.utils.packed_seq_utils:get_thd_cp_partition_indices",
-        "20 tokens, cu_seqlens 0,4,12,20 and 0,8,20 with two padded boundaries, CP 2 ranks 0 and 1",
+        "20 tokens, cu_seqlens 0,4,12,20 and 0,8,20 with two padded boundaries, CP 2 ranks 0 and 1 (TE's CUDA"
+        " partition kernel: its CPU transliteration)",
         cp_partition_indices,
     ),
     Observation(
