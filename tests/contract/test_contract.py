@@ -175,7 +175,7 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
         return {"function": function, "inputs": "3 synthetic rows " + "in 20 " * 30, "status": "ok", "value": value}
 
     at = "megatron/bridge/training/gpt_step.py"
-    guards = {"collate.x": {"get_batch::raise::a::0": f"{at} get_batch: raise ValueError('x')"}}
+    guards = {"collate.x": {"raise::a::0": f"{at} get_batch: raise ValueError('x')"}}
     before = _small(
         {
             "collate.x": obs({"rows 0,1": {"tokens": [1, 2, 3, 4], "cu": [0, 4]}, "rows 2": {"tokens": [5]}}),
@@ -190,8 +190,8 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     after["observations"]["collate.x"]["value"]["rows 2"]["tokens"] = [6]
     after["observations"]["step.y"]["value"]["rows 0"] = list(range(1, 201))
     after["observations"]["census.scan"]["value"]["collate.x"] = {
-        "get_batch::raise::b::0": f"{at} get_batch: raise ValueError('y')",
-        "_new::assert::c::0": f"{at} _new: assert mask",
+        "raise::b::0": f"{at} get_batch: raise ValueError('y')",
+        "assert::c::0": f"{at} _new: assert mask",
     }
     after["observations"]["validate.rule_cases"]["value"]["cp0"]["verdict"] = "ZeroDivisionError"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -200,7 +200,7 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     assert main(["contract", "diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100
-    assert out.startswith("4 observations changed\n")
+    assert out.startswith("3 observations changed\n")
     collate = out[out.index("collate.x  (megatron.bridge.data.packing.gpt_sft:GPTSFTPackedDataset.collate_fn)") :]
     assert collate.split("\n\n")[0].splitlines()[-4:] == [
         "  input: rows 0,1",
@@ -209,7 +209,9 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
         "  after:  9",
     ]
     assert "  at: [0]\n  before: 0\n  after:  1\n" in out  # step.y: the first element, not the whole list
-    assert f"  changed guard {at} get_batch: raise ValueError('x') -> raise ValueError('y')\n" in out
+    # the guards of the code the inputs ran are shown after the changes, not counted
+    assert "\n\ncensus.scan: 2 guards of the code these inputs ran changed (shown, not counted: " in out
+    assert f"  changed guard {at} get_batch: raise ValueError('x') -> raise\n      ValueError('y')\n" in out
     assert f"  added guard {at} _new: assert mask\n" in out
     assert "  cp0 (world 8, cp 0): ok -> ZeroDivisionError" in out
     assert "same" not in out.replace("the same", "")
@@ -217,12 +219,12 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     assert main(["contract", "diff", "--json", str(a), str(b)]) == 1
     got = json.loads(capsys.readouterr().out)
     assert got["changed"] is True and [c["observation"] for c in got["changes"]] == [
-        "census.scan",
         "collate.x",
         "step.y",
         "validate.rule_cases",
     ]
-    first = got["changes"][1]
+    assert [c["observation"] for c in got["guards_not_counted"]] == ["census.scan"]
+    first = got["changes"][0]
     assert (first["input"], first["position"], first["before"], first["after"]) == ("rows 0,1", "tokens[2]", 3, 9)
     assert main(["contract", "diff", "--json", str(a), str(a)]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == []
