@@ -66,6 +66,7 @@ def find(*candidates: str) -> Any:
     the module of this checkout's ``megatron/bridge`` tree that defines the name at its top level
     (:func:`_defined_in`): a function is observed wherever the commit keeps it."""
     why = []
+    at_home = False  # a candidate's module is in this tree but does not import: the function is there, unusable
     for candidate in candidates:
         try:
             obj = _resolve(candidate)
@@ -73,6 +74,9 @@ def find(*candidates: str) -> Any:
             return obj
         except (ImportError, AttributeError) as exc:
             why.append(f"{candidate}: {type(exc).__name__}: {exc}")
+            at_home = at_home or (isinstance(exc, ImportError) and _in_tree(candidate.partition(":")[0]))
+    if at_home:  # never another function of the same name elsewhere (diffusion's get_batch is not the step's)
+        raise Absent("; ".join(why))
     qualname = candidates[0].partition(":")[2]
     for module_name in _defined_in(qualname.split(".")[0]):
         try:
@@ -94,6 +98,15 @@ def _resolve(candidate: str) -> Any:
 
 
 _SOURCES: dict[str, str] = {}
+
+
+def _in_tree(module_name: str) -> bool:
+    """Whether this checkout has the module's source (``a/b.py`` or ``a/b/__init__.py`` under its ``src``)."""
+    import megatron.bridge
+
+    src = Path(megatron.bridge.__file__).resolve().parents[2]
+    path = src.joinpath(*module_name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _defined_in(name: str) -> list[str]:
