@@ -47,16 +47,48 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect_run(args: argparse.Namespace) -> int:
-    from mbridge_seqpack.contract.bisect import bisect_step
+    """One bisect step; what is not about the commit (a usage error, a plugin bug) exits 128, which aborts
+    `git bisect run` (2 and 3 would be counted as bad commits and poison the bisect)."""
+    from mbridge_seqpack.contract.bisect import ABORT, bisect_step
     from mbridge_seqpack.contract.diff import render_text
     from mbridge_seqpack.contract.record import check_names
+    from mbridge_seqpack.errors import SeqpackError
+    from mbridge_seqpack.textout import message_lines
 
-    check_names(args.only)
-    code, diff, why = bisect_step(Path(args.against), _checkout(args), args.only)
+    try:
+        check_names(args.only)
+        code, diff, why = bisect_step(Path(args.against), _checkout(args), args.only)
+    except SeqpackError as exc:
+        text = f"{exc} (exit {ABORT}: git bisect run stops here)"
+        print("\n".join(message_lines(text, "mbridge-seqpack: error: ")), file=sys.stderr)
+        return ABORT
+    except Exception:  # noqa: BLE001  (a bug of the kit: never a verdict on the commit)
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"mbridge-seqpack contract bisect-run: internal error (a bug in mbridge-seqpack); exit {ABORT} stops "
+            "git bisect run",
+            file=sys.stderr,
+        )
+        return ABORT
     if diff is not None and diff.changed:
         print(render_text(diff))
     print(f"mbridge-seqpack contract bisect-run: {why}", file=sys.stderr)
     return code
+
+
+def _abort_on_usage(parser: argparse.ArgumentParser) -> None:
+    """A mistyped bisect-run command line exits 128 (git aborts the bisect), not argparse's 2 (git: bad)."""
+
+    def error(message: str) -> None:
+        from mbridge_seqpack.textout import message_lines
+
+        parser.print_usage(sys.stderr)
+        text = f"{message} (exit 128: git bisect run stops here)"
+        parser.exit(128, "\n".join(message_lines(text, "mbridge-seqpack: error: ")) + "\n")
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def add_contract_command(sub: argparse._SubParsersAction) -> None:
@@ -85,13 +117,20 @@ def add_contract_command(sub: argparse._SubParsersAction) -> None:
 
     run = actions.add_parser(
         "bisect-run",
-        help="for `git bisect run`: exit 0 unchanged, 1 changed, 125 the commit cannot be imported",
+        help="for `git bisect run`: exit 0 unchanged, 1 changed, 125 cannot be observed at this commit, 128 the"
+        " kit cannot run (git aborts)",
     )
+    _abort_on_usage(run)
     run.add_argument("--against", required=True, metavar="A.json", help="the reference record (a good commit's)")
     run.add_argument(
         "--megatron-bridge",
         metavar="CHECKOUT",
         help="the checkout under test (`.` under git bisect run); default: the installed Megatron-Bridge",
     )
-    run.add_argument("--only", nargs="+", metavar="NAME", help="the observations that decide (default: all in A)")
-    run.set_defaults(func=cmd_bisect_run)
+    run.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="the observations that decide (default: every one A holds a value of, census.scan shown only)",
+    )
+    run.set_defaults(func=cmd_bisect_run, parser_for_errors=run)

@@ -92,8 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # `check NAME --world-size 8 key=value`: overrides may follow the options too
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif extra:  # a command may word its own usage errors (contract bisect-run: exit 128, for git bisect run)
+        getattr(args, "parser_for_errors", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 
 

@@ -1,6 +1,7 @@
 """``contract diff``: what changed between two records, observation by observation, as a reviewer reads it: the
-function, the input, and the values before and after at the first position they differ; census sites added,
-removed or changed (file and function); ``validate()`` verdicts that flipped, with the config."""
+function, the input, and the values before and after at the first position they differ (a side that raised is an
+outcome: ``raised ValueError -> returns``); guards added, removed or changed in the functions the inputs ran
+(census.scan); ``validate()`` verdicts that flipped, with the config."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from mbridge_seqpack.textout import WIDTH, wrap
 
-__all__ = ["Change", "Diff", "diff_records", "first_difference", "render_text", "render_json"]
+__all__ = ["Change", "Diff", "diff_records", "first_difference", "is_raised", "outcome", "render_text", "render_json"]
 
 _END = "(absent)"
 
@@ -23,6 +24,7 @@ class Change:
     inputs: str = ""
     input: str = ""  # the observation's sub-input (the value's first key) where it has some
     position: str = ""
+    outcome: str = ""  # "raised ValueError -> returns" where one side raised
     before: Any = None
     after: Any = None
     details: list[str] = field(default_factory=list)
@@ -34,6 +36,8 @@ class Diff:
     b: str
     notes: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    #: census.scan's guard changes when they do not count (the default): shown after the changes
+    guards: list[Change] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -45,6 +49,8 @@ def first_difference(a: Any, b: Any, path: tuple[Any, ...] = ()) -> tuple[tuple[
     elements in order; a key or element one side lacks reads as ``(absent)``), or None when equal."""
     if a == b:
         return None
+    if is_raised(a) or is_raised(b):  # an outcome: raised or returned, never compared key by key
+        return path, a, b
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if key not in a or key not in b:
@@ -62,37 +68,62 @@ def first_difference(a: Any, b: Any, path: tuple[Any, ...] = ()) -> tuple[tuple[
     return path, a, b
 
 
+def is_raised(value: Any) -> bool:
+    """A recorded exception (observations.raised): ``{"raised": "Type: message"}``."""
+    return isinstance(value, dict) and set(value) == {"raised"} and isinstance(value["raised"], str)
+
+
+def outcome(before: Any, after: Any) -> str:
+    """``raised ValueError -> returns``, ``returns -> raised TypeError``, ``raised A -> raised B``; "" when
+    neither side raised."""
+    if not (is_raised(before) or is_raised(after)):
+        return ""
+
+    def one(value: Any) -> str:
+        if is_raised(value):
+            return "raised " + value["raised"].partition(":")[0]
+        return "absent" if value == _END else "returns"
+
+    return f"{one(before)} -> {one(after)}"
+
+
 def _position(path: tuple[Any, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
-def _site_parts(key: str) -> tuple[str, str, str, str, str]:
-    file, qualname, kind, digest, occurrence = key.split("::")
-    return file, qualname, kind, digest, occurrence
+def _guards(value: dict[str, Any], groups: set[str]) -> dict[str, str]:
+    """The guards of the functions run by the observations ``groups`` (one guard once, whichever ran it)."""
+    out: dict[str, str] = {}
+    for name in sorted(groups & set(value)):
+        out.update(value[name])
+    return out
 
 
-def _census(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> Change | None:
-    """Sites by (file, function, kind, occurrence): a new text digest is a changed site, the rest added/removed."""
+def _census(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, Any], groups: set[str]) -> Change | None:
+    """Guards by (function, kind): a function's one guard gone and one new is a changed guard, the rest removed or
+    added. Only the functions of observations both records ran are compared (``groups``): an observation one commit
+    cannot run would otherwise read as guards removed; the census holds the functions of observations that ran."""
+    if "sites" in a or "sites" in b:  # a record of observation set v1 (a census of lines): not comparable
+        return None
+    before, after = _guards(a, groups), _guards(b, groups)
 
-    def by_place(sites: dict[str, str]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
-        out = {}
-        for key, excerpt in sites.items():
-            file, qualname, kind, digest, occurrence = _site_parts(key)
-            out[(file, qualname, kind, occurrence)] = (digest, excerpt)
-        return out
+    def place(key: str, shown: str) -> tuple[str, str]:
+        """(where: file and function, kind): a guard gone and one new at one place read as one changed."""
+        return shown.partition(": ")[0], key.split("::")[0]
 
-    before, after = by_place(a.get("sites", {})), by_place(b.get("sites", {}))
+    gone: dict[tuple[str, str], list[str]] = {}
+    new: dict[tuple[str, str], list[str]] = {}
+    for key in sorted(set(before) - set(after)):
+        gone.setdefault(place(key, before[key]), []).append(before[key])
+    for key in sorted(set(after) - set(before)):
+        new.setdefault(place(key, after[key]), []).append(after[key])
     lines = []
-    for place in sorted(set(before) | set(after)):
-        file, qualname, kind, _ = place
-        if place not in after:
-            lines.append(f"removed {file} {qualname} [{kind}]: {before[place][1]}")
-        elif place not in before:
-            lines.append(f"added {file} {qualname} [{kind}]: {after[place][1]}")
-        elif before[place][0] != after[place][0]:
-            lines.append(f"changed {file} {qualname} [{kind}]: {before[place][1]} -> {after[place][1]}")
-    for gone in sorted(set(a.get("files_missing", [])) ^ set(b.get("files_missing", []))):
-        lines.append(f"{'file gone' if gone in b.get('files_missing', []) else 'file back'} {gone}")
+    for where in sorted(set(gone) | set(new)):
+        was, now = gone.get(where, []), new.get(where, [])
+        if len(was) == 1 and len(now) == 1:
+            lines.append(f"changed guard {was[0]} -> {now[0].partition(': ')[2]}")
+            continue
+        lines += [f"removed guard {g}" for g in was] + [f"added guard {g}" for g in now]
     if not lines:
         return None
     return Change(name, head["function"], "census", inputs=head["inputs"], details=lines)
@@ -102,7 +133,9 @@ def _verdicts(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, A
     lines = []
     for case in sorted(set(a) | set(b)):
         x, y = a.get(case, {}), b.get(case, {})
-        was, now = x.get("verdict", x.get("status", _END)), y.get("verdict", y.get("status", _END))
+        if "verdict" not in x or "verdict" not in y:  # a case one commit's config cannot build decides nothing
+            continue
+        was, now = x["verdict"], y["verdict"]
         if was != now:
             lines.append(f"{case} ({(y or x).get('config', '')}): {was} -> {now}")
     if not lines:
@@ -110,9 +143,13 @@ def _verdicts(name: str, head: dict[str, Any], a: dict[str, Any], b: dict[str, A
     return Change(name, head["function"], "verdicts", inputs=head["inputs"], details=lines)
 
 
-def diff_records(a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_name: str = "B") -> Diff:
+def diff_records(
+    a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_name: str = "B", count_guards: bool = False
+) -> Diff:
     """Every observation of either record that differs (observations only one record has are listed as missing
-    unless one record was made with ``--only``)."""
+    unless one record was made with ``--only``). census.scan's guard changes are kept apart (``Diff.guards``,
+    shown, not counted) unless ``count_guards``: a guard of code these inputs ran, changed, is a change of code; a
+    changed value or verdict is a change of what these inputs observe."""
     out = Diff(a_name, b_name)
     if a.get("observations_version") != b.get("observations_version"):
         out.notes.append(
@@ -151,7 +188,7 @@ def diff_records(a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_n
         if x.get("status") != "ok" or x.get("value") == y.get("value"):
             continue
         if name == "census.scan":
-            change = _census(name, head, x["value"], y["value"])
+            change = _census(name, head, x["value"], y["value"], set(x["value"]) & set(y["value"]))
         elif name.startswith("validate."):
             change = _verdicts(name, head, x["value"], y["value"])
         else:
@@ -159,11 +196,18 @@ def diff_records(a: dict[str, Any], b: dict[str, Any], *, a_name: str = "A", b_n
             sub = str(path[0]) if path and isinstance(x["value"], dict) else ""
             change = Change(
                 name, head["function"], "value", inputs=head["inputs"], input=sub,
-                position=_position(path[1:] if sub else path), before=before, after=after,
+                position=_position(path[1:] if sub else path), outcome=outcome(before, after),
+                before=_shown(before), after=_shown(after),
             )  # fmt: skip
-        if change is not None:
-            out.changes.append(change)
+        if change is None:
+            continue
+        (out.guards if change.kind == "census" and not count_guards else out.changes).append(change)
     return out
+
+
+def _shown(value: Any) -> Any:
+    """A recorded exception as its line (``raised ValueError: ...``), anything else as recorded."""
+    return f"raised {value['raised']}" if is_raised(value) else value
 
 
 def _short(value: Any, width: int) -> str:
@@ -173,10 +217,16 @@ def _short(value: Any, width: int) -> str:
 
 def render_text(diff: Diff, *, width: int = WIDTH) -> str:
     """The diff in ``width`` columns; the first line says whether anything changed."""
+    guards = sum(len(c.details) for c in diff.guards)
     lines = [
         f"{len(diff.changes)} observation{'s' if len(diff.changes) != 1 else ''} changed"
         if diff.changed
         else "no change: every observation of both records is the same"
+        + (
+            f" ({guards} guard{'s' if guards != 1 else ''} of the code they ran changed: below, not counted)"
+            if guards
+            else ""
+        )
     ]
     lines += wrap(f"A: {diff.a}", hang="   ", width=width) + wrap(f"B: {diff.b}", hang="   ", width=width)
     for note in diff.notes:
@@ -191,8 +241,21 @@ def render_text(diff: Diff, *, width: int = WIDTH) -> str:
                 lines += wrap(f"input: {c.input}", "  ", hang="         ", width=width)
             if c.position:
                 lines += wrap(f"at: {c.position}", "  ", hang="      ", width=width)
+            if c.outcome:
+                lines.append(f"  outcome: {c.outcome}")
             lines.append("  before: " + _short(c.before, width - 10))
             lines.append("  after:  " + _short(c.after, width - 10))
+        for detail in c.details:
+            lines += wrap(detail, "  ", hang="      ", width=width)
+    for c in diff.guards:
+        lines.append("")
+        lines += wrap(
+            f"{c.observation}: {len(c.details)} guard{'s' if len(c.details) != 1 else ''} of the code these inputs "
+            "ran changed (shown, not counted: what is observed did not change through them; `contract bisect-run "
+            "--only census.scan` counts them)",
+            hang="  ",
+            width=width,
+        )
         for detail in c.details:
             lines += wrap(detail, "  ", hang="      ", width=width)
     return "\n".join(lines)
@@ -206,6 +269,7 @@ def render_json(diff: Diff) -> str:
             "changed": diff.changed,
             "notes": diff.notes,
             "changes": [asdict(c) for c in diff.changes],
+            "guards_not_counted": [asdict(c) for c in diff.guards],
         },
         indent=1,
         sort_keys=True,

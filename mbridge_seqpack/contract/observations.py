@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 __all__ = ["VERSION", "Observation", "OBSERVATIONS", "Absent", "NotRun", "plain", "find", "names"]
 
 #: the observation set's version: the inputs and what is recorded of each
-VERSION = 1
+VERSION = 2
 
 #: the synthetic packed rows (each a list of sequences, token ids; ``E`` is replaced by the tokenizer's EOS) and
 #: their loss masks: rows of different fill, one nearly full, the last short (its tail is padding)
@@ -62,19 +62,74 @@ RESOLVED: set[str] = set()
 
 
 def find(*candidates: str) -> Any:
-    """The first ``module:qualname`` that exists in this checkout (layouts moved between releases)."""
+    """The first ``module:qualname`` that exists in this checkout (layouts moved between releases); failing all,
+    the module of this checkout's ``megatron/bridge`` tree that defines the name at its top level
+    (:func:`_defined_in`): a function is observed wherever the commit keeps it."""
     why = []
+    at_home = False  # a candidate's module is in this tree but does not import: the function is there, unusable
     for candidate in candidates:
-        module_name, _, qualname = candidate.partition(":")
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
+            obj = _resolve(candidate)
             RESOLVED.add(candidate)
             return obj
         except (ImportError, AttributeError) as exc:
             why.append(f"{candidate}: {type(exc).__name__}: {exc}")
+            at_home = at_home or (isinstance(exc, ImportError) and _in_tree(candidate.partition(":")[0]))
+    if at_home:  # never another function of the same name elsewhere (diffusion's get_batch is not the step's)
+        raise Absent("; ".join(why))
+    qualname = candidates[0].partition(":")[2]
+    for module_name in _defined_in(qualname.split(".")[0]):
+        try:
+            obj = _resolve(f"{module_name}:{qualname}")
+        except (ImportError, AttributeError) as exc:
+            why.append(f"{module_name}:{qualname}: {type(exc).__name__}: {exc}")
+            continue
+        RESOLVED.add(f"{module_name}:{qualname}")
+        return obj
     raise Absent("; ".join(why))
+
+
+def _resolve(candidate: str) -> Any:
+    module_name, _, qualname = candidate.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_SOURCES: dict[str, str] = {}
+
+
+def _in_tree(module_name: str) -> bool:
+    """Whether this checkout has the module's source (``a/b.py`` or ``a/b/__init__.py`` under its ``src``)."""
+    import megatron.bridge
+
+    src = Path(megatron.bridge.__file__).resolve().parents[2]
+    path = src.joinpath(*module_name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _defined_in(name: str) -> list[str]:
+    """The modules of this checkout's ``megatron.bridge`` that define ``name`` (``def``/``class`` at column 0), in
+    path order; the tree's sources are read once per record."""
+    import re
+
+    import megatron.bridge
+
+    root = Path(megatron.bridge.__file__).resolve().parent
+    if not _SOURCES:
+        for path in sorted(root.rglob("*.py")):
+            try:
+                _SOURCES[str(path)] = path.read_text()
+            except (OSError, UnicodeDecodeError):
+                continue
+    pattern = re.compile(rf"^(?:async def|def|class) {re.escape(name)}\b", re.MULTILINE)
+    found = []
+    for file, text in _SOURCES.items():
+        if pattern.search(text):
+            parts = Path(file).relative_to(root.parents[1]).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
 
 
 def plain(value: Any) -> Any:
@@ -112,6 +167,8 @@ class Context:
         self.scratch = scratch
         self._tokenizer: Any = None
         self._datasets: dict[tuple[Any, ...], Any] = {}
+        #: observation name -> the (file, qualname) of every Megatron-Bridge function it ran (census.scan's input)
+        self.functions_run: dict[str, set[tuple[str, str]]] = {}
 
     @property
     def tokenizer(self) -> Any:
@@ -337,6 +394,23 @@ def get_batch_pp_stages(ctx: Context) -> Any:
     return out
 
 
+@contextmanager
+def _te_partition_on_host() -> Iterator[None]:
+    """TE's ``thd_get_partitioned_indices`` (CUDA only) replaced, where Megatron-Core calls it
+    (``megatron.core.utils.tex``), by its CPU transliteration (mbridge_seqpack/equivalence/cp.py
+    ``te_partition_indices``): the CP split runs on any host and the same everywhere."""
+    import megatron.core.utils as mcore_utils
+
+    from mbridge_seqpack.equivalence.cp import te_partition_indices
+
+    saved = getattr(mcore_utils, "tex", None)
+    mcore_utils.tex = SimpleNamespace(thd_get_partitioned_indices=te_partition_indices)
+    try:
+        yield
+    finally:
+        mcore_utils.tex = saved
+
+
 def cp_partition_indices(ctx: Context) -> Any:
     partition = find("megatron.bridge.training.utils.packed_seq_utils:get_thd_cp_partition_indices")
     import torch
@@ -349,17 +423,38 @@ def cp_partition_indices(ctx: Context) -> Any:
     ):
         for rank in (0, 1):
             try:
-                with _host_cuda():
+                with _host_cuda(), _te_partition_on_host():
                     got = partition(
                         torch.tensor(cu, dtype=torch.int32), total_tokens=WIDTH, cp_group=_Group(rank, 2), device="cpu"
                     )
                 out[f"{label}, CP 2 rank {rank}"] = plain(got)
-            except RuntimeError as exc:
-                if "NVIDIA driver" in str(exc) or "CUDA" in str(exc):  # TE's partition kernel: not on this host
-                    raise NotRun(f"needs a GPU here: {raised(exc)['raised']}") from exc
-                out[f"{label}, CP 2 rank {rank}"] = raised(exc)
             except Exception as exc:  # noqa: BLE001
                 out[f"{label}, CP 2 rank {rank}"] = raised(exc)
+    return out
+
+
+def get_batch_cp2(ctx: Context) -> Any:
+    """The step's CP split of a packed row: each rank of CP 2 gets its half of every sequence (pad_seq_to_mult 4,
+    2 x CP, as Megatron-Bridge requires of packed CP), with and without ``pad_cu_seqlens``."""
+    get_batch = find("megatron.bridge.training.gpt_step:get_batch")
+    _one_process_world()
+    out: dict[str, Any] = {}
+    for pad_cu in (False, True):
+        dataset = ctx.packed_dataset(4, pad_cu_seqlens=pad_cu)
+        for rank in (0, 1):
+            label = f"CP 2 rank {rank}{', pad_cu_seqlens' if pad_cu else ''}"
+            pg = SimpleNamespace(pp=_Group(0, 1), cp=_Group(rank, 2), tp=_Group(0, 1))
+            batch = dataset.collate_fn([dataset[0]])
+            try:
+                with _host_cuda(), _te_partition_on_host():
+                    got = get_batch(iter([batch]), _packed_cfg(), pg_collection=pg)
+                out[label] = [None if v is None else plain(v) for v in got]
+            except AssertionError as exc:
+                if "parallel group is not initialized" in str(exc):  # Megatron-Core's global state, not pg_collection
+                    raise NotRun(f"this commit's get_batch reads Megatron-Core's parallel state: {exc}") from exc
+                out[label] = raised(exc)
+            except Exception as exc:  # noqa: BLE001
+                out[label] = raised(exc)
     return out
 
 
@@ -444,52 +539,52 @@ def prep_pack(ctx: Context) -> Any:
     return out
 
 
-def _census_on_path() -> None:
-    """The census is a development tool (``devtools/`` beside ``scripts/``, not in the wheel): found from this
-    package's checkout; from a wheel the import fails and the observation is recorded as not run."""
-    import sys
-
-    import mbridge_seqpack
-
-    root = Path(mbridge_seqpack.__file__).resolve().parents[1]
-    if (root / "devtools" / "census").is_dir() and str(root) not in sys.path:
-        sys.path.append(str(root))
-
-
 def census_scan(ctx: Context) -> Any:
-    """The census scan of this checkout's Megatron-Bridge files on the packed path (Core and TE are the
-    installed ones either way): every site by file, function, kind and text digest."""
+    """The guards (``raise``/``assert``: condition and message, contract/guards.py) of every Megatron-Bridge
+    function each observation ran, by observation: what the fixed inputs pass through, found where this commit keeps
+    it. Filled by :func:`run_all`, which watches the other observations run."""
     import megatron.bridge
 
-    _census_on_path()
-    from devtools.census.files import MB, PATH_FILES
-    from devtools.census.scanner import digest, scan_file
+    from mbridge_seqpack.contract.guards import guards_of_source
 
     root = Path(megatron.bridge.__file__).resolve().parents[2]
-    sites: dict[str, Any] = {}
-    missing = []
-    for f in PATH_FILES:
-        if not f.path.startswith(MB):
-            continue
-        path = root / f.path
-        if not path.is_file():
-            missing.append(f.path)
-            continue
-        for s in scan_file(path, f.path, f.only):
-            sites[f"{s.file}::{s.qualname}::{s.kind}::{digest(s.text)}::{s.occurrence}"] = s.excerpt
-    return {"files_missing": missing, "sites": sites}
+    parsed: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for name, functions in sorted(ctx.functions_run.items()):
+        found: list[tuple[str, str]] = []  # (fingerprint, where and what)
+        for file, qualname in sorted(functions):
+            if file not in parsed:
+                try:
+                    parsed[file] = guards_of_source(Path(file).read_text())
+                except (OSError, SyntaxError, UnicodeDecodeError):
+                    parsed[file] = {}
+            where = Path(file).resolve().relative_to(root) if Path(file).resolve().is_relative_to(root) else file
+            for guard in parsed[file].get(qualname, []):
+                found.append((guard.fingerprint, f"{where} {qualname}: {' '.join(guard.text.split())}"[:300]))
+        # keyed by fingerprint (a renamed or moved function keeps its guards), numbered among equal fingerprints
+        guards: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        for fingerprint, shown in sorted(found):
+            n = seen[fingerprint] = seen.get(fingerprint, -1) + 1
+            guards[f"{fingerprint}::{n}"] = shown
+        out[name] = guards
+    return out
 
 
 def validate_verdicts(ctx: Context) -> Any:
     """``ConfigContainer.validate()`` of Megatron-Bridge itself (the plugin not installed) on the rule cases that
     build without a data set: the verdict is ``ok`` or the exception it raises."""
+    import torch.distributed as dist
+
     from mbridge_seqpack.contract.cases import VALIDATE_CASES
 
+    if dist.is_initialized():  # a step observation's one-process world: validate() would read its size, not the case's
+        dist.destroy_process_group()
     out: dict[str, Any] = {}
     for case in VALIDATE_CASES:
         try:
-            cfg = case.build()
-        except (ImportError, AttributeError) as exc:
+            cfg = case.build(find)
+        except (ImportError, AttributeError, TypeError, Absent) as exc:
             out[case.name] = {"config": case.config, "status": "not_run", "why": f"{type(exc).__name__}: {exc}"}
             continue
         try:
@@ -545,9 +640,17 @@ OBSERVATIONS: tuple[Observation, ...] = (
         get_batch_pp_stages,
     ),
     Observation(
+        "step.get_batch.cp2",
+        "megatron.bridge.training.gpt_step:get_batch",
+        "row 0 of the packed collate, pad_seq_to_mult 4, with and without pad_cu_seqlens, on CP 2 ranks 0 and 1"
+        " (one PP stage; TE's CUDA partition kernel: its CPU transliteration)",
+        get_batch_cp2,
+    ),
+    Observation(
         "cp.partition_indices",
         "megatron.bridge.training.utils.packed_seq_utils:get_thd_cp_partition_indices",
-        "20 tokens, cu_seqlens 0,4,12,20 and 0,8,20 with two padded boundaries, CP 2 ranks 0 and 1",
+        "20 tokens, cu_seqlens 0,4,12,20 and 0,8,20 with two padded boundaries, CP 2 ranks 0 and 1 (TE's CUDA"
+        " partition kernel: its CPU transliteration)",
         cp_partition_indices,
     ),
     Observation(
@@ -558,8 +661,9 @@ OBSERVATIONS: tuple[Observation, ...] = (
     ),
     Observation(
         "census.scan",
-        "devtools.census.scanner:scan_file",
-        "the Megatron-Bridge files of the census's packed path, as this checkout has them",
+        "mbridge_seqpack.contract.guards:guards_of_source",
+        "the raise/assert guards (condition and message) of every Megatron-Bridge function the other observations"
+        " ran, by observation",
         census_scan,
     ),
 )
@@ -569,21 +673,67 @@ def names() -> list[str]:
     return [o.name for o in OBSERVATIONS]
 
 
+#: the observations whose functions census.scan does not scan: the config checks (their verdicts are the
+#: observation) and the census itself
+_NOT_WATCHED = ("validate.rule_cases", "census.scan")
+
+
+def _seed() -> None:
+    """Every random generator the observed code may draw from, seeded before each observation: Megatron-Bridge's
+    offline prep ignored its own ``seed`` before PR 4891 (it shuffled with NumPy's global state), so without this
+    two records of one commit could differ."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+def _one(obs: Observation, ctx: Context) -> dict[str, Any]:
+    head = {"function": obs.function, "inputs": obs.inputs}
+    _seed()
+    try:
+        return {**head, "status": "ok", "value": obs.run(ctx)}
+    except Absent as exc:
+        return {**head, "status": "absent", "why": str(exc)[:500]}
+    except NotRun as exc:
+        return {**head, "status": "not_run", "why": str(exc)[:500]}
+    except Exception as exc:  # noqa: BLE001  (building this version's inputs failed: recorded, not fatal)
+        return {**head, "status": "not_run", "why": raised(exc)["raised"]}
+
+
 def run_all(only: list[str] | None = None) -> dict[str, Any]:
-    """Every observation (or those named), each ``{"status": "ok", "value": ...}`` or ``absent``/``not_run``."""
+    """Every observation (or those named), each ``{"status": "ok", "value": ...}`` or ``absent``/``not_run``.
+    With ``census.scan`` wanted, every other observation runs (watched), kept in the record only if wanted."""
+    import megatron.bridge
+
+    from mbridge_seqpack.contract.ran import FunctionsRun
+
+    census = not only or "census.scan" in only
+    root = Path(megatron.bridge.__file__).parent
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="mbridge_seqpack_contract_") as scratch:
         ctx = Context(Path(scratch))
+        try:
+            ctx.tokenizer  # built before any watch: its construction is no observation's
+        except Exception:  # noqa: BLE001  (an observation that needs it records why)
+            pass
         for obs in OBSERVATIONS:
-            if only and obs.name not in only:
+            wanted, watched = not only or obs.name in only, census and obs.name not in _NOT_WATCHED
+            if obs.name == "census.scan" or not (wanted or watched):
                 continue
-            head = {"function": obs.function, "inputs": obs.inputs}
-            try:
-                results[obs.name] = {**head, "status": "ok", "value": obs.run(ctx)}
-            except Absent as exc:
-                results[obs.name] = {**head, "status": "absent", "why": str(exc)[:500]}
-            except NotRun as exc:
-                results[obs.name] = {**head, "status": "not_run", "why": str(exc)[:500]}
-            except Exception as exc:  # noqa: BLE001  (building this version's inputs failed: recorded, not fatal)
-                results[obs.name] = {**head, "status": "not_run", "why": raised(exc)["raised"]}
+            if watched:
+                with FunctionsRun(root) as watch:
+                    result = _one(obs, ctx)
+                if result["status"] == "ok":
+                    ctx.functions_run[obs.name] = watch.functions
+            else:
+                result = _one(obs, ctx)
+            if wanted:
+                results[obs.name] = result
+        if census:
+            results["census.scan"] = _one(next(o for o in OBSERVATIONS if o.name == "census.scan"), ctx)
     return results

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from mbridge_seqpack.contract.observations import VERSION, names
 from mbridge_seqpack.errors import SeqpackError, UsageError
 
-__all__ = ["FORMAT", "CheckoutImportError", "checkout_src", "record", "write_record", "load_record"]
+__all__ = ["FORMAT", "CheckoutImportError", "RecordingFailed", "checkout_src", "record", "write_record", "load_record"]
 
 FORMAT = "mbridge-seqpack contract record"
 _RUN = "mbridge_seqpack.contract._run"
@@ -24,6 +24,11 @@ IMPORT_FAILED = 125  # _run.py's exit when megatron.bridge cannot be imported fr
 
 class CheckoutImportError(SeqpackError):
     """The checkout's ``megatron.bridge`` does not import with the installed Megatron-Core (``bisect-run``: 125)."""
+
+
+class RecordingFailed(RuntimeError):
+    """The recording subprocess died (it records every exception of an observation, so this is the commit's import
+    or the interpreter itself): ``bisect-run`` skips such a commit, ``record`` reports it with its stderr."""
 
 
 def checkout_src(checkout: Path) -> Path:
@@ -75,6 +80,7 @@ def record(checkout: Path | None = None, only: Sequence[str] | None = None) -> d
     wanted = check_names(only)
     src = checkout_src(checkout) if checkout is not None else None
     env = {k: v for k, v in os.environ.items() if k not in ("MBRIDGE_SEQPACK_MODE", "PYTHONSAFEPATH")}
+    env["PYTHONHASHSEED"] = "0"  # set and dict orders of str keys the same in every record
     plugin_root = str(Path(mbridge_seqpack.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([plugin_root, *filter(None, [os.environ.get("PYTHONPATH")])])
     with tempfile.TemporaryDirectory(prefix="mbridge_seqpack_record_") as scratch:
@@ -90,7 +96,7 @@ def record(checkout: Path | None = None, only: Sequence[str] | None = None) -> d
             raise CheckoutImportError(f"{checkout or 'the installed Megatron-Bridge'}: {last}")
         if done.returncode != 0 or not out.is_file():
             tail = "\n".join(done.stderr.strip().splitlines()[-20:])
-            raise RuntimeError(f"the recording subprocess exited {done.returncode}:\n{tail}")
+            raise RecordingFailed(f"the recording subprocess exited {done.returncode}:\n{tail}")
         ran = json.loads(out.read_text())
     return {
         "format": FORMAT,

@@ -92,7 +92,9 @@ def test_bisect_run_exits_0_unchanged_and_1_changed(installed: Path, tmp_path: P
     data = json.loads(installed.read_text())
     _as_if_recorded(monkeypatch, data)
     assert main(["contract", "bisect-run", "--against", str(installed)]) == 0
-    assert "unchanged: census.scan," in unwrap(capsys.readouterr().err)
+    # by default the outcomes decide; census.scan (the guards of the functions run) only when named
+    assert "unchanged: collate.in_batch, collate.packed.mapped_padding," in unwrap(capsys.readouterr().err)
+    assert main(["contract", "bisect-run", "--against", str(installed), "--only", "census.scan"]) == 0
     changed = copy.deepcopy(data)
     changed["observations"]["collate.packed.mult1"]["value"]["rows 0,1,2"]["cu_seqlens_q"][0][1] += 1
     good = tmp_path / "good.json"
@@ -123,12 +125,8 @@ def test_bisect_run_skips_a_checkout_that_cannot_be_imported(tmp_path: Path, ins
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["bisect-run", "--against", "{missing}"], "missing.json: no such record; write one with"),
-        (["bisect-run", "--against", "{bad}"], "bad.json: not a contract record (not JSON: "),
         (["diff", "{installed}", "{bad}"], "bad.json: not a contract record (not JSON: "),
         (["diff", "{installed}", "{other}"], 'other.json: not a contract record (no "format"'),
-        (["bisect-run", "--against", "{installed}", "--only", "nosuch"], "--only nosuch: no such observation;"),
-        (["bisect-run", "--against", "{installed}", "--megatron-bridge", "{missing}"], "missing.json: no such folder"),
         (["record", "-o", "{other}", "--megatron-bridge", "{tmp}"], "not a Megatron-Bridge repository root"),
     ],
 )
@@ -142,6 +140,32 @@ def test_user_mistakes_exit_2_with_one_line(argv, message, installed: Path, tmp_
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--against", "{missing}"], "missing.json: no such record; write one with"),
+        (["--against", "{bad}"], "bad.json: not a contract record (not JSON: "),
+        (["--against", "{installed}", "--only", "nosuch"], "--only nosuch: no such observation;"),
+        (["--against", "{installed}", "--megatron-bridge", "{missing}"], "missing.json: no such folder"),
+        (["--against", "{installed}", "--megatron-bridge"], "argument --megatron-bridge: expected one argument"),
+        (["--agianst", "{installed}"], "the following arguments are required: --against"),
+        (["--against", "{installed}", "--onyl", "x"], "unrecognized arguments: --onyl x"),
+    ],
+)
+def test_kit_mistakes_under_bisect_run_abort_the_bisect(argv, message, installed: Path, tmp_path: Path, capsys):
+    """git bisect run counts 1-127 but 125 as bad: a mistake of the kit exits 128, which aborts the bisect."""
+    (tmp_path / "bad.json").write_text("{bad")
+    where = {"missing": tmp_path / "missing.json", "bad": tmp_path / "bad.json"}
+    argv = [a.format(installed=installed, **where) for a in argv]
+    try:
+        code = main(["contract", "bisect-run", *argv])
+    except SystemExit as exc:  # argparse's own exit
+        code = exc.code
+    assert code == 128
+    err = unwrap(capsys.readouterr().err)
+    assert message in err and "(exit 128: git bisect run stops here)" in err and "Traceback" not in err
+
+
 def _small(observations: dict[str, Any]) -> dict[str, Any]:
     return {"format": "mbridge-seqpack contract record", "observations_version": 1, "observations": observations}
 
@@ -150,13 +174,14 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     def obs(value: Any, function: str = "megatron.bridge.data.packing.gpt_sft:GPTSFTPackedDataset.collate_fn"):
         return {"function": function, "inputs": "3 synthetic rows " + "in 20 " * 30, "status": "ok", "value": value}
 
-    sites = {"megatron/bridge/training/gpt_step.py::get_batch::raise::%s::0" % d: "raise ValueError('x')" for d in "a"}
+    at = "megatron/bridge/training/gpt_step.py"
+    guards = {"collate.x": {"raise::a::0": f"{at} get_batch: raise ValueError('x')"}}
     before = _small(
         {
             "collate.x": obs({"rows 0,1": {"tokens": [1, 2, 3, 4], "cu": [0, 4]}, "rows 2": {"tokens": [5]}}),
             "step.y": obs({"rows 0": list(range(200))}, "megatron.bridge.training.gpt_step:get_batch"),
             "same": obs({"a": 1}),
-            "census.scan": obs({"files_missing": [], "sites": sites}, "mbridge_seqpack.census.scanner:scan_file"),
+            "census.scan": obs(guards, "mbridge_seqpack.contract.guards:guards_of_source"),
             "validate.rule_cases": obs({"cp0": {"config": "world 8, cp 0", "verdict": "ok"}}),
         }
     )
@@ -164,9 +189,9 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     after["observations"]["collate.x"]["value"]["rows 0,1"]["tokens"][2:] = [9, 8]  # first difference at tokens[2]
     after["observations"]["collate.x"]["value"]["rows 2"]["tokens"] = [6]
     after["observations"]["step.y"]["value"]["rows 0"] = list(range(1, 201))
-    after["observations"]["census.scan"]["value"]["sites"] = {
-        "megatron/bridge/training/gpt_step.py::get_batch::raise::b::0": "raise ValueError('y')",
-        "megatron/bridge/training/gpt_step.py::_new::assert::c::0": "assert mask",
+    after["observations"]["census.scan"]["value"]["collate.x"] = {
+        "raise::b::0": f"{at} get_batch: raise ValueError('y')",
+        "assert::c::0": f"{at} _new: assert mask",
     }
     after["observations"]["validate.rule_cases"]["value"]["cp0"]["verdict"] = "ZeroDivisionError"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -175,7 +200,7 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     assert main(["contract", "diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100
-    assert out.startswith("4 observations changed\n")
+    assert out.startswith("3 observations changed\n")
     collate = out[out.index("collate.x  (megatron.bridge.data.packing.gpt_sft:GPTSFTPackedDataset.collate_fn)") :]
     assert collate.split("\n\n")[0].splitlines()[-4:] == [
         "  input: rows 0,1",
@@ -184,20 +209,22 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
         "  after:  9",
     ]
     assert "  at: [0]\n  before: 0\n  after:  1\n" in out  # step.y: the first element, not the whole list
-    assert "  changed megatron/bridge/training/gpt_step.py get_batch [raise]: raise ValueError('x') -> raise" in out
-    assert "  added megatron/bridge/training/gpt_step.py _new [assert]: assert mask" in out
+    # the guards of the code the inputs ran are shown after the changes, not counted
+    assert "\n\ncensus.scan: 2 guards of the code these inputs ran changed (shown, not counted: " in out
+    assert f"  changed guard {at} get_batch: raise ValueError('x') -> raise\n      ValueError('y')\n" in out
+    assert f"  added guard {at} _new: assert mask\n" in out
     assert "  cp0 (world 8, cp 0): ok -> ZeroDivisionError" in out
     assert "same" not in out.replace("the same", "")
 
     assert main(["contract", "diff", "--json", str(a), str(b)]) == 1
     got = json.loads(capsys.readouterr().out)
     assert got["changed"] is True and [c["observation"] for c in got["changes"]] == [
-        "census.scan",
         "collate.x",
         "step.y",
         "validate.rule_cases",
     ]
-    first = got["changes"][1]
+    assert [c["observation"] for c in got["guards_not_counted"]] == ["census.scan"]
+    first = got["changes"][0]
     assert (first["input"], first["position"], first["before"], first["after"]) == ("rows 0,1", "tokens[2]", 3, 9)
     assert main(["contract", "diff", "--json", str(a), str(a)]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == []
