@@ -31,6 +31,7 @@ __all__ = [
     "InputError",
     "file_sha256",
     "tokenizer_files_sha256",
+    "sealed_tokenizer_files",
     "check_chat_template",
     "check_jsonl",
     "template_fields",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 
+#: the order the seal hashed files in before the names came from the tokenizer's classes
+#: (tokenization/tokenizer_files.py): kept first, so a pack sealed then over these files keeps its digest
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -51,25 +54,42 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], str] | None = None) -> str:
-    """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents);
-    ``file_digest`` hashes one file (default: read it whole; a launch passes ``digests.launch_sha256``, the same
-    digest, remembered)."""
-    root = Path(directory)
-    if not root.is_dir():
+def sealed_tokenizer_files(target: str | Path) -> list[str]:
+    """The files of the tokenizer at ``target`` the seal hashes, in its order (tokenization/tokenizer_files.py);
+    ``[""]`` for a single-file tokenizer (a SentencePiece ``.model``)."""
+    from mbridge_seqpack.tokenization.tokenizer_files import tokenizer_files
+
+    root = Path(target)
+    if not root.exists():
         raise InputError(
-            f"tokenizer {directory}: not a directory; pass a Hugging Face tokenizer directory "
-            f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json)"
+            f"tokenizer {target}: no such file or directory; pass a Hugging Face tokenizer directory "
+            f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json) or a SentencePiece .model file"
         )
-    digest = hashlib.sha256()
-    found = [name for name in TOKENIZER_FILES if (root / name).is_file()]
+    if not (root.is_dir() or root.is_file()):
+        raise InputError(f"tokenizer {target}: not a directory or a regular file; pass a tokenizer directory")
+    found = tokenizer_files(root)
     if not found:
         raise InputError(
-            f"tokenizer {directory}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+            f"tokenizer {target}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
             f"pass a Hugging Face tokenizer directory with --tokenizer"
         )
-    for name in found:
-        digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(root / name).encode() + b"\0")
+    return [name for name in TOKENIZER_FILES if name in found] + [n for n in found if n not in TOKENIZER_FILES]
+
+
+def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], str] | None = None) -> str:
+    """One hash over every file the tokenizer at ``directory`` loads (names and contents:
+    :func:`sealed_tokenizer_files`) and the ``config.json`` fields that choose its class; ``file_digest`` hashes one
+    file (default: read it whole; a launch passes ``digests.launch_sha256``, the same digest, remembered)."""
+    from mbridge_seqpack.tokenization.tokenizer_files import class_choice
+
+    root = Path(directory)
+    digest = hashlib.sha256()
+    for name in sealed_tokenizer_files(root):
+        path = root / name if name else root
+        digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(path).encode() + b"\0")
+    choice = class_choice(root) if root.is_dir() else None
+    if choice is not None:
+        digest.update(b"config.json:class\0" + hashlib.sha256(choice).hexdigest().encode() + b"\0")
     return digest.hexdigest()
 
 
