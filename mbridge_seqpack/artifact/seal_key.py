@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ArtifactError
+from mbridge_seqpack.errors import ArtifactError, os_reason
 
 __all__ = [
     "KEY_ENV",
@@ -68,7 +68,7 @@ def seal_key(key_file: str | Path | None = None) -> bytes | None:
         try:
             raw = Path(named).read_bytes()
         except OSError as exc:
-            raise ArtifactError(f"{where} {named}: cannot be read ({exc.strerror})") from None
+            raise ArtifactError(f"{where} {named}: cannot be read ({os_reason(exc)})") from None
         return _checked(raw.rstrip(b"\r\n"), f"{where} {named}")
     text = os.environ.get(KEY_ENV)
     if not text:  # unset or empty: no key (the module's docstring says why)

@@ -46,14 +46,15 @@ PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "va
 
 
 def _tokenizer_dir(cfg: ConfigContainer) -> Path | None:
-    """The configured tokenizer when it is a local Hugging Face directory (a hub id or a non-HF tokenizer: nothing
-    local to compare)."""
+    """The configured tokenizer when it is local: a Hugging Face directory, or a single-file tokenizer (a
+    SentencePiece ``.model``); a hub id, or none: nothing local to compare."""
     from mbridge_seqpack.digests import note_read
 
     model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
     if model is not None:
         note_read(str(model))
-    return Path(str(model)) if model is not None and Path(str(model)).is_dir() else None
+    local = model is not None and (Path(str(model)).is_dir() or Path(str(model)).is_file())
+    return Path(str(model)) if local else None
 
 
 def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:

@@ -142,3 +142,26 @@ def test_a_single_file_sentencepiece_tokenizer_is_sealed_by_its_bytes(tmp_path: 
     assert tokenizer_files_sha256(copy) == sealed  # the name of the file is not sealed, its bytes are
     model.write_bytes(model.read_bytes()[:-1] + bytes([model.read_bytes()[-1] ^ 1]))
     assert _stops(model, sealed) is not None
+
+
+@pytest.mark.slow
+def test_a_wordpiece_pack_whose_vocab_txt_is_edited_after_packing_is_refused(packed_cfg: Any, tmp_path: Path) -> None:
+    """The #52 red-team case end to end: a pack tokenized with a WordPiece tokenizer whose vocabulary is only
+    vocab.txt; two tokens swapped there after packing; validate() refuses the pack (and the launch's content check
+    reads the edit)."""
+    from mbridge_seqpack.rules.artifact import content_plan
+    from tests.support.packs import pack_rule, run_pack, small_jsonl
+
+    directory = FAMILIES["WordPiece"][0](tmp_path / "tok")
+    source = small_jsonl(tmp_path / "training.jsonl", n=8)
+    run_pack({"training": source}, tmp_path / "pack", tokenizer=directory)
+    packed_cfg.tokenizer.tokenizer_model = str(directory)
+    packed_cfg.dataset.offline_packing_specs.packed_train_data_path = str(
+        tmp_path / "pack" / "training_4096.idx.parquet"
+    )
+    packed_cfg.dataset.do_validation = False
+    assert pack_rule(packed_cfg) == []
+    _swap_two_tokens(directory / "vocab.txt", "the", "fox")
+    (v,) = pack_rule(packed_cfg)
+    assert "the pack was tokenized with another tokenizer" in v.rule
+    assert content_plan(packed_cfg).tokenizer.check(lambda n: None) is not None
