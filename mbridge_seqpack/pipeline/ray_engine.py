@@ -18,6 +18,7 @@ the pack's staging directory, and removed with it). Ray is an optional extra (``
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -37,6 +38,8 @@ __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", 
 #: retries a task forever by default (data/_internal/remote_fn.py cached_remote_fn: max_retries=-1), so a shard that
 #: kills its worker every time would never stop
 TASK_FAILURES = 3
+#: sets the tries of a task for ``pack --ray`` (a positive integer)
+TASK_FAILURES_ENV = "MBRIDGE_SEQPACK_RAY_TASK_FAILURES"
 #: each try of a shard appends a line here (in its spill directory), so the driver can name the shard that failed
 ATTEMPTS = "attempts"
 
@@ -292,12 +295,16 @@ class RayEngine:
         address: str,
         shard_bytes: int = SHARD_BYTES,
         progress: bool | None = None,
-        task_failures: int = TASK_FAILURES,
+        task_failures: int | None = None,
     ) -> None:
         if not isinstance(shard_bytes, int) or shard_bytes < 1:
             raise InputError(f"--ray-shard-mb must be positive, got {shard_bytes!r}")
+        if task_failures is None:
+            text = os.environ.get(TASK_FAILURES_ENV, "")
+            given: Any = int(text) if text.isdigit() else text  # the text itself where it is not a count
+            task_failures = given if text else TASK_FAILURES
         if not isinstance(task_failures, int) or isinstance(task_failures, bool) or task_failures < 1:
-            raise InputError(f"--ray-task-failures must be a positive integer, got {task_failures!r}")
+            raise InputError(f"{TASK_FAILURES_ENV} must be a positive integer, got {task_failures!r}")
         self.address, self.shard_bytes, self.progress = address, shard_bytes, progress
         self.task_failures = task_failures  # a task's tries: Ray retries it task_failures - 1 times
         self.ray: Any = None

@@ -188,15 +188,18 @@ def _parse_int(digits: str) -> Any:
     return _HugeInt(digits) if len(digits.lstrip("-")) > INT_DIGITS else int(digits)
 
 
-def _huge_field(value: Any, where: str = "") -> tuple[str, int] | None:
-    """(field path, digits) of the first :class:`_HugeInt` in a parsed record."""
-    if isinstance(value, _HugeInt):
-        return where or "(the record)", len(value.lstrip("-"))
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _huge_field(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key)
-        if found:
-            return found
+def _huge_field(record: Any) -> tuple[str, int] | None:
+    """(field path, digits) of the first :class:`_HugeInt` in a parsed record (walked without recursion: a record
+    nested as deep as JSON parses must not overflow the stack here)."""
+    stack: list[tuple[str, Any]] = [("", record)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, _HugeInt):
+            return where or "(the record)", len(value.lstrip("-"))
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
     return None
 
 

@@ -158,9 +158,18 @@ def test_a_shard_whose_worker_dies_on_every_try_stops_the_pack_in_one_line(ray_c
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
 
 
-def test_task_failures_must_be_positive() -> None:
-    from mbridge_seqpack.pipeline.ray_engine import RayEngine
+def test_task_failures_come_from_the_environment_and_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbridge_seqpack.pipeline.ray_engine import TASK_FAILURES_ENV, RayEngine
 
-    with pytest.raises(InputError) as info:
-        RayEngine("local", task_failures=0)
-    assert str(info.value) == "--ray-task-failures must be a positive integer, got 0"
+    monkeypatch.delenv(TASK_FAILURES_ENV, raising=False)
+    assert RayEngine("local").task_failures == 3
+    monkeypatch.setenv(TASK_FAILURES_ENV, "5")
+    assert RayEngine("local").task_failures == 5
+    for bad in ("0", "-1", "many"):
+        monkeypatch.setenv(TASK_FAILURES_ENV, bad)
+        with pytest.raises(InputError) as info:
+            RayEngine("local")
+        assert (
+            str(info.value)
+            == f"{TASK_FAILURES_ENV} must be a positive integer, got {bad if bad == '0' else repr(bad)}"
+        )
