@@ -282,10 +282,14 @@ def _check_chat(path: Path, number: int, record: dict) -> None:
     turns = record[name]
     if not isinstance(turns, list) or not turns:
         later = [key for key in CHAT_KEYS[CHAT_KEYS.index(name) + 1 :] if record.get(key)]
-        also = f" ({later[0]!r} beside it is not read: Megatron-Bridge reads {name!r} first; drop {name!r})"
+        also = (
+            f" ({later[0]!r} beside it is not read: Megatron-Bridge reads {name!r} first; drop {name!r})"
+            if later
+            else ""
+        )
         raise InputError(
             f"{path}:{number}: a chat record needs a non-empty {name!r} list of {{role, content}} objects, got "
-            f"{json.dumps(turns)[:60]}{also if later else ''}"
+            f"{json.dumps(turns)[:60]}{also}"
         )
     for i, turn in enumerate(turns):
         pairs = [("role", "content"), ("from", "value")]  # Megatron-Bridge reads either in any schema

@@ -110,3 +110,49 @@ def test_an_override_longer_than_a_file_name_is_not_tried_as_a_path() -> None:
     args = argparse.Namespace(input=template, overrides=["dataset.seed=3"], recipe="r.py:f")
     _split_positionals(args)
     assert args.input is None and args.overrides == [template, "dataset.seed=3"]
+
+
+TOOL_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<user> {{ m['content'] }}\n"
+    "{% elif m['role'] == 'tool' %}<tool> {{ m['content'] }}\n{% else %}{% generation %}<assistant> "
+    "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}<call> {{ c['function']['name'] }}({{ "
+    "c['function']['arguments'] }}){% endfor %}{% else %}{{ m['content'] }}{% endif %}{{ eos_token }}"
+    "{% endgeneration %}\n{% endif %}{% endfor %}"
+)
+CHAT_RECIPE = RECIPE.replace(
+    "    cfg.dataset.do_validation = False\n",
+    "    cfg.dataset.do_validation = False\n"
+    '    cfg.dataset.dataset_kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}\n'
+    f"    cfg.tokenizer.chat_template = {TOOL_TEMPLATE!r}\n",
+)
+
+
+def test_openai_tool_call_turns_with_null_content_pack_as_megatron_bridge_prepares_them(
+    tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture
+) -> None:
+    """An assistant turn that calls a tool carries ``"content": null`` (OpenAI's format): Megatron-Bridge's chat prep
+    hands it to the template unchanged, the template renders its ``tool_calls``; ``pack`` packs the same rows."""
+    from mbridge_seqpack.cli.main import main
+    from mbridge_seqpack.recipes.targets import build_launch
+    from tests.support.packs import TOKENIZER, packed_sequences
+
+    (tmp_path / "root").mkdir()
+    with open(tmp_path / "root" / "training.jsonl", "w") as out:
+        for i in range(20):
+            call = {"type": "function", "function": {"name": "add", "arguments": json.dumps({"a": i, "b": 2})}}
+            turns = [
+                {"role": "user", "content": f"what is {i} plus 2?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "content": str(i + 2)},
+                {"role": "assistant", "content": f"it is {i + 2}"},
+            ]
+            out.write(json.dumps({"messages": turns}) + "\n")
+    recipe = tmp_path / "tool_recipe.py"
+    recipe.write_text(CHAT_RECIPE.format(root=str(tmp_path / "root"), tok=str(TOKENIZER), kind="HuggingFaceTokenizer"))
+    target = f"{recipe}:typed_recipe"
+    out_dir = tmp_path / "pack"
+    assert main(["pack", "--recipe", target, "--output", str(out_dir), "--json"]) == 0, capsys.readouterr().err
+    cfg = build_launch(target, []).cfg
+    ours = packed_sequences(out_dir / "training_2048.idx.parquet")
+    assert sum(ours.values()) == 20
+    assert ours == packed_sequences(_megatron_bridges_own_prep(cfg, tmp_path))
