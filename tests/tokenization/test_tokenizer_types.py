@@ -122,8 +122,8 @@ TOOL_TEMPLATE = (
 CHAT_RECIPE = RECIPE.replace(
     "    cfg.dataset.do_validation = False\n",
     "    cfg.dataset.do_validation = False\n"
-    '    cfg.dataset.dataset_kwargs = {"chat": True, "use_hf_tokenizer_chat_template": True}\n'
-    f"    cfg.tokenizer.chat_template = {TOOL_TEMPLATE!r}\n",
+    '    cfg.dataset.dataset_kwargs = {{"chat": True, "use_hf_tokenizer_chat_template": True}}\n'
+    "    cfg.tokenizer.chat_template = {template!r}\n",
 )
 
 
@@ -148,7 +148,11 @@ def test_openai_tool_call_turns_with_null_content_pack_as_megatron_bridge_prepar
             ]
             out.write(json.dumps({"messages": turns}) + "\n")
     recipe = tmp_path / "tool_recipe.py"
-    recipe.write_text(CHAT_RECIPE.format(root=str(tmp_path / "root"), tok=str(TOKENIZER), kind="HuggingFaceTokenizer"))
+    recipe.write_text(
+        CHAT_RECIPE.format(
+            root=str(tmp_path / "root"), tok=str(TOKENIZER), kind="HuggingFaceTokenizer", template=TOOL_TEMPLATE
+        )
+    )
     target = f"{recipe}:typed_recipe"
     out_dir = tmp_path / "pack"
     assert main(["pack", "--recipe", target, "--output", str(out_dir), "--json"]) == 0, capsys.readouterr().err
