@@ -122,8 +122,7 @@ TOOL_TEMPLATE = (
 CHAT_RECIPE = RECIPE.replace(
     "    cfg.dataset.do_validation = False\n",
     "    cfg.dataset.do_validation = False\n"
-    '    cfg.dataset.dataset_kwargs = {{"chat": True, "use_hf_tokenizer_chat_template": True}}\n'
-    "    cfg.tokenizer.chat_template = {template!r}\n",
+    '    cfg.dataset.dataset_kwargs = {{"chat": True, "use_hf_tokenizer_chat_template": True}}\n',
 )
 
 
@@ -148,11 +147,11 @@ def test_openai_tool_call_turns_with_null_content_pack_as_megatron_bridge_prepar
             ]
             out.write(json.dumps({"messages": turns}) + "\n")
     recipe = tmp_path / "tool_recipe.py"
-    recipe.write_text(
-        CHAT_RECIPE.format(
-            root=str(tmp_path / "root"), tok=str(TOKENIZER), kind="HuggingFaceTokenizer", template=TOOL_TEMPLATE
-        )
-    )
+    tokenizer = tmp_path / "tok"  # the template in the tokenizer's own config, as a chat model ships it
+    shutil.copytree(TOKENIZER, tokenizer)
+    config = json.loads((tokenizer / "tokenizer_config.json").read_text())
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TOOL_TEMPLATE}))
+    recipe.write_text(CHAT_RECIPE.format(root=str(tmp_path / "root"), tok=str(tokenizer), kind="HuggingFaceTokenizer"))
     target = f"{recipe}:typed_recipe"
     out_dir = tmp_path / "pack"
     assert main(["pack", "--recipe", target, "--output", str(out_dir), "--json"]) == 0, capsys.readouterr().err
