@@ -84,10 +84,11 @@ def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], 
 
     root = Path(directory)
     digest = hashlib.sha256()
-    for name in sealed_tokenizer_files(root):
+    names = sealed_tokenizer_files(root)
+    choice = class_choice(root) if root.is_dir() else None  # read first: the files' digests are the last calls
+    for name in names:
         path = root / name if name else root
         digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(path).encode() + b"\0")
-    choice = class_choice(root) if root.is_dir() else None
     if choice is not None:
         digest.update(b"config.json:class\0" + hashlib.sha256(choice).hexdigest().encode() + b"\0")
     return digest.hexdigest()
