@@ -21,6 +21,7 @@ __all__ = [
     "InputError",
     "PackingConfigError",
     "format_assignment",
+    "os_reason",
     "ERROR",
     "ADVISORY",
     "UNDETERMINED",
@@ -166,3 +167,15 @@ class PackingConfigError(SeqpackError):
     def rule_ids(self) -> list[str]:
         """The ids of the broken rules, in catalog order."""
         return [v.rule_id for v in self.violations]
+
+
+def os_reason(exc: OSError) -> str:
+    """Why an ``OSError`` happened, in words: its ``strerror``, or its text where a library raised one without an
+    errno (numpy's ``tofile`` on a full disk: "N requested and M written"; pyarrow's), never "None"."""
+    if exc.strerror:
+        return str(exc.strerror)
+    if exc.errno is not None:
+        import os
+
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__

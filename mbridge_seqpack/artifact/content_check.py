@@ -21,7 +21,7 @@ from typing import Any, Callable
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles, verify_tiles
 from mbridge_seqpack.digests import FileStamp, file_sha256, forget, remember, verified_sha256
 from mbridge_seqpack.errors import ArtifactError
-from mbridge_seqpack.tokenization.sequences import TOKENIZER_FILES, InputError, tokenizer_files_sha256
+from mbridge_seqpack.tokenization.sequences import InputError, sealed_tokenizer_files, tokenizer_files_sha256
 
 __all__ = ["ContentPlan", "PackFile", "SourceFile", "TokenizerFiles", "BackgroundCheck", "ContentCheckError"]
 
@@ -115,7 +115,13 @@ class TokenizerFiles:
 
     @property
     def nbytes(self) -> int:
-        return sum((self.directory / n).stat().st_size for n in TOKENIZER_FILES if (self.directory / n).is_file())
+        try:
+            return sum(
+                (self.directory / n if n else self.directory).stat().st_size
+                for n in sealed_tokenizer_files(self.directory)
+            )
+        except (InputError, OSError):
+            return 0
 
 
 #: what rank 0's content check found, by code (the ranks agree on the largest): the other ranks' message

@@ -5,7 +5,8 @@
    row-group tiles it returns a :class:`~mbridge_seqpack.artifact.verified_parquet.VerifiedParquetFile`, whose
    ``read_row_group`` parses only bytes that matched their seal. A tile that differs raises in ``__getitem__``,
    which the DataLoader re-raises in the training loop before that batch reaches the model. Unsealed files
-   (Megatron-Bridge's own prep) and remote storage (Multi-Storage Client) are read as before.
+   (Megatron-Bridge's own prep) and remote storage (Multi-Storage Client) are read as before, except that an
+   unsealed file is refused where a seal key is set (artifact/seal_key.py: only packs sealed with it train).
 2. **The content check, joined before the first optimizer step.** :func:`arm` (called by the hook after
    ``validate()`` passes) starts :class:`~mbridge_seqpack.artifact.content_check.BackgroundCheck` on rank 0 and
    wraps ``megatron.bridge.training.train.train_step``, which ``train()`` looks up in its module at call time
@@ -29,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from mbridge_seqpack.artifact.content_check import FOUND_IN, BackgroundCheck, ContentCheckError, ContentPlan
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError
+from mbridge_seqpack.artifact.seal_key import unsealed_problem
 from mbridge_seqpack.artifact.verified_parquet import VerifiedParquetFile, find_seal
 from mbridge_seqpack.errors import ArtifactError
 from mbridge_seqpack.ranks import is_rank_zero
@@ -97,6 +99,9 @@ def _guarded_reader(dataset: Any, file_idx: int) -> VerifiedParquetFile | None:
     path = dataset._parquet_paths[file_idx]
     try:
         seal = find_seal(path)
+        unkeyed = unsealed_problem() if seal is None else None
+        if unkeyed is not None:  # a seal key is set: a file swapped in after validate() is not read either
+            raise ArtifactError(f"{path}: {unkeyed}")
         if seal is None or seal.tiles is None:
             return None  # unsealed, or sealed with one digest per file: the content check covers it
         reader = _GuardedReader(path, seal.tiles)

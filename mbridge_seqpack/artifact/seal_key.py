@@ -6,7 +6,13 @@ recompute every hash with the plugin's own functions. With a key (``MBRIDGE_SEQP
 ``MBRIDGE_SEQPACK_SEAL_KEY_FILE`` or ``pack --seal-key-file``), each entry also carries ``entry_hmac_sha256``, which
 nobody without the key can recompute, so an edited entry, tile or token is refused wherever the key is set. The
 entry records that it is keyed (``seal_keyed``), never the key. Where a key is set, an entry without a keyed seal is
-refused (a stripped seal reads as one); where none is set, a keyed entry is refused with the variable to set.
+refused (a stripped seal reads as one), and so is a file without any seal (Megatron-Bridge's own prep, or files
+swapped in: :func:`unsealed_problem`); where none is set, a keyed entry is refused with the variable to set.
+
+An empty variable (``MBRIDGE_SEQPACK_SEAL_KEY=""``, ``MBRIDGE_SEQPACK_SEAL_KEY_FILE=""``) is no key, as unset: an
+empty value is what a launcher or container declares for a variable it does not set, and reading it as a key of
+0 bytes would refuse every pack, keyed or not, with nothing the user can do but unset it. It weakens nothing that
+an unset variable does not: a keyed pack is still refused without its key.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mbridge_seqpack.errors import ArtifactError
+from mbridge_seqpack.errors import ArtifactError, os_reason
 
 __all__ = [
     "KEY_ENV",
@@ -30,6 +36,8 @@ __all__ = [
     "seal_key",
     "entry_hmac",
     "keyed_problem",
+    "unsealed_problem",
+    "SEAL_COMMAND",
 ]
 
 KEY_ENV = "MBRIDGE_SEQPACK_SEAL_KEY"
@@ -60,10 +68,10 @@ def seal_key(key_file: str | Path | None = None) -> bytes | None:
         try:
             raw = Path(named).read_bytes()
         except OSError as exc:
-            raise ArtifactError(f"{where} {named}: cannot be read ({exc.strerror})") from None
+            raise ArtifactError(f"{where} {named}: cannot be read ({os_reason(exc)})") from None
         return _checked(raw.rstrip(b"\r\n"), f"{where} {named}")
     text = os.environ.get(KEY_ENV)
-    if text is None:
+    if not text:  # unset or empty: no key (the module's docstring says why)
         return None
     return _checked(text.encode(), KEY_ENV)
 
@@ -95,3 +103,23 @@ def keyed_problem(entry: dict[str, Any], body: dict[str, Any], key: bytes | None
             "sealed it"
         )
     return None
+
+
+#: what seals a pack with the key (the message of a pack refused for having no keyed seal)
+SEAL_COMMAND = f"{KEY_ENV}=<the key> mbridge-seqpack pack --recipe ... (or --seal-key-file FILE)"
+
+
+def unsealed_problem(what: str = "not sealed") -> str | None:
+    """Why a packed file without any seal (no mbridge_seqpack fingerprint: Megatron-Bridge's own prep, or files
+    substituted with its three metadata keys) must not be trained on: a seal key is set, and only packs sealed with
+    it are. None where no key is set (an unsealed pack is then Megatron-Bridge's own, read as it is)."""
+    try:
+        key = seal_key()
+    except ArtifactError as exc:
+        return f"{what}, and the seal key cannot be used: {exc}"
+    if key is None:
+        return None
+    return (
+        f"{what}, and a seal key is set ({KEY_ENV}/{KEY_FILE_ENV}): only packs sealed with that key are trained "
+        f"on; seal it with `{SEAL_COMMAND}`, the same key"
+    )

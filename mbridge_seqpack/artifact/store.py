@@ -32,7 +32,7 @@ from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_group_seal import seal_tiles
 from mbridge_seqpack.artifact.row_tokens import gather_tokens
 from mbridge_seqpack.digests import RACY_SECONDS, FileStamp, note_read
-from mbridge_seqpack.errors import ArtifactError
+from mbridge_seqpack.errors import ArtifactError, os_reason
 from mbridge_seqpack.tokenization.sequences import TokenizedSequences
 
 if TYPE_CHECKING:
@@ -146,12 +146,19 @@ def _fsync_dir(path: Path) -> None:
 
 
 def check_output(output: Path, *, overwrite: bool) -> Path:
-    """Refuse an --output that is a file, or non-empty without ``overwrite`` (before any slow work starts)."""
+    """Refuse an --output that is a file, a symbolic link to nothing, or non-empty without ``overwrite`` (before any
+    slow work starts; a parent that cannot be written is refused when the staging directory's lock is taken, before
+    tokenizing)."""
     output = Path(output).absolute()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ArtifactError(f"--output {output}: cannot create its parent directory ({exc.strerror})") from None
+        raise ArtifactError(f"--output {output}: cannot create its parent directory ({os_reason(exc)})") from None
+    if output.is_symlink() and not output.exists():  # the pack's final rename would fail on it, after all the work
+        raise ArtifactError(
+            f"--output {output}: a symbolic link that resolves to nothing (a loop, or a missing target); remove it "
+            "or choose another --output"
+        )
     if output.exists() and not output.is_dir():
         raise ArtifactError(f"--output {output}: is a file, not a directory; choose another --output")
     if output.is_dir() and any(output.iterdir()) and not overwrite:
@@ -201,7 +208,7 @@ def staged_directory(output: Path, *, overwrite: bool) -> Iterator[Path]:
         lock = open(parent / f".{output.name}.lock", "w")
     except OSError as exc:
         raise ArtifactError(
-            f"--output {output}: cannot write in {parent} ({exc.strerror}); choose a writable --output"
+            f"--output {output}: cannot write in {parent} ({os_reason(exc)}); choose a writable --output"
         ) from None
     with lock:
         try:
@@ -432,7 +439,9 @@ def write_row_groups(
                 del table, values
                 pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     except OSError as exc:
-        raise ArtifactError(f"{path}: cannot be written ({exc}); free space or choose another --output") from None
+        raise ArtifactError(
+            f"{path}: cannot be written ({os_reason(exc)}); free space or choose another --output"
+        ) from None
 
 
 def date_back(path: str | Path) -> FileStamp:
@@ -518,7 +527,7 @@ def write_metadata(path: Path, entries: Sequence[PackEntry], key: bytes | None =
         path.write_text(json.dumps(sealed, indent=1, sort_keys=True))
     except OSError as exc:
         raise ArtifactError(
-            f"{path}: cannot be written ({exc.strerror}); free space or choose another --output"
+            f"{path}: cannot be written ({os_reason(exc)}); free space or choose another --output"
         ) from None
 
 

@@ -221,6 +221,15 @@ class PackRequest:
     seal_key_file: str | None = None
 
 
+def _exists(item: str) -> bool:
+    """Whether ``item`` names an existing path; an override too long to be a file name (an inline chat template of
+    more than 255 characters: "File name too long") or otherwise not one is not a path."""
+    try:
+        return Path(item).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _split_positionals(args: argparse.Namespace) -> None:
     """``pack --recipe X key=value [INPUT]``: the positionals are overrides, and at most one input file."""
     given = [item for item in [args.input, *args.overrides] if item is not None]
@@ -228,7 +237,7 @@ def _split_positionals(args: argparse.Namespace) -> None:
         raise UsageError(
             "pack: INPUT is an empty string (an unset shell variable?); name a JSONL file or leave it out"
         )
-    files = [item for item in given if "=" not in item or Path(item).exists()]
+    files = [item for item in given if "=" not in item or _exists(item)]
     if len(files) > 1:
         raise UsageError(f"pack takes one INPUT file, got {len(files)}: {' '.join(files)}")
     args.input = files[0] if files else None

@@ -18,6 +18,7 @@ the pack's staging directory, and removed with it). Ray is an optional extra (``
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -29,9 +30,18 @@ import numpy as np
 from mbridge_seqpack.artifact.pack_phases import reached
 from mbridge_seqpack.artifact.row_tokens import read_segments
 from mbridge_seqpack.errors import SeqpackError
-from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets
+from mbridge_seqpack.tokenization.sequences import InputError, SequenceOffsets, max_record_bytes
 
 __all__ = ["RayEngine", "Shard", "ShardJob", "ShardedSequences", "plan_shards", "connect"]
+
+#: how many times a task may fail (its worker killed, out of memory, a node lost) before the pack stops: Ray Data
+#: retries a task forever by default (data/_internal/remote_fn.py cached_remote_fn: max_retries=-1), so a shard that
+#: kills its worker every time would never stop
+TASK_FAILURES = 3
+#: sets the tries of a task for ``pack --ray`` (a positive integer)
+TASK_FAILURES_ENV = "MBRIDGE_SEQPACK_RAY_TASK_FAILURES"
+#: each try of a shard appends a line here (in its spill directory), so the driver can name the shard that failed
+ATTEMPTS = "attempts"
 
 #: the default shard: large enough that a worker's Megatron-Bridge start-up (one per worker process, ~40 s) is
 #: paid once for many shards, small enough that a few hundred fill a cluster
@@ -83,11 +93,10 @@ def plan_shards(path: Path, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
     cuts = [0]
     with open(path, "rb") as handle:
         while cuts[-1] + shard_bytes < size:
-            handle.seek(cuts[-1] + shard_bytes - 1)
-            handle.readline()  # to the end of the line holding the byte before the cut
-            if handle.tell() >= size:
+            end = _line_end(handle, cuts[-1] + shard_bytes - 1)  # the end of the line holding the byte before the cut
+            if end >= size:
                 break
-            cuts.append(handle.tell())
+            cuts.append(end)
         cuts.append(size)
         shards, line = [], 1
         for index, (start, end) in enumerate(zip(cuts, cuts[1:])):
@@ -99,6 +108,20 @@ def plan_shards(path: Path, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
                 line += block.count(b"\n")
                 remaining -= len(block)
     return shards
+
+
+def _line_end(handle: Any, position: int, block: int = 1 << 20) -> int:
+    """The offset just past the newline at or after ``position`` (the file's size without one), read a block at a
+    time: a line of any length is never read whole."""
+    handle.seek(position)
+    while True:
+        data = handle.read(block)
+        if not data:
+            return handle.tell()
+        found = data.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(data)
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,7 @@ class ShardJob:
     spill_root: str
     shown: str = ""  # the input file as the user named it, for messages (default: source)
     tokenizer_config: Any = None  # the recipe's TokenizerConfig (pack --recipe), else Megatron-Bridge's defaults
+    record_limit: int | None = None  # the driver's record limit (tokenization/sequences.py max_record_bytes)
 
 
 _TOKENIZERS: dict[tuple[str, str], Any] = {}  # one Megatron-Bridge tokenizer per worker process, directory, config
@@ -177,6 +201,8 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
             f"{job.spill_root}: the pack's staging directory is gone (its driver stopped or was killed); this shard "
             "is not written"
         ) from None
+    with open(directory / ATTEMPTS, "a") as attempts:  # before any work: a try killed later is counted
+        attempts.write("try\n")
     piece = directory / "input.jsonl"
     with open(job.source, "rb") as source, open(piece, "wb") as out:
         source.seek(shard.start)
@@ -190,7 +216,9 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
             out.write(block)
             remaining -= len(block)
     shown = job.shown or job.source
-    records = check_jsonl(piece, job.dataset_kwargs, first_line=shard.first_line, shown=shown, shard=True)
+    records = check_jsonl(
+        piece, job.dataset_kwargs, first_line=shard.first_line, shown=shown, shard=True, limit=job.record_limit
+    )
     seqs = tokenize_split(
         piece,
         _tokenizer(job.tokenizer, job.tokenizer_config),
@@ -203,6 +231,9 @@ def _tokenize_shard(shard: Shard, job: ShardJob) -> dict[str, Any]:
         records=records,
         spill_dir=directory / "spill",
         batched=job.batched,
+        first_line=shard.first_line,
+        shown=shown,
+        record_limit=job.record_limit,
     )
     piece.unlink()
     sizes = np.diff(seqs.offsets).astype(np.int64).tobytes()
@@ -259,10 +290,23 @@ class RayEngine:
     """Tokenization and row writing on a Ray cluster (``address`` as :func:`connect` takes it): a ``PackEngine``
     (pipeline/engine.py)."""
 
-    def __init__(self, address: str, shard_bytes: int = SHARD_BYTES, progress: bool | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        shard_bytes: int = SHARD_BYTES,
+        progress: bool | None = None,
+        task_failures: int | None = None,
+    ) -> None:
         if not isinstance(shard_bytes, int) or shard_bytes < 1:
             raise InputError(f"--ray-shard-mb must be positive, got {shard_bytes!r}")
+        if task_failures is None:
+            text = os.environ.get(TASK_FAILURES_ENV, "")
+            given: Any = int(text) if text.isdigit() else text  # the text itself where it is not a count
+            task_failures = given if text else TASK_FAILURES
+        if not isinstance(task_failures, int) or isinstance(task_failures, bool) or task_failures < 1:
+            raise InputError(f"{TASK_FAILURES_ENV} must be a positive integer, got {task_failures!r}")
         self.address, self.shard_bytes, self.progress = address, shard_bytes, progress
+        self.task_failures = task_failures  # a task's tries: Ray retries it task_failures - 1 times
         self.ray: Any = None
 
     def start(self) -> None:
@@ -276,7 +320,7 @@ class RayEngine:
         shards); joins the cluster first (the driver needs no Megatron-Bridge)."""
         if self.ray is None:
             self.start()
-        task = self.ray.remote(num_cpus=1)(tokenizer_facts)
+        task = self.ray.remote(num_cpus=1, max_retries=self.task_failures - 1)(tokenizer_facts)
         try:
             return tuple(  # type: ignore[return-value]
                 self.ray.get(task.remote(str(Path(tokenizer).absolute()), config))
@@ -318,19 +362,21 @@ class RayEngine:
             spill_root=str(Path(spill).absolute()),
             shown=str(source),
             tokenizer_config=tokenizer_config,
+            record_limit=max_record_bytes(),
         )
         ray = self.ray
         source = Path(job.source)
         Path(job.spill_root).mkdir(parents=True, exist_ok=True)
         shards = plan_shards(source, self.shard_bytes)
         dataset = ray.data.from_items([asdict(shard) for shard in shards], override_num_blocks=len(shards))
-        mapped = dataset.map(tokenize_shard, fn_kwargs={"job": job}, num_cpus=1)
+        mapped = _map(dataset, tokenize_shard, {"job": job}, self.task_failures)
         results: dict[int, dict[str, Any]] = {}
         begin, tokens = time.perf_counter(), 0
+        failed = _FailedShard(job, shards, results, self.task_failures)
         with self._bar(
             total=source.stat().st_size, unit="B", unit_scale=True, desc=f"tokenize {source.name} (ray)"
         ) as bar:
-            for row in _iterate(mapped):  # in shard order: the first refusal is the one a local pack gives
+            for row in _iterate(mapped, failed):  # in shard order: the first refusal is the one a local pack gives
                 if not results:
                     reached("tokenizing")  # the first shard is back, the others in flight
                 results[row["index"]] = row
@@ -378,8 +424,8 @@ class RayEngine:
             for k, (a, b) in enumerate(zip(cuts, cuts[1:]))
         ]
         plan = {"layout": ray.put(layout), "seqs": ray.put(seqs), "bounds": bounds, "info": info}
-        mapped = ray.data.from_items(parts, override_num_blocks=len(parts)).map(
-            write_part, fn_kwargs={"plan": plan}, num_cpus=1
+        mapped = _map(
+            ray.data.from_items(parts, override_num_blocks=len(parts)), write_part, {"plan": plan}, self.task_failures
         )
         with self._bar(total=layout.num_rows, unit="row", desc=f"write {path.name} (ray)") as bar:
             for row in _iterate(mapped):
@@ -400,9 +446,48 @@ def _balanced_cuts(layout: Any, bounds: list[tuple[int, int]], parts: int) -> li
     return sorted({0, *np.clip(inner, 1, len(bounds) - 1).tolist(), len(bounds)}) if parts > 1 else [0, len(bounds)]
 
 
-def _iterate(mapped: Any) -> Any:
-    """The rows of a Ray Data map as they finish; a worker's refusal (its row's ``error``) is raised here, and a worker
-    that died (killed, out of memory) is said in one line."""
+def _map(dataset: Any, fn: Any, fn_kwargs: dict[str, Any], tries: int) -> Any:
+    """``dataset.map(fn)`` on one CPU a task, each task tried at most ``tries`` times. Ray Data's own default retries
+    a task forever; ``max_retries`` is still a Ray remote argument there (Ray 2.60 warns it will need another
+    spelling in 2.64: its named parameters have none yet)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return dataset.map(fn, fn_kwargs=fn_kwargs, num_cpus=1, max_retries=tries - 1)
+
+
+@dataclass
+class _FailedShard:
+    """Which shard a failed tokenizing map was on: the one not back whose tries (its ``attempts`` file) are the
+    most."""
+
+    job: ShardJob
+    shards: list[Shard]
+    results: dict[int, Any]
+    tries: int
+
+    def __call__(self) -> str:
+        def tried(shard: Shard) -> int:
+            try:
+                return (shard_directory(self.job, shard.index) / ATTEMPTS).read_text().count("\n")
+            except OSError:
+                return 0
+
+        pending = [shard for shard in self.shards if shard.index not in self.results]
+        if not pending:
+            return "a task"
+        shard = max(pending, key=tried)
+        return (
+            f"shard {shard.index} of {self.job.shown or self.job.source} (bytes {shard.start}-{shard.end}, from line "
+            f"{shard.first_line}), tried {tried(shard)} time(s) of {self.tries},"
+        )
+
+
+def _iterate(mapped: Any, failed: Any = None) -> Any:
+    """The rows of a Ray Data map as they finish; a worker's refusal (its row's ``error``) is raised here, and a task
+    that failed its every try (its worker killed, out of memory) stops the pack in one line, naming the shard
+    (``failed()``) and the last error."""
     import ray
 
     try:
@@ -412,7 +497,8 @@ def _iterate(mapped: Any) -> Any:
             yield row
     except ray.exceptions.RayError as exc:
         last = [line for line in str(exc).splitlines() if line.strip()][-1:] or [type(exc).__name__]
+        where = failed() if failed is not None else "a worker task"
         raise InputError(
-            f"--ray: a worker task failed ({type(exc).__name__}: {last[0][:200]}); see the Ray logs of the cluster "
-            "(`ray logs`), then re-run pack"
+            f"--ray: {where} failed ({type(exc).__name__}: {last[0][:200]}); nothing was written; see the Ray logs "
+            "of the cluster (`ray logs`), then re-run pack"
         ) from None

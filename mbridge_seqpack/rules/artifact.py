@@ -46,14 +46,15 @@ PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "va
 
 
 def _tokenizer_dir(cfg: ConfigContainer) -> Path | None:
-    """The configured tokenizer when it is a local Hugging Face directory (a hub id or a non-HF tokenizer: nothing
-    local to compare)."""
+    """The configured tokenizer when it is local: a Hugging Face directory, or a single-file tokenizer (a
+    SentencePiece ``.model``); a hub id, or none: nothing local to compare."""
     from mbridge_seqpack.digests import note_read
 
     model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
     if model is not None:
         note_read(str(model))
-    return Path(str(model)) if model is not None and Path(str(model)).is_dir() else None
+    local = model is not None and (Path(str(model)).is_dir() or Path(str(model)).is_file())
+    return Path(str(model)) if local else None
 
 
 def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
@@ -120,6 +121,7 @@ def _check_files(
     ctx: RuleContext, field: str, spec: str, split: str, files: list[Path], fix: str | None = None
 ) -> list[Violation]:
     from mbridge_seqpack.artifact.seal import entry_for, find_metadata, lost_fingerprint_problem, seal_problems
+    from mbridge_seqpack.artifact.seal_key import unsealed_problem
     from mbridge_seqpack.artifact.store import ArtifactError, Fingerprint, read_parquet_fingerprint
 
     fix = fix or _repack_fix(ctx, field)
@@ -133,7 +135,11 @@ def _check_files(
             return [_violation(field, spec, str(exc), fix)]
         meta, entries, problem = find_metadata(path.parent)
         if info is None:  # unsealed (e.g. Megatron-Bridge's own prep): nothing to compare, unless it lost its seal
-            lost = lost_fingerprint_problem(path, meta, entries) or _unsealed_beside_sealed(meta, entries)
+            lost = (
+                lost_fingerprint_problem(path, meta, entries)
+                or _unsealed_beside_sealed(meta, entries)
+                or unsealed_problem()  # a seal key is set: only packs sealed with it train
+            )
             if lost:
                 found.append(_violation(field, spec, f"{path}: {lost}", fix))
             continue
@@ -293,6 +299,29 @@ def _prepared_into_sealed(ctx: RuleContext) -> list[Violation]:
             )
         )
     return found
+
+
+def _prepared_under_key(ctx: RuleContext) -> list[Violation]:
+    """With a seal key set, the training split Megatron-Bridge's builder would prepare at launch (no packed path,
+    nothing in its default location: GPTSFTDatasetBuilder.prepare_packed_data) would train on an unsealed pack:
+    refused, as an unsealed pack already there is. (A validation split it prepares is evaluated, not trained on.)"""
+    from mbridge_seqpack.artifact.builder_location import builder_location
+    from mbridge_seqpack.artifact.seal_key import SEAL_COMMAND, unsealed_problem
+
+    if ctx.specs.packed_train_data_path is not None or unsealed_problem() is None:
+        return []
+    location = builder_location(ctx.cfg)
+    target = location.split_path("training") if location is not None else None
+    if target is None or target.exists():
+        return []
+    problem = unsealed_problem("no training pack there: Megatron-Bridge's builder would prepare one, unsealed")
+    return [
+        Violation(
+            {f"{SPECS}.packed_train_data_path": str(target)},
+            str(problem),
+            fix=f"pack it first with this config: {SEAL_COMMAND}",
+        )
+    ]
 
 
 def _tokenizer_settings_differ(ctx: RuleContext, field: str, spec: str, fp: Fingerprint) -> list[Violation]:
@@ -543,7 +572,7 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
             continue
         checked = checked or bool(files)
         found += _check_files(ctx, field, spec, split, files)
-    prepared = _prepared_into_sealed(ctx)
+    prepared = _prepared_into_sealed(ctx) or _prepared_under_key(ctx)
     checked, found = checked or bool(prepared), found + prepared
     for split, path in _builder_default_files(ctx).items():
         checked = True

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mbridge_seqpack.digests import file_sha256
-from mbridge_seqpack.errors import InputError
+from mbridge_seqpack.errors import InputError, SeqpackError, os_reason
 from mbridge_seqpack.tokenization.file_kind import (
     CHAT_KEYS,
     chat_record_message,
@@ -38,6 +38,7 @@ __all__ = [
     "InputError",
     "file_sha256",
     "tokenizer_files_sha256",
+    "sealed_tokenizer_files",
     "check_chat_template",
     "check_jsonl",
     "template_fields",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 
+#: the order the seal hashed files in before the names came from the tokenizer's classes
+#: (tokenization/tokenizer_files.py): kept first, so a pack sealed then over these files keeps its digest
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -58,25 +61,43 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], str] | None = None) -> str:
-    """One hash over every file that changes how a Hugging Face tokenizer tokenizes (names and contents);
-    ``file_digest`` hashes one file (default: read it whole; a launch passes ``digests.launch_sha256``, the same
-    digest, remembered)."""
-    root = Path(directory)
-    if not root.is_dir():
+def sealed_tokenizer_files(target: str | Path) -> list[str]:
+    """The files of the tokenizer at ``target`` the seal hashes, in its order (tokenization/tokenizer_files.py);
+    ``[""]`` for a single-file tokenizer (a SentencePiece ``.model``)."""
+    from mbridge_seqpack.tokenization.tokenizer_files import tokenizer_files
+
+    root = Path(target)
+    if not root.exists():
         raise InputError(
-            f"tokenizer {directory}: not a directory; pass a Hugging Face tokenizer directory "
-            f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json)"
+            f"tokenizer {target}: no such file or directory; pass a Hugging Face tokenizer directory "
+            f"(--tokenizer DIR, holding tokenizer.json and tokenizer_config.json) or a SentencePiece .model file"
         )
-    digest = hashlib.sha256()
-    found = [name for name in TOKENIZER_FILES if (root / name).is_file()]
+    if not (root.is_dir() or root.is_file()):
+        raise InputError(f"tokenizer {target}: not a directory or a regular file; pass a tokenizer directory")
+    found = tokenizer_files(root)
     if not found:
         raise InputError(
-            f"tokenizer {directory}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+            f"tokenizer {target}: no tokenizer files there ({', '.join(TOKENIZER_FILES[:2])}, ...); "
             f"pass a Hugging Face tokenizer directory with --tokenizer"
         )
-    for name in found:
-        digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(root / name).encode() + b"\0")
+    return [name for name in TOKENIZER_FILES if name in found] + [n for n in found if n not in TOKENIZER_FILES]
+
+
+def tokenizer_files_sha256(directory: str | Path, file_digest: Callable[[Path], str] | None = None) -> str:
+    """One hash over every file the tokenizer at ``directory`` loads (names and contents:
+    :func:`sealed_tokenizer_files`) and the ``config.json`` fields that choose its class; ``file_digest`` hashes one
+    file (default: read it whole; a launch passes ``digests.launch_sha256``, the same digest, remembered)."""
+    from mbridge_seqpack.tokenization.tokenizer_files import class_choice
+
+    root = Path(directory)
+    digest = hashlib.sha256()
+    names = sealed_tokenizer_files(root)
+    choice = class_choice(root) if root.is_dir() else None  # read first: the files' digests are the last calls
+    for name in names:
+        path = root / name if name else root
+        digest.update(name.encode() + b"\0" + (file_digest or file_sha256)(path).encode() + b"\0")
+    if choice is not None:
+        digest.update(b"config.json:class\0" + hashlib.sha256(choice).hexdigest().encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -120,35 +141,115 @@ def _regular_file(path: Path) -> None:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
+        raise InputError(f"{path}: cannot be read ({os_reason(exc)}); pass an existing JSONL file") from None
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
         raise InputError(f"{path}: is {kind}, not a regular file; pass a JSONL file (copy a stream to a file first)")
 
 
-def _iter_records(path: Path, first_line: int = 1, shown: Any = None) -> Iterator[tuple[int, Any]]:
+#: the longest record (one JSONL line) read by default: a line is read up to this many bytes and refused past it,
+#: never read whole first, so one huge line cannot exhaust memory
+MAX_RECORD_BYTES = 256 << 20
+#: the most digits Python converts to an int (sys.get_int_max_str_digits' default): a longer JSON integer raises
+INT_DIGITS = 4300
+
+
+#: sets the record limit, in megabytes, for ``pack`` and every Ray worker of it
+RECORD_LIMIT_ENV = "MBRIDGE_SEQPACK_MAX_RECORD_MB"
+
+
+def max_record_bytes() -> int:
+    """The record limit: ``$MBRIDGE_SEQPACK_MAX_RECORD_MB`` megabytes, else :data:`MAX_RECORD_BYTES`."""
+    import math
+
+    text = os.environ.get(RECORD_LIMIT_ENV, "")
+    if not text:
+        return MAX_RECORD_BYTES
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = math.nan
+    if not (math.isfinite(megabytes) and 0 < megabytes <= 1 << 20):
+        raise InputError(f"{RECORD_LIMIT_ENV}={text!r}: expected a positive number of megabytes (at most 1048576)")
+    return max(1, int(megabytes * (1 << 20)))
+
+
+def _prep_failure(shown: Any, number: int, dataset_kwargs: dict[str, Any], exc: Exception) -> str:
+    """What to say of a record Megatron-Bridge's prep fails on alone."""
+    text = " ".join(str(exc).split())[:200] or type(exc).__name__
+    if dataset_kwargs.get("chat"):
+        where = "its conversation"
+        if dataset_kwargs.get("use_hf_tokenizer_chat_template"):
+            where += " (the tokenizer's chat template raised)" if "jinja" in type(exc).__module__ else ""
+        return (
+            f"{shown}:{number}: Megatron-Bridge's chat prep fails on {where}: {type(exc).__name__}: {text}; fix "
+            "the record (e.g. turns in the order the template requires), or the chat template"
+        )
+    return f"{shown}:{number}: Megatron-Bridge's prep fails on this record: {type(exc).__name__}: {text}; fix it"
+
+
+class _HugeInt(str):
+    """A JSON integer too long for Python to convert, kept as its digits to name its field."""
+
+
+def _parse_int(digits: str) -> Any:
+    return _HugeInt(digits) if len(digits.lstrip("-")) > INT_DIGITS else int(digits)
+
+
+def _huge_field(record: Any) -> tuple[str, int] | None:
+    """(field path, digits) of the first :class:`_HugeInt` in a parsed record (walked without recursion: a record
+    nested as deep as JSON parses must not overflow the stack here)."""
+    stack: list[tuple[str, Any]] = [("", record)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, _HugeInt):
+            return where or "(the record)", len(value.lstrip("-"))
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _bounded_lines(handle: Any, first_line: int, shown: Any, limit: int) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line, reading ``limit`` + 1 bytes at most: a longer line is refused by its number
+    before the rest of it is read."""
+    number = first_line
+    while True:
+        try:
+            raw = handle.readline(limit + 1)
+        except OSError as exc:
+            raise InputError(f"{shown}: reading failed ({os_reason(exc)}); check the file and its disk") from None
+        if not raw:
+            return
+        if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+            raise InputError(
+                f"{shown}:{number}: the record is longer than {limit:,} bytes, the limit a record is read to; split "
+                "the record, or fix the line breaks of the file"
+            )
+        yield number, raw
+        number += 1
+
+
+def _iter_records(
+    path: Path, first_line: int = 1, shown: Any = None, limit: int | None = None
+) -> Iterator[tuple[int, Any]]:
     """(line number, record) of every non-blank line; errors name ``shown`` (default ``path``) and number lines from
-    ``first_line`` (a shard of a larger file)."""
+    ``first_line`` (a shard of a larger file). No line is read past ``limit`` bytes (:func:`max_record_bytes`)."""
     _regular_file(path)
     shown = path if shown is None else shown
     try:
         handle = open(path, "rb")
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror}); pass an existing JSONL file") from None
+        raise InputError(f"{path}: cannot be read ({os_reason(exc)}); pass an existing JSONL file") from None
     with handle:
         if first_line == 1:  # the file's start: a compressed file is told as one, not as "not UTF-8"
             found = not_jsonl_message(path, shown, handle.peek(8)[:8])
             if found is not None:
                 raise InputError(found)
-        lines = enumerate(handle, first_line)
         seen = first_line > 1
-        while True:
-            try:
-                number, raw = next(lines)
-            except StopIteration:
-                return
-            except OSError as exc:
-                raise InputError(f"{shown}: reading failed ({exc.strerror}); check the file and its disk") from None
+        limit = max_record_bytes() if limit is None else limit
+        for number, raw in _bounded_lines(handle, first_line, shown, limit):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -161,34 +262,66 @@ def _iter_records(path: Path, first_line: int = 1, shown: Any = None) -> Iterato
                 raise InputError(json_array_message(shown))
             seen = True
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_int=_parse_int)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{shown}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
                 raise InputError(f"{shown}:{number}: JSON nested too deeply to read; flatten the record") from None
+            huge = _huge_field(record)
+            if huge is not None:
+                raise InputError(
+                    f"{shown}:{number}: field {huge[0]!r} is an integer of {huge[1]} digits, more than Python "
+                    f"converts ({INT_DIGITS}: Megatron-Bridge's reader fails on it); write it as a string"
+                )
             yield number, record
 
 
 def _check_chat(path: Path, number: int, record: dict) -> None:
-    """A conversation in any schema Megatron-Bridge's chat dataset reads (datasets/utils.py
-    _convert_to_openai_messages): ``messages`` or ``conversation`` ({role, content}), or ShareGPT
-    ``conversations`` ({from, value})."""
-    if record.get("conversations"):
-        turns, role, content = record["conversations"], "from", "value"
-        name = "conversations"
-    else:
-        name = "messages" if record.get("messages") else "conversation"
-        turns, role, content = record.get(name), "role", "content"
-    if not isinstance(turns, list) or not turns:
+    """A conversation as Megatron-Bridge's chat prep reads it (data/conversation_processing.py
+    normalize_chat_conversation, chat_template_kwargs_from_example): ``messages``, else ``conversation``, else
+    ``conversations`` (the first not null, even when empty), each turn {role, content} or ShareGPT {from, value};
+    per-row ``tools`` handed to the chat template as they are, so a list. An OpenAI tool-call turn (with
+    ``tool_calls``) may have ``"content": null``: Megatron-Bridge passes the turn to the template unchanged and chat
+    templates render the calls from ``tool_calls``; a null content elsewhere is refused, since a template renders it
+    as the text "None"."""
+    name = next((key for key in CHAT_KEYS if record.get(key) is not None), None)
+    if name is None:
         raise InputError(
             f"{path}:{number}: a chat record needs a non-empty 'messages' list of {{role, content}} objects "
             f"(or ShareGPT 'conversations' of {{from, value}})"
         )
+    turns = record[name]
+    if not isinstance(turns, list) or not turns:
+        later = [key for key in CHAT_KEYS[CHAT_KEYS.index(name) + 1 :] if record.get(key)]
+        also = (
+            f" ({later[0]!r} beside it is not read: Megatron-Bridge reads {name!r} first; drop {name!r})"
+            if later
+            else ""
+        )
+        raise InputError(
+            f"{path}:{number}: a chat record needs a non-empty {name!r} list of {{role, content}} objects, got "
+            f"{json.dumps(turns)[:60]}{also}"
+        )
     for i, turn in enumerate(turns):
+        pairs = [("role", "content"), ("from", "value")]  # Megatron-Bridge reads either in any schema
+        expected = pairs[1] if name == "conversations" else pairs[0]
+        role, content = next((p for p in pairs if isinstance(turn, dict) and p[0] in turn and p[1] in turn), expected)
         if not isinstance(turn, dict) or role not in turn or content not in turn:
             raise InputError(f"{path}:{number}: {name}[{i}] must be an object with {role!r} and {content!r}")
-        _check_text(path, number, f"{name}[{i}].{content}", turn[content], "the data")
+        calls = turn.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise InputError(
+                f"{path}:{number}: field '{name}[{i}].tool_calls' must be a list, got {type(calls).__name__}"
+            )
+        if not (turn[content] is None and calls):  # a tool-call turn's content may be null
+            _check_text(path, number, f"{name}[{i}].{content}", turn[content], "the data")
         _check_text(path, number, f"{name}[{i}].{role}", turn[role], "the data")
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise InputError(
+            f"{path}:{number}: field 'tools' must be a list of tool schemas (handed to the chat template), got "
+            f"{type(tools).__name__} {json.dumps(tools)[:60]}"
+        )
 
 
 def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> None:
@@ -206,19 +339,26 @@ def _check_text(path: Path, number: int, name: str, value: Any, flag: str) -> No
 
 
 def check_jsonl(
-    path: str | Path, dataset_kwargs: dict[str, Any], *, first_line: int = 1, shown: Any = None, shard: bool = False
+    path: str | Path,
+    dataset_kwargs: dict[str, Any],
+    *,
+    first_line: int = 1,
+    shown: Any = None,
+    shard: bool = False,
+    limit: int | None = None,
 ) -> int:
     """Validate every record before tokenizing; returns the record count. Prompt/answer records need string
     template fields; chat records (``chat: true``) need a ``messages`` list of {role, content} strings. A shard of
     a larger file passes its ``first_line`` and the file's name (``shown``) for the messages, and ``shard`` (it may
-    hold no record)."""
+    hold no record). A line longer than ``limit`` bytes (default :func:`max_record_bytes`) is refused by its number
+    before it is read whole."""
     path = Path(path)
     shown = path if shown is None else shown
     chat = bool(dataset_kwargs.get("chat", False))
     completion = dataset_kwargs.get("prompt_completion_config")  # Megatron-Bridge's dataset.preprocessing
     fields = template_fields(dataset_kwargs)
     count = 0
-    for number, record in _iter_records(path, first_line, shown):
+    for number, record in _iter_records(path, first_line, shown, limit):
         if not isinstance(record, dict):
             raise InputError(f"{shown}:{number}: each line must be a JSON object, got {type(record).__name__}")
         if chat:
@@ -307,25 +447,68 @@ class TokenizedSequences(SequenceOffsets):
     tokenization: str = "per example"
 
 
-def _chunks(path: Path, lines_per_chunk: int, directory: Path) -> Iterator[tuple[Path, int]]:
-    """The non-empty lines of ``path`` as JSONL files of at most ``lines_per_chunk`` lines, one at a time."""
+@dataclass(frozen=True)
+class _Chunk:
+    """A JSONL file of consecutive records of the input and their line numbers there."""
+
+    path: Path
+    numbers: list[int]
+
+
+def _chunks(
+    path: Path, lines_per_chunk: int, directory: Path, first_line: int = 1, shown: Any = None, limit: int | None = None
+) -> Iterator[_Chunk]:
+    """The non-empty lines of ``path`` as JSONL files of at most ``lines_per_chunk`` lines, one at a time, no line
+    read past ``limit`` bytes (:func:`max_record_bytes`)."""
     chunk: list[bytes] = []
+    numbers: list[int] = []
     index = 0
 
-    def flush() -> tuple[Path, int]:
+    def flush() -> _Chunk:
         target = directory / f"chunk_{index:06d}.jsonl"
         target.write_bytes(b"".join(line if line.endswith(b"\n") else line + b"\n" for line in chunk))
-        return target, len(chunk)
+        return _Chunk(target, numbers)
 
+    limit = max_record_bytes() if limit is None else limit
     with open(path, "rb") as handle:
-        for raw in handle:
+        for number, raw in _bounded_lines(handle, first_line, path if shown is None else shown, limit):
             if raw.strip():
                 chunk.append(raw)
+                numbers.append(number)
             if len(chunk) == lines_per_chunk:
                 yield flush()
-                chunk, index = [], index + 1
+                chunk, numbers, index = [], [], index + 1
     if chunk:
         yield flush()
+
+
+def _failing_record(chunk: _Chunk, fails: Callable[[Path], bool]) -> int | None:
+    """The line number of the one record of ``chunk`` on which Megatron-Bridge's prep fails alone (bisected: each
+    half is prepared on its own), or None when no single record does (then the failure is not the data's)."""
+    lines = chunk.path.read_bytes().splitlines(keepends=True)
+    probes: list[Path] = []
+
+    def failing(lo: int, hi: int) -> bool:
+        # a new name each time: Megatron-Bridge's dataset keeps an index of a file's lines by its path
+        probe = chunk.path.with_name(f"{chunk.path.stem}_probe{len(probes)}.jsonl")
+        probes.append(probe)
+        probe.write_bytes(b"".join(lines[lo:hi]))
+        return fails(probe)
+
+    lo, hi = 0, len(lines)
+    try:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if failing(lo, mid):
+                hi = mid
+            elif failing(mid, hi):
+                lo = mid
+            else:
+                return None
+        return chunk.numbers[lo] if failing(lo, hi) else None
+    finally:
+        for probe in probes:
+            probe.unlink(missing_ok=True)
 
 
 def tokenize_split(
@@ -342,6 +525,9 @@ def tokenize_split(
     records: int | None = None,
     spill_dir: str | Path | None = None,
     batched: bool = True,
+    first_line: int = 1,
+    shown: Any = None,
+    record_limit: int | None = None,
 ) -> TokenizedSequences:
     """Tokenize one JSONL split with Megatron-Bridge's ``tokenize_dataset`` (its GPT SFT dataset classes) with
     ``workers`` processes (``pack`` passes every core; Megatron-Bridge's own default, -1, runs serially); batched
@@ -354,7 +540,9 @@ def tokenize_split(
     tokens/s) shows on a terminal (``progress=None``), always (True) or never (False); ``records`` (the count
     ``check_jsonl`` returned) sizes it without reading the file once more. ``batched``: prompt-template pieces are
     encoded a chunk at a time (tokenization/batched_tokens.py, the same ids); where that does not apply, or when False,
-    Megatron-Bridge's per-example path runs, and ``tokenization`` says which and why.
+    Megatron-Bridge's per-example path runs, and ``tokenization`` says which and why. A record Megatron-Bridge's
+    prep fails on (a chat template that raises, say) is found by bisecting its chunk and refused by its line
+    (numbered from ``first_line``, the file named ``shown``: a shard of a larger file), an ``InputError``.
     """
     import functools
     import io
@@ -402,15 +590,15 @@ def tokenize_split(
         dataset_logger.addFilter(folded)
         stack.callback(dataset_logger.removeFilter, folded)
         stack.callback(folded.report, path)
-        for chunk, count in _chunks(path, lines_per_chunk, Path(work)):
-            request = AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None
-            builder = functools.partial(counting_gpt_sft_split, batched=batched, refusals=refusals, assembly=request)
+
+        def prepare(chunk: Path, request: Any, refused: list[str], workers: int) -> Any:
+            builder = functools.partial(counting_gpt_sft_split, batched=batched, refusals=refused, assembly=request)
             with (
                 contextlib.redirect_stderr(io.StringIO()),
                 contextlib.redirect_stdout(io.StringIO()),
                 chat_template_refusals(path),
             ):
-                items = tokenize_dataset(
+                return tokenize_dataset(
                     chunk,
                     tokenizer,
                     max_seq_length,
@@ -420,7 +608,29 @@ def tokenize_split(
                     num_tokenizer_workers=workers,
                     dataset_builder=builder,
                 )
-            chunk.unlink()
+
+        def fails(probe: Path) -> bool:
+            try:
+                prepare(probe, AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None, [], 1)
+            except Exception:  # noqa: BLE001  (whatever the prep raises on this record alone)
+                return True
+            return False
+
+        for chunk in _chunks(path, lines_per_chunk, Path(work), first_line, shown, record_limit):
+            request = AssemblyRequest(max_seq_length, pad_seq_to_mult) if batched else None
+            try:
+                items = prepare(chunk.path, request, refusals, workers)
+            except SeqpackError:
+                raise
+            except Exception as exc:  # a record the user's data or chat template makes Megatron-Bridge's prep fail on
+                number = _failing_record(chunk, fails)
+                if number is None:
+                    raise  # no single record fails alone: not the data's (exit 3, a plugin bug)
+                raise InputError(
+                    _prep_failure(shown if shown is not None else path, number, dataset_kwargs, exc)
+                ) from None
+            count = len(chunk.numbers)
+            chunk.path.unlink()
             bar.update(count)
             arrays = request.chunk(items) if request is not None else from_items(items)
             del items
@@ -512,7 +722,7 @@ class _TokenSink:
                     values.tofile(handle)
         except OSError as exc:
             raise InputError(
-                f"{path}: cannot spill tokenized data ({exc.strerror}); free space or choose another --output"
+                f"{path}: cannot spill tokenized data ({os_reason(exc)}); free space or choose another --output"
             ) from None
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:

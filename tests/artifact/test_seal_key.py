@@ -188,3 +188,106 @@ def test_the_key_file_flag_keys_the_pack_and_a_short_key_is_refused(
     assert entry[KEYED] == "hmac-sha256" and entry_seal_problem(PackEntry.from_json(entry)) is None
     monkeypatch.setenv(KEY_ENV, KEY)  # the file wins over the variable; the same key either way
     assert entry_seal_problem(PackEntry.from_json(entry)) is None
+
+
+def _substitute_megatron_bridge_pack(pack: Path) -> None:
+    """The #52 attack: the Parquet file replaced by an unsealed one of other tokens, written by Megatron-Bridge's own
+    writer (data/packing/parquet.py write_packed_parquet), and the metadata by its three keys only. Write access is
+    all it takes; no key is needed."""
+    from megatron.bridge.data.packing.parquet import write_packed_parquet
+
+    rows = [{"input_ids": [7] * 64, "loss_mask": [1] * 64, "seq_start_id": [0]} for _ in range(8)]
+    write_packed_parquet(rows, pack / SPLIT)
+    _write(pack, [{"max_samples_per_bin": 2, "dataset_max_seqlen": 64, "min_packed_seqlen": 64}])
+
+
+def test_with_a_key_an_unsealed_megatron_bridge_pack_swapped_in_is_refused(
+    made: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the key set only packs sealed with it are trained on: the substituted pack is refused at validate()
+    with the variable and the command that seals it; without a key it is Megatron-Bridge's own pack and passes."""
+    pack, cfg = made(keyed=True)
+    _substitute_megatron_bridge_pack(pack)
+    assert _find_seal(pack) is None  # it carries no seal at all: nothing for the keyed seal to refuse
+    (v,) = pack_rule(cfg)
+    assert unwrap(v.rule) == (
+        f"{pack / SPLIT}: not sealed, and a seal key is set ({KEY_ENV}/{KEY_FILE_ENV}): only packs sealed with that "
+        f"key are trained on; seal it with `{KEY_ENV}=<the key> mbridge-seqpack pack --recipe ... (or "
+        "--seal-key-file FILE)`, the same key"
+    )
+    monkeypatch.delenv(KEY_ENV)
+    assert pack_rule(cfg) == []
+
+
+def test_with_a_key_the_launch_reader_refuses_an_unsealed_file_swapped_in_after_validate(
+    made: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file substituted between validate() and the first read: Megatron-Bridge's packed dataset, under the plugin,
+    refuses it where a key is set (and reads it as its own pack where none is)."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+
+    import mbridge_seqpack
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
+    from tests.support.packs import TOKENIZER
+
+    pack, _ = made(keyed=True)
+    _substitute_megatron_bridge_pack(pack)
+
+    def read() -> Any:
+        dataset = build_gpt_sft_split(
+            pack / SPLIT,
+            tokenizer=load_megatron_tokenizer(TOKENIZER),
+            seq_length=4096,
+            memmap_workers=1,
+            seed=1,
+            packed_sequence_size=4096,
+            pad_seq_to_mult=1,
+            dataset_kwargs={},
+        )
+        return dataset[0]
+
+    with mbridge_seqpack.install():
+        with pytest.raises(ArtifactError, match=f"not sealed, and a seal key is set \\({KEY_ENV}"):
+            read()
+        monkeypatch.delenv(KEY_ENV)
+        assert read() is not None
+
+
+def test_an_empty_key_variable_is_no_key(made: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MBRIDGE_SEQPACK_SEAL_KEY=""`` (a launcher's declared, unset variable) is read as unset: a plainly sealed
+    pack passes, a keyed one is refused with the variable to set (not every pack with "0 bytes")."""
+    from mbridge_seqpack.artifact.seal_key import seal_key
+
+    monkeypatch.setenv(KEY_ENV, "")
+    assert seal_key() is None
+    _, cfg = made(keyed=False)
+    monkeypatch.setenv(KEY_ENV, "")
+    assert pack_rule(cfg) == []
+    _, cfg = made(keyed=True)
+    monkeypatch.setenv(KEY_ENV, "")
+    (v,) = pack_rule(cfg)
+    assert f"it is sealed with a key (hmac-sha256); set {KEY_ENV} or {KEY_FILE_ENV}" in v.rule
+
+
+def test_with_a_key_a_training_split_the_builder_would_prepare_unsealed_is_refused(
+    packed_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No pack in Megatron-Bridge's default location: its builder would prepare one at launch, unsealed; with the
+    key set that is refused at validate() (without it, the launch prepares it as Megatron-Bridge does)."""
+    (tmp_path / "root").mkdir()
+    small_jsonl(tmp_path / "root" / "training.jsonl")
+    packed_cfg.dataset.dataset_root = str(tmp_path / "root")
+    packed_cfg.dataset.do_validation = False
+    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert pack_rule(packed_cfg) == []
+    monkeypatch.setenv(KEY_ENV, KEY)
+    (v,) = pack_rule(packed_cfg)
+    assert unwrap(v.rule).startswith(
+        "no training pack there: Megatron-Bridge's builder would prepare one, unsealed, and a seal key is set "
+        f"({KEY_ENV}/{KEY_FILE_ENV}): only packs sealed with that key are trained on"
+    )
+    assert v.fix == (
+        f"pack it first with this config: {KEY_ENV}=<the key> mbridge-seqpack pack --recipe ... (or --seal-key-file "
+        "FILE)"
+    )

@@ -97,3 +97,79 @@ def test_a_bad_record_in_a_later_shard_is_named_by_file_and_line(ray_cluster, tm
         )
     assert str(remote.value) == str(local.value)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_shard_whose_worker_dies_on_every_try_stops_the_pack_in_one_line(ray_cluster, tmp_path: Path) -> None:
+    """#52 item 3: Ray Data retries a task forever by default; here the worker tokenizing the shard is killed
+    (SIGKILL, from outside) on every try, and the pack stops after ``task_failures`` tries with one line naming the
+    shard and the last error, nothing left where the output goes."""
+    import threading
+    import time
+
+    import psutil
+
+    from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
+    from mbridge_seqpack.pipeline.ray_engine import RayEngine
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
+
+    corpus = tmp_path / "corpus.jsonl"
+    _synthetic_corpus(corpus, 20_000)  # one shard, long enough to tokenize that the kill lands before it is done
+    stop, killed = threading.Event(), []
+
+    def tries() -> int:
+        return sum(path.read_text().count("\n") for path in tmp_path.glob(".out.staging-*/**/shard_000000/attempts"))
+
+    def killer() -> None:
+        seen = 0
+        while not stop.is_set():
+            now = tries()
+            if now > seen:  # a new try began: kill the worker running it
+                for proc in psutil.process_iter(["pid", "cmdline"]):
+                    if "tokenize_shard" in " ".join(proc.info["cmdline"] or []):
+                        try:
+                            proc.kill()
+                            killed.append(proc.info["pid"])
+                            seen = now
+                        except psutil.Error:
+                            pass
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(InputError) as info:
+            pack_jsonl(
+                {"training": corpus},
+                tokenizer=embedded_tokenizer_dir(),
+                output_dir=tmp_path / "out",
+                options=PackOptions(pack_size=1024, balance=False),
+                engine=RayEngine("local", shard_bytes=1 << 30, task_failures=2),
+            )
+    finally:
+        stop.set()
+        thread.join()
+    text = str(info.value)
+    size = corpus.stat().st_size
+    assert text.startswith(
+        f"--ray: shard 0 of {corpus} (bytes 0-{size}, from line 1), tried 2 time(s) of 2, failed ("
+    ), text
+    assert text.endswith("); nothing was written; see the Ray logs of the cluster (`ray logs`), then re-run pack")
+    assert "\n" not in text and len(set(killed)) == 2
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
+
+
+def test_task_failures_come_from_the_environment_and_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbridge_seqpack.pipeline.ray_engine import TASK_FAILURES_ENV, RayEngine
+
+    monkeypatch.delenv(TASK_FAILURES_ENV, raising=False)
+    assert RayEngine("local").task_failures == 3
+    monkeypatch.setenv(TASK_FAILURES_ENV, "5")
+    assert RayEngine("local").task_failures == 5
+    for bad in ("0", "-1", "many"):
+        monkeypatch.setenv(TASK_FAILURES_ENV, bad)
+        with pytest.raises(InputError) as info:
+            RayEngine("local")
+        assert (
+            str(info.value)
+            == f"{TASK_FAILURES_ENV} must be a positive integer, got {bad if bad == '0' else repr(bad)}"
+        )
