@@ -7,7 +7,6 @@ runs; a test runs the verdict with one comparison removed to show each one alone
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,7 +15,16 @@ from typing import Callable
 from mbridge_seqpack.equivalence.setup import Setup
 from mbridge_seqpack.equivalence.signals import Token
 
-__all__ = ["COMPARISONS", "Finding", "Signals", "SignalComparison", "verdict", "verdict_of"]
+__all__ = [
+    "COMPARISONS",
+    "Finding",
+    "Signals",
+    "SignalComparison",
+    "forget_verdicts",
+    "is_remembered",
+    "verdict",
+    "verdict_of",
+]
 
 
 @dataclass(frozen=True)
@@ -379,7 +387,29 @@ def verdict(
     return SignalComparison(setup, findings, notes, seconds, effect, undetermined, signals.cp, cp_not_run)
 
 
-@functools.lru_cache(maxsize=256)
+_VERDICTS: dict[Setup, SignalComparison] = {}
+_KEPT = 256
+
+
 def verdict_of(setup: Setup) -> SignalComparison:
-    """The verdict for ``setup``, computed once per process (the setup is the cache key)."""
-    return verdict(setup)
+    """The verdict for ``setup``, computed once per process (the setup is the cache key). A verdict whose CP part
+    could not run because of this process's state (a torch.distributed world already up) is not kept: the same
+    config checked once that world is gone gets its CP part computed, not the earlier "not determined"."""
+    found = _VERDICTS.get(setup)
+    if found is None:
+        found = verdict(setup)
+        if not found.cp_not_run:
+            if len(_VERDICTS) >= _KEPT:
+                del _VERDICTS[next(iter(_VERDICTS))]
+            _VERDICTS[setup] = found
+    return found
+
+
+def is_remembered(setup: Setup) -> bool:
+    """Whether ``setup``'s verdict is already computed in this process (a check of it costs nothing)."""
+    return setup in _VERDICTS
+
+
+def forget_verdicts() -> None:
+    """Drop every remembered verdict (tests that change what the verdict depends on outside the setup)."""
+    _VERDICTS.clear()

@@ -32,16 +32,16 @@ def equivalence_verdict(ctx: RuleContext) -> Any:
     """The check's verdict for this config (cached by the fields that decide it), or None where it builds no rows."""
     import time
 
-    from mbridge_seqpack.equivalence.compare import verdict_of
+    from mbridge_seqpack.equivalence.compare import is_remembered, verdict_of
     from mbridge_seqpack.equivalence.setup import setup_of
 
     setup = setup_of(ctx.cfg)
     if setup is None:
         return None
-    misses = verdict_of.cache_info().misses
+    computed = not is_remembered(setup)
     started = time.perf_counter()
     found = verdict_of(setup)
-    if verdict_of.cache_info().misses > misses:
+    if computed:
         timings.append(time.perf_counter() - started)
     return found
 

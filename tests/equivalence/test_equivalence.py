@@ -304,10 +304,10 @@ def test_labels_rule_on_chat_full_loss(packed_cfg: Any) -> None:
 
 def test_the_check_is_cached_and_fast(packed_cfg: Any, capsys: pytest.CaptureFixture) -> None:
     """Inside validate(): each distinct config pays once (the cache key is the fields that decide the verdict)."""
-    from mbridge_seqpack.equivalence.compare import verdict_of
+    from mbridge_seqpack.equivalence.compare import forget_verdicts
     from mbridge_seqpack.rules import equivalence
 
-    verdict_of.cache_clear()
+    forget_verdicts()
     equivalence.timings.clear()
     set_path(packed_cfg, "model.mtp_num_layers", 1)
     set_path(packed_cfg, "model.num_moe_experts", 4)
