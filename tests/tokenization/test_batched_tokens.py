@@ -257,17 +257,23 @@ def test_virtual_tokens_several_fields_and_bare_templates_assemble_identically(
 
 
 def test_a_field_megatron_bridge_cannot_read_raises_its_own_error(tmp_path: Path, tokenizer: Any) -> None:
-    """A non-text answer goes to Megatron-Bridge's code, which raises as it does without the assembly."""
+    """A non-text answer goes to Megatron-Bridge's code, which raises as it does without the assembly; either way the
+    record is refused by its line with Megatron-Bridge's own error (the user's data: exit 2, not a plugin bug)."""
+    from mbridge_seqpack.errors import InputError
+
     source = tmp_path / "training.jsonl"
     source.write_text(
         json.dumps({"input": "a", "output": "b"}) + "\n" + json.dumps({"input": "c", "output": 7}) + "\n"
     )
     errors = []
     for batched in (False, True):
-        with pytest.raises(AttributeError) as caught:
+        with pytest.raises(InputError) as caught:
             _both(source, tokenizer)[int(batched)]
         errors.append(str(caught.value))
-    assert errors[0] == errors[1] == "'int' object has no attribute 'strip'"
+    assert errors[0] == errors[1] == (
+        f"{source}:2: Megatron-Bridge's prep fails on this record: AttributeError: 'int' object has no attribute "
+        "'strip'; fix it"
+    )
 
 
 def test_a_reader_other_than_the_jsonl_lines_says_so_and_assembles_per_example(tmp_path: Path, tokenizer: Any) -> None:
