@@ -270,9 +270,13 @@ def test_a_field_megatron_bridge_cannot_read_raises_its_own_error(tmp_path: Path
         with pytest.raises(InputError) as caught:
             _both(source, tokenizer)[int(batched)]
         errors.append(str(caught.value))
-    assert errors[0] == errors[1] == (
-        f"{source}:2: Megatron-Bridge's prep fails on this record: AttributeError: 'int' object has no attribute "
-        "'strip'; fix it"
+    assert (
+        errors[0]
+        == errors[1]
+        == (
+            f"{source}:2: Megatron-Bridge's prep fails on this record: AttributeError: 'int' object has no attribute "
+            "'strip'; fix it"
+        )
     )
 
 
