@@ -393,8 +393,9 @@ _KEPT = 256
 
 def verdict_of(setup: Setup) -> SignalComparison:
     """The verdict for ``setup``, computed once per process (the setup is the cache key). A verdict whose CP part
-    could not run because of this process's state (a torch.distributed world already up) is not kept: the same
-    config checked once that world is gone gets its CP part computed, not the earlier "not determined"."""
+    found no CPU world (``RanksUnavailable``: a torch.distributed world already up, ranks that could not be forked)
+    is not kept: that is this process's state at the time, so the same config checked later gets its CP part
+    computed, not the earlier "not determined"."""
     found = _VERDICTS.get(setup)
     if found is None:
         found = verdict(setup)
