@@ -168,7 +168,9 @@ class PackedCudaGraphs:
     takes the fixed-width hidden states. ``modules`` may name any scope after attention (``moe_router`` for
     all-MoE models); attention inside a TE graph asserts on ``packed_seq_params`` at the first replay, so
     ``"attn"`` and the whole layer (``()``) are refused. ``impl="full_iteration"`` captures the whole step; it needs
-    mbridge_seqpack's host-side ``max_seqlen`` at run time (``MBRIDGE_SEQPACK_MODE``), which the rules check.
+    mbridge_seqpack's host-side ``max_seqlen`` at run time (``MBRIDGE_SEQPACK_MODE``), which the rules check. Either
+    way it turns on Transformer Engine's RNG tracker (``rng.te_rng_tracker``), which Megatron-Bridge's ``provide()``
+    asserts for every CUDA-graph config.
     """
 
     impl: str = "transformer_engine"
@@ -186,7 +188,8 @@ class PackedCudaGraphs:
             )
 
     def facts(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"model.cuda_graph_impl": self.impl}
+        # models/gpt_provider.py provide() asserts the TE RNG tracker for every CUDA-graph config (launch.model_build)
+        out: dict[str, Any] = {"model.cuda_graph_impl": self.impl, "rng.te_rng_tracker": True}
         if self.impl == "transformer_engine":
             out["model.cuda_graph_modules"] = tuple(self.modules)
         else:  # training/config.py asserts it for full-iteration graphs

@@ -26,6 +26,7 @@ from mbridge_seqpack.rules import (  # noqa: F401  one family module per rule-id
     gdn,
     gpt_sft,
     in_batch,
+    launch,
     mamba,
     model,
     moe,

@@ -13,6 +13,7 @@ from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
 from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, SPECS, RuleContext
 from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_STR
 from mbridge_seqpack.rules.registry import rule
+from mbridge_seqpack.rules.shared import no_packing
 
 __all__ = ["equivalence_verdict", "timings"]
 
@@ -127,7 +128,7 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
         if _passes(setup, _LABEL_SIGNALS, answer_only_loss=True):
             assignments = {"dataset.dataset_kwargs.answer_only_loss": True}
     if not assignments:
-        assignments = _no_packing(ctx)
+        assignments = no_packing(ctx)
     effect = "; ".join(f.effect for f in findings)
     example = next(f.example for f in findings if f.example)
     return [
@@ -138,12 +139,6 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
             not_run=_not_run(verdict),
         )
     ]
-
-
-def _no_packing(ctx: RuleContext) -> dict[str, Any]:
-    if ctx.offline_packing:
-        return {"dataset.enable_offline_packing": False, SPECS: None}
-    return {"dataset.enable_in_batch_packing": False}
 
 
 @rule(

@@ -21,6 +21,13 @@ def _seq_length_fix(ctx: RuleContext, new_length: int) -> dict[str, int]:
     return fix
 
 
+def no_packing(ctx: RuleContext) -> dict[str, Any]:
+    """The assignments that turn this config's packing off (the last-resort fix of a packed-vs-unpacked finding)."""
+    if ctx.offline_packing:
+        return {"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None}
+    return {"dataset.enable_in_batch_packing": False}
+
+
 def _env_value(ctx: RuleContext, name: str) -> str | None:
     """The value the training process will see (the launch environment's, else ``env_vars``)."""
     return env_value(ctx.cfg, name)
