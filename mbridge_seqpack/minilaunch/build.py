@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 
 from mbridge_seqpack.capture.recorder import keeps_environment, traceback_site
 
-__all__ = ["Construction", "Raised", "construct", "forget_constructions", "classify"]
+__all__ = ["Construction", "Raised", "construct", "forget_constructions", "classify", "young_garbage"]
 
 State = Literal["built", "refused", "not_run", "invalid"]
 _CACHE_SIZE = 256
@@ -191,7 +191,7 @@ def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, st
     from mbridge_seqpack.capture.cpu_world import cpu_world
 
     failure: Raised | None = None
-    with cpu_world(), device_stand_ins(), launch_environment(env_vars):
+    with young_garbage() as collect, cpu_world(), device_stand_ins(), launch_environment(env_vars):
         try:
             model = provider.provide_distributed_model(
                 pg_collection=ProcessGroupCollection.use_mpu_process_groups(), **copy.copy(arguments)
@@ -201,8 +201,21 @@ def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, st
             failure = classify(exc)
             exc.__traceback__ = None
             del exc
-        gc.collect()
+        collect()
     return failure
+
+
+@contextlib.contextmanager
+def young_garbage() -> Iterator[Any]:
+    """A collection of what the block made, for the block to call before its world goes: the model's reference
+    cycles (DDP's gradient hooks) hold the world's process groups, whose gloo threads live until they are freed.
+    Everything older is frozen for the block (``gc.freeze``), so the collection costs what the block made, not the
+    ~1 s of a full one in a process that imported Megatron-Bridge."""
+    gc.freeze()
+    try:
+        yield gc.collect
+    finally:
+        gc.unfreeze()
 
 
 def construct(cfg: Any) -> Construction:

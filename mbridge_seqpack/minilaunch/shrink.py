@@ -1,10 +1,11 @@
 """The config's model provider at CPU sizes, every switch kept.
 
-The copy keeps what decides construction: the provider class and its ``provide()``, the layer spec, the layer count
-and every per-layer pattern, the parallel sizes the config declares (finalize's divisibility checks and the
-provider's own asserts read them), attention kind, MoE routing, precision, CUDA-graph and recompute switches. It
-shrinks only widths: hidden size, MLP and expert widths, head dimension, head and expert counts (keeping every ratio
-and divisibility the config's parallel sizes need), vocabulary and MLA ranks. Virtual pipeline stages cannot be
+The copy keeps what decides construction: the provider class and its ``provide()``, the layer spec, every per-layer
+pattern, the parallel sizes the config declares (finalize's divisibility checks and the provider's own asserts read
+them), attention kind, MoE routing, precision, CUDA-graph and recompute switches. It shrinks only sizes: hidden size,
+MLP and expert widths, head dimension, head and expert counts (keeping every ratio and divisibility the config's
+parallel sizes need), vocabulary, MLA ranks, and the layer count where no setting names layers one by one (one period
+of each periodic setting, two layers per pipeline stage). Virtual pipeline stages cannot be
 built in a one-rank world (the pipeline group has one stage, so ``get_model`` builds one chunk): the copy drops them
 and says so (``followed``).
 """
@@ -75,6 +76,42 @@ def _experts(provider: Any, ep: int) -> None:
         provider.num_moe_experts = fewer
 
 
+#: per-layer settings: where one is a list (or a pipeline layout names layers), the layer count stays
+_PER_LAYER = (
+    "moe_layer_freq",
+    "window_attn_skip_freq",
+    "no_rope_freq",
+    "linear_attention_freq",
+    "cp_comm_type",
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "hybrid_layer_pattern",
+    "hybrid_override_pattern",
+    "heterogeneous_layers_config_path",
+)
+
+
+def _layers(provider: Any) -> None:
+    """Fewer layers where nothing names layers one by one: one period of every periodic setting (MoE, window, no-RoPE
+    and linear-attention frequencies), at least two layers per pipeline stage."""
+    layers = _get(provider, "num_layers")
+    if not isinstance(layers, int) or layers <= 2:
+        return
+    periods = [1]
+    for name in _PER_LAYER:
+        value = _get(provider, name)
+        if isinstance(value, bool) or value is None:
+            continue
+        if not isinstance(value, int):
+            return  # a list, a pattern or a layout: every layer kept
+        periods.append(max(1, value))
+    pp = _get(provider, "pipeline_model_parallel_size") or 1
+    fewer = math.lcm(2 * pp, *periods)
+    if fewer < layers and layers % pp == 0:
+        provider.num_layers = fewer
+
+
 def shrunk_provider(provider: Any, scale: int = 1) -> Shrunk:
     """A deep copy of ``provider`` at CPU sizes (see the module docstring), every width ``scale`` times the smallest;
     the original is not touched."""
@@ -96,6 +133,7 @@ def shrunk_provider(provider: Any, scale: int = 1) -> Shrunk:
     _set(copy_, "q_lora_rank", MLA_RANK * scale)
     _set(copy_, "kv_lora_rank", MLA_RANK * scale)
     _experts(copy_, ep)
+    _layers(copy_)
     if hasattr(copy_, "vocab_size"):  # setup() sets it from the tokenizer before the build, whatever the recipe had
         copy_.vocab_size = VOCAB * scale
     if _get(copy_, "virtual_pipeline_model_parallel_size"):

@@ -29,7 +29,7 @@ import torch
 
 from mbridge_seqpack.capture.recorder import keeps_environment
 from mbridge_seqpack.minilaunch.attention import NotReproduced
-from mbridge_seqpack.minilaunch.build import classify, device_stand_ins, launch_arguments
+from mbridge_seqpack.minilaunch.build import classify, device_stand_ins, launch_arguments, young_garbage
 
 __all__ = ["StepOutcome", "packed_step", "forget_steps", "TOLERANCE", "INIT_STD"]
 
@@ -240,8 +240,6 @@ def packed_step(cfg: Any) -> StepOutcome | None:
 
 @keeps_environment
 def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
-    import gc
-
     from megatron.bridge.training.state import GlobalState
     from megatron.core.process_groups_config import ProcessGroupCollection
 
@@ -259,7 +257,7 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
     state.cfg = step_cfg
     provider.timers = state.timers
     outcome: StepOutcome
-    with cpu_world(), device_stand_ins(), _torch_paths():
+    with young_garbage() as collect, cpu_world(), device_stand_ins(), _torch_paths():
         try:
             (model,) = provider.provide_distributed_model(
                 pg_collection=ProcessGroupCollection.use_mpu_process_groups(), **launch_arguments(cfg)
@@ -274,7 +272,7 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
         else:
             outcome = _outcome(setup, packed, unpacked, out_p, out_u)
             del out_p, out_u
-        gc.collect()
+        collect()
     return outcome
 
 

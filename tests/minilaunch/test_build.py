@@ -1,0 +1,176 @@
+"""The model built as the launch builds it (launch.model_build): Megatron's own asserts at provide() and in DDP fire
+as named violations with a fix that builds, the project's mixins produce configs that build, a raise the shrink
+causes or a package this machine lacks is never an error, and nothing is left behind in the process."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pytest
+
+from mbridge_seqpack import check
+from mbridge_seqpack.minilaunch.build import construct, forget_constructions
+
+pytestmark = pytest.mark.slow
+
+RNG = (
+    "AssertionError: Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "
+    "use_te_rng_tracker=True'."
+)
+
+
+def _launch(cfg: Any, world_size: int = 8) -> list[Any]:
+    return [v for v in check(cfg, world_size=world_size) if v.rule_id == "launch.model_build"]
+
+
+def _te_graphs(cfg: Any) -> None:
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+    cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(cfg.model, ["mlp"])
+
+
+def test_cuda_graphs_without_the_te_rng_tracker_fail_at_provide(packed_cfg: Any) -> None:
+    """Megatron-Bridge's SFT defaults leave rng.te_rng_tracker off; provide() asserts it for every graph config."""
+    _te_graphs(packed_cfg)
+    with pytest.raises(AssertionError, match="RNG tracker is required for cudagraphs"):
+        packed_cfg.model.provide()  # the real provider, unshrunk: it asserts before building anything
+    (found,) = _launch(packed_cfg)
+    assert found.fields == {
+        "model": "GPTModelProvider",
+        "raised": RNG,
+        "at": "megatron/bridge/models/gpt_provider.py:234 provide",
+        "rng.te_rng_tracker": False,
+    }
+    assert found.assignments == {"rng.te_rng_tracker": True}
+    assert found.overrides == ["rng.te_rng_tracker=true"]
+    packed_cfg.rng.te_rng_tracker = True
+    assert _launch(packed_cfg) == []
+
+
+def test_per_token_loss_with_averaging_in_the_collective_fails_at_ddp(packed_cfg: Any) -> None:
+    """Megatron-Core's DDP asserts it whatever the CP size (MB's own check covers CP > 1 only)."""
+    packed_cfg.model.calculate_per_token_loss = True
+    packed_cfg.ddp.average_in_collective = True
+    (found,) = _launch(packed_cfg)
+    assert found.fields["raised"] == "AssertionError: Cannot average in collective when calculating per-token loss!"
+    assert found.fields["at"] == "megatron/core/distributed/distributed_data_parallel.py:180 __init__"
+    assert found.assignments == {"ddp.average_in_collective": False}
+    packed_cfg.ddp.average_in_collective = False  # the near miss: per-token loss alone builds
+    assert _launch(packed_cfg) == []
+
+
+def test_packed_cuda_graphs_mixin_configs_construct(megatron_bridge: Any) -> None:
+    from mbridge_seqpack import apply
+    from mbridge_seqpack.compose.mixins import OfflinePacking, PackedCudaGraphs
+    from mbridge_seqpack.recipes.building_blocks import sft_base, small_gpt_provider
+
+    cfg = apply(
+        sft_base(small_gpt_provider(2048), seq_length=2048, global_batch_size=16), OfflinePacking(), PackedCudaGraphs()
+    )
+    assert cfg.rng.te_rng_tracker is True
+    assert construct(cfg).state == "built"
+
+
+def test_a_planted_provider_assert_is_caught_and_its_absence_is_not(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+
+    real = GPTModelProvider.provide
+
+    def provide(self: Any, *args: Any, **kwargs: Any) -> Any:
+        assert self.normalization != "RMSNorm", "planted: no RMSNorm"
+        return real(self, *args, **kwargs)
+
+    forget_constructions()
+    monkeypatch.setattr(GPTModelProvider, "provide", provide)
+    found = construct(packed_cfg)
+    assert (found.state, found.error, found.site) == (
+        "refused",
+        "AssertionError: planted: no RMSNorm",
+        "megatron/bridge/models/model_provider.py:747 _create_model",
+    )
+    monkeypatch.setattr(GPTModelProvider, "provide", real)
+    forget_constructions()
+    assert construct(packed_cfg).state == "built"
+
+
+def test_a_raise_only_at_the_shrunk_width_is_not_an_error(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raise that depends on the copy's width (here planted in Megatron-Core's MLP) is the shrink's, not the
+    config's: it does not recur at twice the widths, so the verdict is not determined, never an error."""
+    from megatron.core.transformer import mlp
+
+    real = mlp.MLP.__init__
+
+    def init(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+        assert config.hidden_size != 64, "planted: width 64"
+        real(self, config, *args, **kwargs)
+
+    forget_constructions()
+    monkeypatch.setattr(mlp.MLP, "__init__", init)
+    found = construct(packed_cfg)
+    assert found.state == "not_run"
+    assert found.why.startswith("the copy at CPU sizes raised AssertionError: planted: width 64")
+    assert found.why.endswith(
+        "and not so at twice those sizes: a raise of the shrink, not known for the config's own sizes"
+    )
+    forget_constructions()
+
+
+def test_a_package_this_machine_lacks_is_not_determined(hybrid_cfg: Any) -> None:
+    (found,) = _launch(hybrid_cfg)
+    assert found.severity == "undetermined"
+    assert found.not_run.startswith("a package the model needs is not installed here (ImportError: MambaSSM is not")
+    assert found.fix == "build it once where it can run (one step of the launch on a GPU node) before the full launch"
+
+
+def test_a_config_finalize_refuses_is_left_to_validate(packed_cfg: Any) -> None:
+    packed_cfg.model.tensor_model_parallel_size = 5  # 12 heads: Megatron-Core's finalize() refuses it
+    found = construct(packed_cfg)
+    assert found.state == "invalid"
+    assert found.why == "ValueError: num_attention_heads (12) must be a multiple of tensor_model_parallel_size (5)."
+    assert _launch(packed_cfg, world_size=40) == []
+
+
+def test_the_launch_environment_is_the_configs(packed_cfg: Any) -> None:
+    """deterministic_mode needs NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 when TE's attention is built: the launch exports
+    cfg.env_vars first; this process's own environment is left as it was."""
+    before = dict(os.environ)
+    packed_cfg.model.deterministic_mode = True
+    found = construct(packed_cfg)
+    assert found.state == "refused" and "NVTE_ALLOW_NONDETERMINISTIC_ALGO is not 0" in found.error
+    packed_cfg.env_vars = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+    assert construct(packed_cfg).state == "built"
+    assert dict(os.environ) == before
+
+
+def test_cached_per_distinct_config_and_nothing_left_running(packed_cfg: Any) -> None:
+    forget_constructions()
+    threads = threading.active_count()
+    first = construct(packed_cfg)
+    assert construct(packed_cfg) is first
+    packed_cfg.ddp.average_in_collective = not packed_cfg.ddp.average_in_collective
+    packed_cfg.model.calculate_per_token_loss = True
+    assert construct(packed_cfg) is not first
+    import gc
+
+    gc.collect()
+    assert threading.active_count() == threads  # no gloo thread of the build's worlds outlives it
+
+
+def test_a_world_already_up_is_not_used(packed_cfg: Any) -> None:
+    import torch.distributed as dist
+
+    forget_constructions()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        found = construct(packed_cfg)
+    finally:
+        dist.destroy_process_group()
+    assert (found.state, found.why) == (
+        "not_run",
+        "torch.distributed is already initialized in this process (the build needs a world of its own)",
+    )
