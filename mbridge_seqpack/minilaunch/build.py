@@ -35,7 +35,7 @@ _cache: OrderedDict[str, Construction] = OrderedDict()
 #: what a raise says when the machine lacks a GPU or a GPU-only library (the launch has them); Megatron's own
 #: messages name CUDA graphs and GPUs too, so only these phrases count
 _NO_GPU = re.compile(
-    r"NVIDIA driver|not compiled with CUDA|CUDA driver|CUDA error|CUDAGuardImpl|no CUDA GPUs|cuda rng state|"
+    r"NVIDIA driver|not compiled with CUDA|CUDA driver|CUDA error|CUDAGuardImpl|no CUDA GPUs|"
     r"CUDA extension|needs CUDA|cuDNN|NVML|nvrtc|no kernel image|device-side"
 )
 
@@ -115,28 +115,58 @@ def _key(provider: Any, arguments: dict[str, Any], peft: bool, env_vars: dict[st
 ENVIRONMENT_STAND_INS: dict[str, Any] = {"gradient_accumulation_fusion": False}  # APEX's CUDA extension
 STOOD_IN_WORDS = (
     "device allocations on the host (use_cpu_initialization), CUDA reported available to Transformer Engine's module "
-    "constructors, gradient_accumulation_fusion off (APEX's CUDA extension)"
+    "constructors, the CUDA RNG tracker on the host generator, gradient_accumulation_fusion off (APEX's CUDA "
+    "extension)"
 )
+
+
+def built_with(found: Construction) -> str:
+    """How the construction was made, in words: the stand-ins, and what the one-rank world changed or left out."""
+    return "; ".join((f"built on CPU at shrunk widths with {STOOD_IN_WORDS}", *found.followed, *found.stood_in))
+
+
+def _host_rng_tracker() -> Any:
+    """Megatron's CUDA RNG tracker with the host generator standing in: modules fork it to draw their initial weights
+    (Gated DeltaNet, TE's layers), and which values they draw decides nothing about whether the model builds."""
+    import torch
+    from megatron.core.tensor_parallel.random import CudaRNGStatesTracker
+
+    class HostRNGTracker(CudaRNGStatesTracker):
+        def add(self, name: str, seed: int) -> None:
+            self.seeds_.add(seed)
+            self.states_[name] = None
+
+        @contextlib.contextmanager
+        def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+            with torch.random.fork_rng(devices=[]):
+                yield
+
+    return HostRNGTracker()
 
 
 @contextlib.contextmanager
 def device_stand_ins() -> Iterator[None]:
     """``torch.cuda.is_available()`` true and one device for the build: Transformer Engine's modules refuse to be
     constructed otherwise (``TransformerEngineBaseModule.__init__``), and allocate on the host under
-    ``use_cpu_initialization``; Megatron's own messages stay quiet (a verdict never rests on them)."""
+    ``use_cpu_initialization``; Megatron's CUDA RNG tracker on the host generator (``setup()`` seeds the CUDA one);
+    Megatron's own messages stay quiet (a verdict never rests on them)."""
     import logging
 
     import torch
+    from megatron.core.tensor_parallel import random
 
     saved = torch.cuda.is_available, torch.cuda.device_count
+    tracker = random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED
     quiet = logging.root.manager.disable
     torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: 1)
+    random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = _host_rng_tracker(), True
     logging.disable(max(quiet, logging.WARNING))
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
         logging.disable(quiet)
+        random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = tracker
         torch.cuda.is_available, torch.cuda.device_count = saved
 
 
@@ -146,7 +176,8 @@ BUILD_ENV_PREFIXES = ("NVTE_", "MEGATRON_", "NCCL_", "CUDA_")
 
 def launch_env_vars(cfg: Any) -> dict[str, str]:
     """The environment the launch builds its model in, as far as construction reads it: this process's variables of
-    ``BUILD_ENV_PREFIXES`` with the config's ``env_vars`` over them (what the launch exports)."""
+    ``BUILD_ENV_PREFIXES``, and the config's ``env_vars`` where the process has none (``runtime_config_update``
+    exports them with ``os.environ.setdefault``)."""
     import os
 
     from mbridge_seqpack.analysis.attention_backend import env_value

@@ -82,7 +82,7 @@ def _verified_fix(cfg: Any, error: str) -> dict[str, Any]:
     reads=_BUILD_READS,
 )
 def model_build(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.minilaunch.build import construct
+    from mbridge_seqpack.minilaunch.build import built_with, construct
 
     found = construct(ctx.cfg)
     model = type(ctx.cfg.model).__name__
@@ -97,7 +97,7 @@ def model_build(ctx: RuleContext) -> list[Violation] | None:
                 "whether the model builds and wraps as the launch builds it is not determined here",
                 fix="build it once where it can run (one step of the launch on a GPU node) before the full launch",
                 severity=UNDETERMINED,
-                not_run=found.why,
+                not_run=f"{found.why} ({built_with(found)})",
             )
         ]
     assignments = _verified_fix(ctx.cfg, found.error)
@@ -109,7 +109,8 @@ def model_build(ctx: RuleContext) -> list[Violation] | None:
     return [
         Violation(
             fields,
-            f"the launch fails building the model, after the GPUs are allocated: {found.error} ({found.site})",
+            f"the launch fails building the model, after the GPUs are allocated: {found.error} ({found.site}; "
+            f"{built_with(found)})",
             fix="" if assignments else f"change the setting the message names (raised at {found.site})",
             assignments=assignments,
         )

@@ -46,6 +46,12 @@ def test_cuda_graphs_without_the_te_rng_tracker_fail_at_provide(packed_cfg: Any)
     }
     assert found.assignments == {"rng.te_rng_tracker": True}
     assert found.overrides == ["rng.te_rng_tracker=true"]
+    assert found.rule == (
+        f"the launch fails building the model, after the GPUs are allocated: {RNG} (megatron/bridge/models/"
+        "gpt_provider.py:234 provide; built on CPU at shrunk widths with device allocations on the host "
+        "(use_cpu_initialization), CUDA reported available to Transformer Engine's module constructors, the CUDA "
+        "RNG tracker on the host generator, gradient_accumulation_fusion off (APEX's CUDA extension))"
+    )
     packed_cfg.rng.te_rng_tracker = True
     assert _launch(packed_cfg) == []
 
@@ -173,4 +179,15 @@ def test_a_world_already_up_is_not_used(packed_cfg: Any) -> None:
     assert (found.state, found.why) == (
         "not_run",
         "torch.distributed is already initialized in this process (the build needs a world of its own)",
+    )
+
+
+def test_virtual_pipeline_stages_are_said_to_be_dropped(packed_cfg: Any) -> None:
+    packed_cfg.model.pipeline_model_parallel_size = 2
+    packed_cfg.model.virtual_pipeline_model_parallel_size = 2
+    found = construct(packed_cfg)
+    assert found.state == "built"
+    assert found.followed == (
+        "virtual_pipeline_model_parallel_size=2 -> None (a one-rank world has one pipeline stage, so the model is "
+        "built as one chunk)",
     )

@@ -522,7 +522,6 @@ CASES = [
         _qwen35_vl,
         {"model": "Qwen35VLModelProvider", "model family": "Qwen3.5-VL", "dataset.enable_in_batch_packing": True},
         {"dataset.enable_in_batch_packing": False},
-        undetermined=("launch.model_build",),
     ),
     Case(
         "energon.micro_batch_one",
