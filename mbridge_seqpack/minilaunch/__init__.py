@@ -9,3 +9,14 @@ STEP_SCOPE = (
     "Megatron-Bridge's GPT model (a provider that keeps GPTModelProvider.provide) with a GPT layer spec, at "
     "context_parallel_size 1, without virtual pipeline stages, MTP, multi-latent attention or the flex dispatcher"
 )
+
+#: the variable that turns the miniature launch on (``1``): opt-in until Megatron-Bridge's recipe zoo has been run
+#: through it (its memory on the zoo's largest towers and expert counts is not yet bounded)
+LAUNCH_ENV = "MBRIDGE_SEQPACK_LAUNCH"
+
+
+def enabled() -> bool:
+    """Whether the miniature launch runs in this process (``MBRIDGE_SEQPACK_LAUNCH=1``)."""
+    import os
+
+    return os.environ.get(LAUNCH_ENV, "").strip().lower() in ("1", "true", "on", "yes")

@@ -5,7 +5,7 @@ projection); only the core (softmax(QK^T)V) is this reference, and it takes its 
 does, from the ``PackedSeqParams`` ``TEDotProductAttention`` forwards (``kept_packed_seq_params``):
 
 - ``qkv_format``: ``"thd"`` reads ``[t, h, d]`` tensors and the cumulative lengths; ``"sbhd"`` / ``"bshd"`` read
-  4-D tensors (a THD tensor read as SBHD is refused, as TE's shape checks refuse it);
+  4-D tensors (a THD tensor read as SBHD is refused, as TE's shape checks refuse it: ``BadAttentionInputs``);
 - sequence k's tokens start at ``cu_seqlens_*_padded[k]`` (``cu_seqlens_*`` where no padded offsets are given) and
   number ``cu_seqlens_*[k+1] - cu_seqlens_*[k]``; everything else in the row is padding, whose output is zero;
 - ``max_seqlen_q`` / ``max_seqlen_kv`` bound every sequence (a longer one is refused: TE sizes its kernel by them);
@@ -23,11 +23,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["NotReproduced", "ReferenceCoreAttention", "attend"]
+__all__ = ["BadAttentionInputs", "NotReproduced", "ReferenceCoreAttention", "attend"]
 
 
 class NotReproduced(RuntimeError):
     """The config asks TE's attention for something this reference does not reproduce (the message says what)."""
+
+
+class BadAttentionInputs(RuntimeError):
+    """Inputs TE's attention refuses or computes wrong: a layout that does not match the tensors, cumulative lengths
+    past the tensor, a sequence longer than the ``max_seqlen`` that sizes the kernel (the message says which)."""
 
 
 def attend(
@@ -104,7 +109,7 @@ class ReferenceCoreAttention(torch.nn.Module):
         if fmt == "thd":
             return self._thd(query, key, value, packed_seq_params, causal, bottom_right)
         if query.dim() != 4:
-            raise ValueError(f"qkv_format={fmt!r} reads 4-D tensors; the query is {tuple(query.shape)}")
+            raise BadAttentionInputs(f"qkv_format={fmt!r} reads 4-D tensors; the query is {tuple(query.shape)}")
         if fmt == "sbhd":
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         if attention_mask is not None and attention_mask.any():
@@ -120,13 +125,13 @@ class ReferenceCoreAttention(torch.nn.Module):
 
     def _thd(self, query: Any, key: Any, value: Any, params: Any, causal: bool, bottom_right: bool) -> torch.Tensor:
         if query.dim() != 3:
-            raise ValueError(f"qkv_format='thd' reads [t, h, d] tensors; the query is {tuple(query.shape)}")
+            raise BadAttentionInputs(f"qkv_format='thd' reads [t, h, d] tensors; the query is {tuple(query.shape)}")
         if params.cu_seqlens_q is None or params.cu_seqlens_kv is None:
-            raise ValueError("qkv_format='thd' needs cu_seqlens_q and cu_seqlens_kv")
+            raise BadAttentionInputs("qkv_format='thd' needs cu_seqlens_q and cu_seqlens_kv")
         q_bounds = _bounds(params.cu_seqlens_q, params.cu_seqlens_q_padded)
         kv_bounds = _bounds(params.cu_seqlens_kv, params.cu_seqlens_kv_padded)
         if len(q_bounds) != len(kv_bounds):
-            raise ValueError(f"{len(q_bounds)} query sequences against {len(kv_bounds)} key/value sequences")
+            raise BadAttentionInputs(f"{len(q_bounds)} query sequences against {len(kv_bounds)} key/value sequences")
         out = torch.zeros(query.shape[0], query.shape[1], value.shape[2], dtype=torch.float32)
         for (qs, qn), (ks, kn) in zip(q_bounds, kv_bounds):
             for n, bound, name in (
@@ -134,9 +139,11 @@ class ReferenceCoreAttention(torch.nn.Module):
                 (kn, params.max_seqlen_kv, "max_seqlen_kv"),
             ):
                 if bound is not None and n > int(bound):
-                    raise ValueError(f"a sequence of {n} tokens exceeds {name}={int(bound)}, which sizes TE's kernel")
+                    raise BadAttentionInputs(
+                        f"a sequence of {n} tokens exceeds {name}={int(bound)}, which sizes TE's kernel"
+                    )
             if qs + qn > query.shape[0] or ks + kn > key.shape[0]:
-                raise ValueError("cu_seqlens point past the end of the packed tensor")
+                raise BadAttentionInputs("cu_seqlens point past the end of the packed tensor")
             if qn == 0:
                 continue
             out[qs : qs + qn] = attend(

@@ -36,7 +36,7 @@ _cache: OrderedDict[str, Construction] = OrderedDict()
 #: messages name CUDA graphs and GPUs too, so only these phrases count
 _NO_GPU = re.compile(
     r"NVIDIA driver|not compiled with CUDA|CUDA driver|CUDA error|CUDAGuardImpl|no CUDA GPUs|"
-    r"CUDA extension|needs CUDA|cuDNN|NVML|nvrtc|no kernel image|device-side"
+    r"CUDA extension|needs CUDA|cuDNN|NVML|nvrtc|no kernel image|device-side|moved to device cuda"
 )
 
 
@@ -289,6 +289,8 @@ def _construct(shrunk: Any, provider: Any, arguments: dict[str, Any], env_vars: 
     from mbridge_seqpack.minilaunch.shrink import shrunk_provider
 
     followed = tuple(shrunk.followed)
+    if arguments["use_megatron_fsdp"] and arguments["use_torch_fsdp2"]:  # training/config.py validate() raises first
+        return Construction("invalid", why="use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive")
     try:
         shrunk.provider.finalize()
     except Exception as exc:  # noqa: BLE001

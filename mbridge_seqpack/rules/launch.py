@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.minilaunch import STEP_SCOPE
+from mbridge_seqpack.minilaunch import LAUNCH_ENV, STEP_SCOPE, enabled
 from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, EQUIVALENCE_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     BOOL,
@@ -77,13 +77,16 @@ def _verified_fix(cfg: Any, error: str) -> dict[str, Any]:
         "average in collective when calculating per-token loss!'). Computed: the same call with the same arguments "
         "on a copy of the provider at CPU widths (every switch, layer count and parallel size kept) in a one-rank "
         "gloo world (mbridge_seqpack/minilaunch); a raise inside Megatron at the same site at two widths is the "
-        "launch's, anything this machine cannot run (a GPU path, a package not installed) is not determined."
+        "launch's, anything this machine cannot run (a GPU path, a package not installed) is not determined. "
+        f"Runs with {LAUNCH_ENV}=1 (opt-in until Megatron-Bridge's recipe zoo has run through it)."
     ),
     reads=_BUILD_READS,
 )
 def model_build(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.minilaunch.build import built_with, construct
 
+    if not enabled():
+        return None
     found = construct(ctx.cfg)
     model = type(ctx.cfg.model).__name__
     if found.state == "invalid":
@@ -131,7 +134,8 @@ def model_build(ctx: RuleContext) -> list[Violation] | None:
         "is CUDA only: core attention is a reference that reads qkv_format, cu_seqlens_q/kv, their padded forms "
         "and max_seqlen_q/kv as TE's DotProductAttention API documents them; TE's layer modules are Megatron-Core's "
         "local ones, in float32 without dropout. Compared per trained token: the loss the model returns. The step "
-        f"covers {STEP_SCOPE}; each CP rank's share of the data is equivalence.labels' (a 2-rank world)."
+        f"covers {STEP_SCOPE}; each CP rank's share of the data is equivalence.labels' (a 2-rank world). Runs "
+        f"with {LAUNCH_ENV}=1."
     ),
     reads={
         **EQUIVALENCE_READS,
@@ -151,6 +155,8 @@ def packed_step(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.minilaunch.step import STOOD_IN_WORDS
     from mbridge_seqpack.minilaunch.step import packed_step as step_of
 
+    if not enabled():
+        return None
     if construct(ctx.cfg).state in ("refused", "invalid"):
         return None  # the launch stops before the step: validate() or launch.model_build says so
     found = step_of(ctx.cfg)

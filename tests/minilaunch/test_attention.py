@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mbridge_seqpack.minilaunch.attention import NotReproduced, ReferenceCoreAttention
+from mbridge_seqpack.minilaunch.attention import BadAttentionInputs, NotReproduced, ReferenceCoreAttention
 
 HEADS, GROUPS, DIM = 4, 2, 8
 
@@ -106,11 +106,13 @@ def test_each_packed_field_is_read() -> None:
     shifted.cu_seqlens_kv_padded = shifted.cu_seqlens_kv_padded + 1
     moved = module(q, k, v, None, attn_mask_type="padding_causal", packed_seq_params=shifted)
     assert not torch.allclose(good, moved)
-    with pytest.raises(ValueError, match="a sequence of 5 tokens exceeds max_seqlen_q=4, which sizes TE's kernel"):
+    with pytest.raises(
+        BadAttentionInputs, match="a sequence of 5 tokens exceeds max_seqlen_q=4, which sizes TE's kernel"
+    ):
         module(
             q, k, v, None, attn_mask_type="padding_causal", packed_seq_params=_params(lengths, gaps, max_seqlen_q=4)
         )
-    with pytest.raises(ValueError, match=r"qkv_format='sbhd' reads 4-D tensors; the query is \(16, 4, 8\)"):
+    with pytest.raises(BadAttentionInputs, match=r"qkv_format='sbhd' reads 4-D tensors; the query is \(16, 4, 8\)"):
         module(q, k, v, None, attn_mask_type="causal", packed_seq_params=_params(lengths, gaps, qkv_format="sbhd"))
     no_mask = module(q, k, v, None, attn_mask_type="padding", packed_seq_params=_params(lengths, gaps))
     assert not torch.allclose(good, no_mask)  # the mask type is read: without causality a token sees its future

@@ -15,6 +15,13 @@ from mbridge_seqpack.minilaunch.build import construct, forget_constructions
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(autouse=True)
+def _launch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The miniature launch is opt-in (MBRIDGE_SEQPACK_LAUNCH=1); these tests turn it on."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_LAUNCH", "1")
+
+
 RNG = (
     "AssertionError: Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "
     "use_te_rng_tracker=True'."
@@ -191,3 +198,12 @@ def test_virtual_pipeline_stages_are_said_to_be_dropped(packed_cfg: Any) -> None
         "virtual_pipeline_model_parallel_size=2 -> None (a one-rank world has one pipeline stage, so the model is "
         "built as one chunk)",
     )
+
+
+def test_off_unless_turned_on(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opt-in until the recipe zoo has run through it: without the variable neither launch rule runs."""
+    packed_cfg.model.calculate_per_token_loss = True
+    packed_cfg.ddp.average_in_collective = True
+    assert [v.rule_id for v in _launch(packed_cfg)] == ["launch.model_build"]
+    monkeypatch.delenv("MBRIDGE_SEQPACK_LAUNCH")
+    assert [v.rule_id for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("launch.")] == []

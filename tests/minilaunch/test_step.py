@@ -14,6 +14,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
+def _launch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The miniature launch is opt-in (MBRIDGE_SEQPACK_LAUNCH=1); these tests turn it on."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_LAUNCH", "1")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_steps() -> Any:
     forget_steps()
     yield
@@ -116,8 +122,8 @@ def test_near_misses_train_the_same(packed_cfg: Any, change: dict[str, Any]) -> 
         (
             _params_mutant(_short_max_seqlen),
             {},
-            "the packed step raises ValueError: a sequence of 6 tokens exceeds max_seqlen_q=4, which sizes TE's "
-            "kernel (megatron/core/transformer/attention.py:1558 forward)",
+            "the packed step raises BadAttentionInputs: a sequence of 6 tokens exceeds max_seqlen_q=4, which sizes "
+            "TE's kernel (megatron/core/transformer/attention.py:1558 forward)",
         ),
         (_thd_rope_off_by_one, {}, "trained tokens' losses differ packed vs unpacked"),
         (

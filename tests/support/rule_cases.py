@@ -30,9 +30,6 @@ class Case:
     repaired_world: int | None = None
     base_world: int | None = None  # where the unbroken base config is valid, when not the checked world
     patch: Callable[[pytest.MonkeyPatch], None] | None = None  # what the environment differs in (undone after)
-    #: rules whose verdict on the broken config is "not determined here" (a model that needs a package this
-    #: machine lacks: mamba-ssm, DeepEP's HybridEP); the same verdict is allowed on the base and repaired configs
-    undetermined: tuple[str, ...] = ()
 
 
 def _set(**values: Any) -> Callable[[Any, Any], None]:
@@ -176,7 +173,6 @@ CASES = [
         _set(**{**CP2_LOSS, "ddp__average_in_collective": True}),
         {"ddp.average_in_collective": True, "model.context_parallel_size": 2},
         {"ddp.average_in_collective": False},
-        also=("launch.model_build",),
     ),
     Case(
         "cp.hierarchical_sizes_required",
@@ -446,7 +442,6 @@ CASES = [
             "dataset.enable_offline_packing": True,
         },
         {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ["mlp"]},
-        also=("launch.model_build",),
     ),
     Case(
         "fp8.packed_tokens_per_rank",
@@ -612,7 +607,6 @@ NEW_CASES = [
         },
         {"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
         also=("fixed_width.gpt_sft_experts",),
-        undetermined=("launch.model_build",),
     ),
     Case(
         "gpt_sft.row_width_alignment",
@@ -682,7 +676,6 @@ NEW_CASES = [
         _deterministic,
         {"model.deterministic_mode": True, "env NVTE_ALLOW_NONDETERMINISTIC_ALGO": None},
         {"env_vars.NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"},
-        also=("launch.model_build",),
     ),
     Case(
         "model.core_attention_packing",
@@ -699,7 +692,6 @@ NEW_CASES = [
         lambda cfg, tmp: (_local_attention(cfg, tmp), _set(**CP2_LOSS)(cfg, tmp)),
         {"core attention": "DotProductAttention", "model.context_parallel_size": 2},
         {"model.context_parallel_size": 1},
-        also=("launch.model_build",),
     ),
 ]
 CASES += NEW_CASES
@@ -835,7 +827,6 @@ MECHANISM_CASES = [
         _hybrid_mamba,
         {"model": "HybridModelProvider", "model.is_hybrid_model": False, "dataset.enable_offline_packing": True},
         {"model.is_hybrid_model": True},
-        undetermined=("launch.model_build",),
     ),
     Case(
         "moe.router_counts_padding",
@@ -1011,7 +1002,6 @@ CASES += [
             "dataset.enable_offline_packing": True,
         },
         {"model.cuda_graph_modules": ["mlp"]},
-        undetermined=("launch.model_build",),
     ),
     Case(
         "cuda_graphs.capture_host_reads",
@@ -1052,7 +1042,6 @@ CASES += [
         _env(MBRIDGE_SEQPACK_GPU_ARCH="sm90", NVTE_FUSED_ATTN="0"),
         {"model.attention_backend": "AttnBackend.auto", "env NVTE_FUSED_ATTN": "0"},
         {"model.attention_backend": "auto"},
-        also=("launch.model_build",),
     ),
     Case(
         "equivalence.labels",
@@ -1164,12 +1153,20 @@ CASES += [
 ]
 
 
+def _launch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The miniature launch turned on for the check (opt-in: MBRIDGE_SEQPACK_LAUNCH=1)."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_LAUNCH", "1")
+
+
 def _shifted_kv_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug planted in Megatron-Bridge's step: get_packed_seq_params (as gpt_step calls it) moves every inner
-    cu_seqlens_kv boundary one token right, so each sequence's keys start inside its neighbour."""
+    cu_seqlens_kv boundary one token right, so each sequence's keys start inside its neighbour (the miniature launch
+    turned on)."""
     from megatron.bridge.training import gpt_step
 
     from mbridge_seqpack.minilaunch.step import forget_steps
+
+    _launch_on(monkeypatch)
 
     real = gpt_step.get_packed_seq_params
 
@@ -1207,6 +1204,7 @@ CASES += [
             "ddp.average_in_collective": True,
         },
         {"ddp.average_in_collective": False},
+        patch=_launch_on,
     ),
     Case(
         "launch.packed_step",
