@@ -83,10 +83,11 @@ def _verified_fix(cfg: Any, error: str) -> dict[str, Any]:
     reads=_BUILD_READS,
 )
 def model_build(ctx: RuleContext) -> list[Violation] | None:
-    from mbridge_seqpack.minilaunch.build import built_with, construct
-
     if not enabled():
         return None
+    from mbridge_seqpack.config_paths import get_path
+    from mbridge_seqpack.minilaunch.build import built_with, construct
+
     found = construct(ctx.cfg)
     model = type(ctx.cfg.model).__name__
     if found.state == "invalid":
@@ -106,8 +107,6 @@ def model_build(ctx: RuleContext) -> list[Violation] | None:
     assignments = _verified_fix(ctx.cfg, found.error)
     fields: dict[str, Any] = {"model": model, "raised": found.error, "at": found.site}
     for path in assignments:
-        from mbridge_seqpack.config_paths import get_path
-
         fields[path] = get_path(ctx.cfg, path)
     return [
         Violation(
@@ -151,12 +150,12 @@ def model_build(ctx: RuleContext) -> list[Violation] | None:
     },
 )
 def packed_step(ctx: RuleContext) -> list[Violation] | None:
+    if not enabled():
+        return None
     from mbridge_seqpack.minilaunch.build import construct
     from mbridge_seqpack.minilaunch.step import STOOD_IN_WORDS
     from mbridge_seqpack.minilaunch.step import packed_step as step_of
 
-    if not enabled():
-        return None
     if construct(ctx.cfg).state in ("refused", "invalid"):
         return None  # the launch stops before the step: validate() or launch.model_build says so
     found = step_of(ctx.cfg)
