@@ -189,6 +189,26 @@ FIELD_USES: tuple[FieldUse, ...] = (
     ),
     FieldUse("ddp.use_megatron_fsdp", "bridge/training/setup.py", "setup: model wrapping", "use_megatron_fsdp"),
     FieldUse("dist.use_megatron_fsdp", "bridge/training/setup.py", "setup: model wrapping", "use_megatron_fsdp"),
+    FieldUse("dist.use_torch_fsdp2", "bridge/training/setup.py", "setup: model wrapping", "use_torch_fsdp2"),
+    FieldUse(
+        "optimizer.overlap_param_gather_with_optimizer_step",
+        "bridge/training/setup.py",
+        "setup: _build_distributed_model",
+        "overlap_param_gather_with_optimizer_step",
+    ),
+    FieldUse(
+        "rng.data_parallel_random_init",
+        "bridge/training/setup.py",
+        "setup: _build_distributed_model",
+        "data_parallel_random_init",
+    ),
+    FieldUse("rng.te_rng_tracker", "bridge/training/initialize.py", "_set_random_seed", "te_rng_tracker"),
+    FieldUse(
+        "model.use_transformer_engine_full_layer_spec",
+        "bridge/models/gpt_provider.py",
+        "default_layer_spec",
+        "use_transformer_engine_full_layer_spec",
+    ),
     FieldUse(
         "dist.eval_context_parallel_size",
         None,

@@ -46,8 +46,12 @@ a CUDA run with this machine's installs would run.
 
     PYTHONPATH=. python scripts/gpu_check.py --json out/gpu_check.json            # on the GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --dry-run --json out/gpu_check.json  # CPU: float64, tiny sizes
-Exit 0 when no check failed, 1 when one did; without CUDA and without --dry-run it runs nothing and exits 2 (a
-check that skips everything must not read as a pass).
+Exit 0 when no check failed and nothing was skipped that the run was not told to skip; 1 when a check failed or a
+part was skipped (TE, Megatron or a kernel missing) that ``--allow-skips`` does not name: a GPU run that skipped TE's
+THD attention, the launch path or TE's partition kernel is no evidence about them, so it must not read as a pass.
+``--allow-skips te_thd,launch`` accepts those parts by name (a result's dotted path or its last part, as the skip
+lines print them); a dry run's CUDA-only skips and ``--no-launch``'s are what the run was asked for. Without CUDA and
+without --dry-run it runs nothing and exits 2, as it does for an ``--allow-skips`` name that is no part of the check.
 """
 
 from __future__ import annotations
@@ -72,6 +76,15 @@ from mbridge_seqpack.thd import StaticTHDLayout, static_thd_batch  # noqa: E402
 from mbridge_seqpack.thd.reference import thd_cp_partition_indices, varlen_causal_attention  # noqa: E402
 
 HEADS, DIM = 4, 32
+#: the parts a run can skip (the last part of a skipped result's dotted path): what ``--allow-skips`` may name
+SKIPPABLE = (
+    "te_thd",
+    "launch",
+    "attention_host_reads",
+    "te_kernel",
+    "c_graph_replay_equals_eager",
+    "e_graph_vs_eager_step_time",
+)
 NAMES = (
     "a_attention_parity",
     "b_mutants_detected",
@@ -595,8 +608,9 @@ def check_launch(
 class TinyLM(torch.nn.Module):
     """Embedding, two THD attention blocks with MLPs, a tied head: enough for a graph of fwd+bwd."""
 
-    def __init__(self, vocab: int, dim: int) -> None:
+    def __init__(self, vocab: int, dim: int, attend: Callable[..., torch.Tensor] = attention) -> None:
         super().__init__()
+        self.attend = attend
         self.embed = torch.nn.Embedding(vocab, dim)
         self.qkv = torch.nn.ModuleList(torch.nn.Linear(dim, 3 * dim) for _ in range(2))
         self.mlp = torch.nn.ModuleList(
@@ -610,7 +624,7 @@ class TinyLM(torch.nn.Module):
         h = self.embed(tokens)
         for qkv, mlp in zip(self.qkv, self.mlp):
             q, k, v = qkv(h).view(h.shape[0], 3, HEADS, -1).unbind(1)
-            h = h + attention(q, k, v, logical, physical, max_seqlen).reshape(h.shape)
+            h = h + self.attend(q, k, v, logical, physical, max_seqlen).reshape(h.shape)
             h = h + mlp(h)
         return h @ self.embed.weight.T
 
@@ -658,7 +672,8 @@ def check_graph(
     refilled the buffers, compare with eager on the same buffers."""
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
-    model = TinyLM(1024, HEADS * DIM).to(device, torch.bfloat16)
+    te_attend, te_why = te_thd_attention(device)  # the graph captures TE's THD attention where TE runs
+    model = TinyLM(1024, HEADS * DIM, te_attend or attention).to(device, torch.bfloat16)
     feed = launch_feed(rows, width, mult) if launch else custom_feed(rows, width, mult, device, gen)
     with feed as (fields, refills):
 
@@ -698,6 +713,7 @@ def check_graph(
         replay = {
             "status": "pass" if math.isfinite(worst) and math.isfinite(spread) and worst <= allowed else "fail",
             "path": "launch (injected data_read)" if launch else "custom step (static_thd_batch)",
+            "attention": "TE DotProductAttention (thd)" if te_attend else f"gather + varlen_attn (TE: {te_why})",
             "max_abs_diff": worst,
             "eager_run_to_run": spread,
             "allowed": allowed,
@@ -911,6 +927,40 @@ def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def skipped_parts(results: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Every part of ``results``, at any depth, whose status is "skipped": (dotted path, reason)."""
+    found = []
+    for name, value in results.items():
+        if isinstance(value, dict):
+            path = f"{prefix}{name}"
+            if value.get("status") == "skipped":
+                found.append((path, str(value.get("reason", ""))))
+            found += skipped_parts(value, f"{path}.")
+    return found
+
+
+def names(path: str, name: str) -> bool:
+    """``name`` names ``path``: its parts appear in ``path``'s, in order and together (``te_thd`` names every
+    ``...te_thd``, ``mult1.te_thd`` only ``a_attention_parity.mult1.te_thd``)."""
+    return f".{name}." in f".{path}."
+
+
+def unallowed_skips(
+    results: dict[str, Any], allowed: list[str], dry_run: bool, no_launch: bool
+) -> list[tuple[str, str]]:
+    """The skipped parts the run was not told to skip: not named by ``allowed``, not a dry run's CUDA-only part, not
+    the launch path under ``--no-launch``."""
+
+    def asked(path: str, reason: str) -> bool:
+        return (dry_run and "dry run" in reason) or (no_launch and reason == "--no-launch")
+
+    return [
+        (path, reason)
+        for path, reason in skipped_parts(results)
+        if not asked(path, reason) and not any(names(path, n) for n in allowed)
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU: float64, tiny sizes, no graphs")
@@ -921,7 +971,19 @@ def main() -> int:
         action="store_true",
         help="leave out the launch path (Megatron-Bridge's collate and step, the injected data_read)",
     )
+    parser.add_argument(
+        "--allow-skips",
+        default="",
+        metavar="PARTS",
+        help="comma-separated parts whose skip is accepted (e.g. te_thd,launch,te_kernel); other skips fail the run",
+    )
     args = parser.parse_args()
+    allowed = [n.strip() for n in args.allow_skips.split(",") if n.strip()]
+    unknown = [n for n in allowed if n.rsplit(".", 1)[-1] not in SKIPPABLE]
+    if unknown:  # before anything runs: a mistyped name must not cost the device's minutes
+        print(f"gpu_check: --allow-skips names no part that can be skipped: {', '.join(unknown)} (the parts: "
+              f"{', '.join(SKIPPABLE)})", file=sys.stderr)  # fmt: skip
+        return 2
     start = time.perf_counter()
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
@@ -943,12 +1005,18 @@ def main() -> int:
         detail = {k: v for k, v in r.items() if k != "status"}
         print(f"  {r['status'].upper():<8} {name}  {json.dumps(detail, default=str)}")
     failed = [n for n in NAMES if results[n]["status"] == "fail"]
+    failed_checks = len(failed)
+    for path, reason in unallowed_skips(results, allowed, args.dry_run, args.no_launch):
+        print(f"  UNASKED  {path}: skipped, {reason}; --allow-skips {path.rsplit('.', 1)[-1]} accepts it")
+        failed.append(path)
     counts = {s: sum(r["status"] == s for r in results.values()) for s in ("pass", "fail", "skipped", "measured")}
     seconds = round(time.perf_counter() - start, 1)  # the one command's budget is 5 minutes
-    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; {seconds} s")
+    skips = f"{len(skipped_parts(results))} parts skipped at any depth, {len(failed) - failed_checks} not allowed"
+    print("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; {skips}; {seconds} s")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         out = {"device": "cuda" if cuda else "cpu", "seconds": seconds, "plan": steps, "results": results}
+        out["unallowed_skips"] = failed[failed_checks:]
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 1 if failed else 0
 

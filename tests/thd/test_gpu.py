@@ -43,10 +43,18 @@ def _module() -> Any:
     return module
 
 
-def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
-    done = _run("--dry-run", "--json", str(tmp_path / "r.json"))
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    """One CPU dry run of the script (about a minute), its process and its JSON, for every test that reads them."""
+    out = tmp_path_factory.mktemp("dry") / "r.json"
+    done = _run("--dry-run", "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    return done, json.loads(out.read_text())
+
+
+def test_dry_run_on_cpu_writes_json_and_reports_skips(dry_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    done, report = dry_run
+    results = report["results"]
     assert {k: v["status"] for k, v in results.items()} == {
         "a_attention_parity": "pass",
         "b_mutants_detected": "pass",
@@ -80,10 +88,13 @@ def test_dry_run_on_cpu_writes_json_and_reports_skips(tmp_path: Path) -> None:
     throughput = results["d_throughput_packed_vs_padded"]
     assert (throughput["real_tokens"], throughput["padding_fraction_packed"]) == (586, 1 - 586 / (5 * 128))
     summary = done.stdout.rstrip().splitlines()[-1]
-    seconds = json.loads((tmp_path / "r.json").read_text())["seconds"]
-    assert summary == f"summary: 3 pass, 0 fail, 2 skipped, 1 measured; {seconds} s" and 0 < seconds < 300
+    seconds = report["seconds"]
+    assert summary == (
+        f"summary: 3 pass, 0 fail, 2 skipped, 1 measured; 11 parts skipped at any depth, 0 not allowed; {seconds} s"
+    )
+    assert 0 < seconds < 300 and report["unallowed_skips"] == []
     # the plan comes first: what this dry run runs or skips, then what a CUDA run here would, each with why
-    plan = json.loads((tmp_path / "r.json").read_text())["plan"]
+    plan = report["plan"]
     lines = done.stdout.splitlines()
     assert (
         lines[0] == "plan (dry run, CPU):"
@@ -358,7 +369,13 @@ def test_the_real_device_recorder_finds_a_host_read_in_the_step() -> None:
 
 @pytest.mark.gpu
 def test_gpu_check_passes_on_device(tmp_path: Path) -> None:
-    done = _run("--json", str(tmp_path / "r.json"))
+    missing = [
+        part
+        for part, module in (("te_thd", "transformer_engine"), ("te_kernel", "transformer_engine"))
+        + (("launch", "megatron.bridge"),)
+        if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None
+    ]
+    done = _run("--json", str(tmp_path / "r.json"), *(["--allow-skips", ",".join(missing)] if missing else []))
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     results = json.loads((tmp_path / "r.json").read_text())["results"]
@@ -378,3 +395,78 @@ def test_gpu_check_passes_on_device(tmp_path: Path) -> None:
         assert results["f_cp_split_matches_kernel_formula"]["te_kernel"]["status"] == "pass"
         for mult in ("mult1", "mult8"):
             assert results["a_attention_parity"][mult]["te_thd"]["status"] == "pass"
+
+
+#: what a CUDA run without TE (the lent device) skips, at any depth, as the dry run's results name the parts
+WITHOUT_TE = [
+    f"a_attention_parity.{mult}.{path}"
+    for mult in ("mult1", "mult8")
+    for path in ("te_thd", "attention_host_reads", "launch.te_thd", "launch.attention_host_reads")
+] + [
+    "c_graph_replay_equals_eager",
+    "e_graph_vs_eager_step_time",
+    "f_cp_split_matches_kernel_formula.te_kernel",
+]
+
+
+def test_a_skip_the_run_was_not_asked_for_fails_it(dry_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Nested skips used to leave the exit status 0: a GPU run with TE's THD attention, the launch path and TE's
+    partition kernel all skipped passed. Every skip at any depth counts, unless the run was asked for it (a dry run's
+    CUDA-only parts, ``--no-launch``) or ``--allow-skips`` names it."""
+    gc = _module()
+    results = json.loads(json.dumps(dry_run[1]["results"]))
+    assert [path for path, _ in gc.unallowed_skips(results, [], dry_run=False, no_launch=False)] == WITHOUT_TE
+    assert gc.unallowed_skips(results, [], dry_run=True, no_launch=False) == []
+    assert gc.unallowed_skips(results, list(gc.SKIPPABLE), dry_run=False, no_launch=False) == []
+    allowed = ["te_thd", "mult1.attention_host_reads"]
+    assert [p for p, _ in gc.unallowed_skips(results, allowed, dry_run=False, no_launch=False)] == [
+        "a_attention_parity.mult1.launch.attention_host_reads",
+        "a_attention_parity.mult8.attention_host_reads",
+        "a_attention_parity.mult8.launch.attention_host_reads",
+        "c_graph_replay_equals_eager",
+        "e_graph_vs_eager_step_time",
+        "f_cp_split_matches_kernel_formula.te_kernel",
+    ]
+    no_megatron = {"status": "skipped", "reason": "Megatron-Bridge not installed"}
+    for mult in ("mult1", "mult8"):  # a device without Megatron: the launch path is a skip it must be told of
+        results["a_attention_parity"][mult]["launch"] = no_megatron
+    assert gc.unallowed_skips(results, [], dry_run=True, no_launch=False) == [
+        ("a_attention_parity.mult1.launch", "Megatron-Bridge not installed"),
+        ("a_attention_parity.mult8.launch", "Megatron-Bridge not installed"),
+    ]
+    assert gc.unallowed_skips(results, ["launch"], dry_run=True, no_launch=False) == []
+    for mult in ("mult1", "mult8"):
+        results["a_attention_parity"][mult]["launch"] = {"status": "skipped", "reason": "--no-launch"}
+    assert gc.unallowed_skips(results, [], dry_run=True, no_launch=True) == []
+    assert {path.rsplit(".", 1)[-1] for path, _ in gc.skipped_parts(results)} <= set(gc.SKIPPABLE)
+
+
+def test_main_exits_1_naming_each_skip_not_allowed(
+    dry_run: tuple[subprocess.CompletedProcess, dict], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The exit status and the lines of a run whose checks all pass but whose TE parts were skipped (the dry run's
+    results, as a CUDA-less TE-less run of the checks would give them, fed to ``main``)."""
+    gc = _module()
+    results = json.loads(json.dumps(dry_run[1]["results"]))
+    for mult in ("mult1", "mult8"):
+        results["a_attention_parity"][mult]["te_thd"] = {"status": "skipped", "reason": "TE not installed"}
+    monkeypatch.setattr(gc, "run_checks", lambda cuda, rows, launch=True: results)
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--dry-run"])
+    assert gc.main() == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("  UNASKED")] == [
+        f"  UNASKED  a_attention_parity.{m}.te_thd: skipped, TE not installed; --allow-skips te_thd accepts it"
+        for m in ("mult1", "mult8")
+    ]
+    assert lines[-1].startswith("summary: 3 pass, 0 fail, 2 skipped, 1 measured; 11 parts skipped at any depth, 2 not")
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--dry-run", "--allow-skips", "te_thd"])
+    assert gc.main() == 0
+
+
+def test_an_allow_skips_name_that_is_no_part_exits_2_before_running() -> None:
+    done = _run("--dry-run", "--allow-skips", "te_thd,te_thd_attention")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gpu_check: --allow-skips names no part that can be skipped: te_thd_attention (the parts: te_thd, launch, "
+        "attention_host_reads, te_kernel, c_graph_replay_equals_eager, e_graph_vs_eager_step_time)"
+    )
