@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -109,6 +110,9 @@ _INHERITED = object()  # marks a wrapped method that ConfigContainer itself does
 #: the verdict read (digests.note_read), so a pack fixed on disk is judged again, never refused from memory
 _checked: dict[str, Any] = {"key": None, "violations": None, "reads": (), "stamps": None}
 _validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
+#: the undetermined verdicts this process has logged as accepted: (rule id, what was not run), each said once
+_accepted_undetermined: set[tuple[str, str]] = set()
+LOGGER = logging.getLogger("mbridge_seqpack")
 
 
 def dry_run_world_size(cfg: ConfigContainer) -> int | None:
@@ -187,6 +191,26 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
     if announce and is_rank_zero():
         for v in violations:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
+        _log_accepted_undetermined(violations)
+
+
+def _log_accepted_undetermined(violations: list[Any]) -> None:
+    """Say once per process, on the ``mbridge_seqpack`` logger, each verdict the launch goes on without: what could
+    not be determined here and why (a warning filter may hide the warnings; the log line stays)."""
+    from mbridge_seqpack.errors import UNDETERMINED
+
+    undetermined = [v for v in violations if v.severity == UNDETERMINED]
+    new = [v for v in undetermined if (v.rule_id, v.not_run) not in _accepted_undetermined]
+    if not new:
+        return
+    _accepted_undetermined.update((v.rule_id, v.not_run) for v in new)
+    lines = [f"  {v.rule_id}: {v.not_run}" for v in new]
+    LOGGER.warning(
+        "mbridge_seqpack accepted %d verdict%s not determined here (MBRIDGE_SEQPACK_MODE=strict refuses them):\n%s",
+        len(new),
+        "" if len(new) == 1 else "s",
+        "\n".join(lines),
+    )
 
 
 def _was_validated(cfg: ConfigContainer) -> bool:

@@ -281,3 +281,61 @@ def test_suspended_runs_megatron_alone_then_restores(packed_cfg: Any) -> None:
         assert not mbridge_seqpack.is_installed()
         _runtime_update(_misaligned(packed_cfg))  # no plugin warning: only Megatron-Bridge validates
     assert mbridge_seqpack.is_installed() and current_mode() == "warn"
+
+
+def _undetermined_attention(cfg: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A deterministic padded-THD config on an undeclared GPU: TE's backend verdict needs cuDNN's device query, so
+    ``attention.backend_available`` is not determined here (and the hook accepts it unless strict)."""
+    from mbridge_seqpack.analysis import attention_backend as ab
+    from mbridge_seqpack.analysis import te_attention as te
+
+    monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)
+    monkeypatch.setenv(te.CUDNN_ENV, "9.20.0")
+    monkeypatch.setenv("NCCL_ALGO", "Ring")  # Megatron-Bridge's deterministic mode asserts it
+    cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4
+    cfg.model.deterministic_mode = True
+    cfg.model.cross_entropy_loss_fusion = False
+    cfg.env_vars = {ab.NONDETERMINISTIC_ENV: "0"}
+    return cfg
+
+
+def test_the_hook_logs_once_per_process_what_it_accepted_as_not_determined(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A warnings filter can hide the per-validate warning; the log says it once per process, with what was not
+    run, and strict mode refuses the same verdict."""
+    import copy
+
+    from mbridge_seqpack import hook
+
+    monkeypatch.setattr(hook, "_accepted_undetermined", set())
+    cfg = _undetermined_attention(packed_cfg, monkeypatch)
+    second = copy.deepcopy(cfg)
+    mbridge_seqpack.install()
+    with caplog.at_level("WARNING", logger="mbridge_seqpack"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the process's filters hide the warnings: the log line is still written
+        _runtime_update(cfg)
+        _runtime_update(second)  # a second config with the same verdict: said already
+    [record] = [r for r in caplog.records if r.name == "mbridge_seqpack"]
+    found = [v for v in mbridge_seqpack.check(second, world_size=8) if v.severity == "undetermined"]
+    assert [v.rule_id for v in found] == ["attention.backend_available"]
+    assert record.getMessage() == (
+        "mbridge_seqpack accepted 1 verdict not determined here (MBRIDGE_SEQPACK_MODE=strict refuses them):\n"
+        f"  attention.backend_available: {found[0].not_run}"
+    )
+    mbridge_seqpack.install(strict=True)
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(copy.deepcopy(second))
+    assert info.value.rule_ids == ["attention.backend_available"]
+
+
+def test_other_ranks_log_nothing(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    from mbridge_seqpack import hook
+
+    monkeypatch.setattr(hook, "_accepted_undetermined", set())
+    monkeypatch.setenv("RANK", "3")
+    mbridge_seqpack.install()
+    with caplog.at_level("WARNING", logger="mbridge_seqpack"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _runtime_update(_undetermined_attention(packed_cfg, monkeypatch))
+    assert [r for r in caplog.records if r.name == "mbridge_seqpack"] == []
