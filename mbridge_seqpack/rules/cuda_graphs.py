@@ -15,7 +15,7 @@ from mbridge_seqpack.analysis.graph_paths import (
     TE_SAMPLES,
 )
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, GRAPH_PATH_READS, SPECS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, GRAPH_PATH_READS, SPECS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
@@ -277,6 +277,7 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
     "docs/graph-paths.md lists each with its site.",
     reads={
         **DATASET_KWARGS_READS,
+        **TOPOLOGY_READS,
         "dataset.enable_in_batch_packing": BOOL,
         "dataset.enable_offline_packing": BOOL,
         "ddp.check_for_large_grads": BOOL,
@@ -303,7 +304,7 @@ def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
     found = verdicts.present_conditions(ctx.cfg)
     out = _full_iteration_unknowns(ctx, verdicts)
     if not found:
-        return out
+        return out + _sizes_not_run(ctx)
     leave = [p.name for p, _ in found if p.fix is None or p.fix(ctx.cfg) is None]
     out = []
     for probe, reads in found:
@@ -324,6 +325,30 @@ def capture_host_reads(ctx: RuleContext) -> list[Violation] | None:
         out.append(Violation({"model.cuda_graph_impl": ctx.cuda_graph_impl} | probe.fields(ctx.cfg), why,
                              assignments=assignments))  # fmt: skip
     return out
+
+
+def _sizes_not_run(ctx: RuleContext) -> list[Violation]:
+    """A clean capture ran in a one-rank world: at TP or PP > 1 the step also runs the tensor-parallel collectives and
+    the pipeline schedule (its send/receive of each micro batch's activations, whose shapes a variable-length step
+    reads on the host), which that run never had, so its verdict is not determined there, never shown as OK."""
+    tp, pp = ctx.topology.tp, ctx.topology.pp
+    named = {"TP": ("model.tensor_model_parallel_size", tp), "PP": ("model.pipeline_model_parallel_size", pp)}
+    sizes = {path: size for path, size in named.values() if size > 1}
+    if not sizes:
+        return []
+    return [
+        Violation(
+            {"model.cuda_graph_impl": ctx.cuda_graph_impl} | sizes,
+            "whether the full-iteration graph's step reads the host at these parallel sizes is not determined here "
+            "(the capture found no host read in a one-rank world)",
+            fix="run one training step under the full-iteration graph on the GPUs first, or capture per layer: "
+            + "; ".join(f"cfg.{k} = {v!r}" for k, v in _per_layer_graphs(ctx).items()),
+            severity=UNDETERMINED,
+            not_run="the capture ran in a one-rank CPU world; "
+            + " and ".join(f"{name}={size}" for name, (_, size) in named.items() if size > 1)
+            + " (tensor-parallel collectives, the pipeline schedule's sends and receives) was not run",
+        )
+    ]
 
 
 def _full_iteration_unknowns(ctx: RuleContext, verdicts: Any) -> list[Violation]:

@@ -766,3 +766,45 @@ def test_the_injection_must_be_on_the_class_in_the_process_that_trains(
     [v] = _errors(cfg)
     assert "MBRIDGE_SEQPACK_MODE is set but this environment has no no_such_startup_hook.pth" in v.rule
     assert v.assignments == {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_modules": ["mlp"]}
+
+
+def _capture_safe_full_iteration(cfg: Any) -> Any:
+    """A full-iteration graph over fixed-width offline packs whose step the one-rank capture finds clean."""
+    from megatron.bridge.utils.cuda_graph import set_full_iteration_cuda_graph
+
+    set_full_iteration_cuda_graph(cfg.model)
+    cfg.rng.te_rng_tracker = True
+    cfg.rerun_state_machine.check_for_nan_in_loss = False
+    cfg.model.apply_rope_fusion = True
+    cfg.ddp.check_for_nan_in_grad = False
+    cfg.dataset.dataset_kwargs["pad_to_max_length"] = True
+    cfg.dataset.offline_packing_specs.pad_cu_seqlens = True
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("tp", "pp", "named"), [(1, 1, None), (2, 1, "TP=2"), (1, 2, "PP=2"), (2, 2, "TP=2 and PP=2")]
+)
+def test_a_clean_capture_is_not_determined_at_parallel_sizes_it_never_ran(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch, tp: int, pp: int, named: str | None
+) -> None:
+    """The capture runs in a one-rank world: at TP or PP > 1 its clean verdict was shown as OK for collectives and a
+    pipeline schedule it never ran. There it is not determined, with what was not run; at TP = PP = 1 it is a pass."""
+    monkeypatch.setenv("MBRIDGE_SEQPACK_MODE", "error")  # the launch injects the host max_seqlen
+    cfg = _capture_safe_full_iteration(packed_cfg)
+    cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size = tp, pp
+    found = [v for v in check(cfg, world_size=8) if v.rule_id == "cuda_graphs.capture_host_reads"]
+    if named is None:
+        assert found == []
+        return
+    [verdict] = found
+    sizes = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp}
+    assert (verdict.severity, verdict.fields) == (
+        "undetermined",
+        {"model.cuda_graph_impl": "full_iteration"} | {k: v for k, v in sizes.items() if v > 1},
+    )
+    assert verdict.not_run == (
+        f"the capture ran in a one-rank CPU world; {named} (tensor-parallel collectives, the pipeline schedule's "
+        "sends and receives) was not run"
+    )
+    assert verdict.fix.startswith("run one training step under the full-iteration graph on the GPUs first, or ")
