@@ -9,6 +9,7 @@ context-parallel split and the loss reductions over it)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import tempfile
 import traceback
@@ -19,7 +20,53 @@ import torch
 
 from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
 
-__all__ = ["RanksUnavailable", "cpu_world", "ranks"]
+__all__ = ["RanksUnavailable", "cpu_world", "ranks", "young_garbage"]
+
+
+@contextlib.contextmanager
+def young_garbage() -> Iterator[Any]:
+    """A collection of what the block made, for the block to call before its world goes: the model's reference
+    cycles hold the world's process groups, whose gloo threads live until they are freed. Everything older is
+    frozen for the block (``gc.freeze``), so the collection costs what the block made, not the ~1 s of a full one in
+    a process that imported Megatron-Bridge."""
+    gc.freeze()
+    try:
+        yield gc.collect
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _released_wrappers() -> Iterator[None]:
+    """The data-parallel wrappers whose forward ran in the world are emptied when it ends, and what the run made is
+    collected. A step's autograd graph outlives it where Megatron keeps a tensor of the step (the MoE token
+    dispatchers keep their routing state); that graph's gradient-accumulator nodes hold DDP's backward hooks, whose
+    closures hold the wrapper, its model and so the world's process groups: a cycle through C++ that no collection
+    frees. Left alone, each such run kept ~60 gloo threads alive for the rest of the process. Megatron-Core's RoPE
+    modules cache ``forward`` on the class (``functools.lru_cache``, 32 calls): the cache keeps each module and the
+    CP group it holds, so it is emptied too."""
+    from megatron.core.distributed.data_parallel_base import _BaseDataParallel
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
+
+    ran: list[Any] = []
+
+    def note(module: Any, args: Any) -> None:
+        if isinstance(module, _BaseDataParallel) and not any(module is seen for seen in ran):
+            ran.append(module)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(note)
+    with young_garbage() as collect:
+        try:
+            yield
+        finally:
+            handle.remove()
+            for wrapper in ran:
+                vars(wrapper).clear()
+            ran.clear()
+            for cached in (RotaryEmbedding.forward, YarnRotaryEmbedding.forward):
+                cached.cache_clear()
+            collect()
 
 
 @contextlib.contextmanager
@@ -38,9 +85,13 @@ def _process_group() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _model_parallel() -> Iterator[None]:
+    """Megatron-Core's model-parallel state for the world; afterwards every module global of ``parallel_state`` is
+    put back: ``destroy_model_parallel`` leaves some groups set (``_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP``, a
+    gloo group whose threads would outlive the world)."""
     from megatron.core import parallel_state
 
     created = not parallel_state.model_parallel_is_initialized()
+    state = {k: v for k, v in vars(parallel_state).items() if not callable(v) and not k.startswith("__")}
     if created:
         parallel_state.initialize_model_parallel()
     try:
@@ -48,23 +99,29 @@ def _model_parallel() -> Iterator[None]:
     finally:
         if created:
             parallel_state.destroy_model_parallel()
+            for name, value in state.items():
+                setattr(parallel_state, name, value)
 
 
 @contextlib.contextmanager
 def _restored_megatron_state() -> Iterator[None]:
     """Megatron-Core's process-wide state a step touches, fresh for the run and put back after: the rerun state
-    machine (created on first use), the full-iteration wrapper's static buffers, and the loss scale the MoE
+    machine (created on first use), the full-iteration wrapper's static buffers, the loss scale the MoE
     auxiliary-loss autoscaler keeps as a class attribute and ``copy_``s into (a run must create its own, on the
-    device)."""
+    device), and the MoE metrics tracker (a run records its router losses into a tracker of its own, not into the
+    process's)."""
     from megatron.core import rerun_state_machine
     from megatron.core.full_cuda_graph import StaticBufferLoader
+    from megatron.core.transformer.moe import moe_logging
     from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
 
     scalers = [MoEAuxLossAutoScaler]  # MTPLossAutoScaler assigns its scale (no copy_ into an old tensor)
     machine = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE
     buffers = {stage: list(items) for stage, items in StaticBufferLoader.static_buffers.items()}
     scales = [scaler.main_loss_backward_scale for scaler in scalers]
+    tracker = moe_logging._MOE_METRICS_TRACKER
     rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE = None
+    moe_logging._MOE_METRICS_TRACKER = None
     for stage in StaticBufferLoader.static_buffers:
         StaticBufferLoader.static_buffers[stage] = []
     for scaler in scalers:
@@ -73,6 +130,7 @@ def _restored_megatron_state() -> Iterator[None]:
         yield
     finally:
         rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE = machine
+        moe_logging._MOE_METRICS_TRACKER = tracker
         StaticBufferLoader.static_buffers.clear()
         StaticBufferLoader.static_buffers.update(buffers)
         for scaler, scale in zip(scalers, scales):
@@ -100,6 +158,7 @@ def cpu_world() -> Iterator[HostReadRecorder]:
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         stack.enter_context(_process_group())
+        stack.enter_context(_released_wrappers())
         stack.enter_context(_eager_fusions())
         stack.enter_context(_restored_megatron_state())
         stack.enter_context(cuda_stand_ins(recorder))

@@ -265,9 +265,6 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
     """One full-iteration-graph step with the probe's ``settings`` (see :func:`probe_config`); ``injected`` puts
     mbridge_seqpack's ``data_read`` wrapper on the class for the run (or takes it off), as a launch with or without
     the plugin."""
-    from megatron.core.full_cuda_graph import FullCudaGraphWrapper
-    from megatron.core.pipeline_parallel.schedules import forward_backward_no_pipelining
-
     from mbridge_seqpack.capture.cpu_world import cpu_world
     from mbridge_seqpack.capture.kernels import kernel_stand_ins
     from mbridge_seqpack.thd import inject
@@ -281,20 +278,29 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
         return run
     batches = packed_batches(cfg.dataset.offline_packing_specs.pad_seq_to_mult)
     with inject.installed(injected), cpu_world() as recorder, kernel_stand_ins(recorder, run.stood_in):
-        try:
-            parts = build_step(cfg, recorder)
-        except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
-            run.stopped_at = f"{traceback_site(exc)}: {first_line(exc)}"
-            return run
-        wrapper = FullCudaGraphWrapper(forward_backward_no_pipelining, cuda_graph_warmup_steps=1)
-        data = wrapper.data_read(iter(batches), [parts.model], True, len(batches))  # before the capture
-        with recorder.capturing(True):
-            try:
-                forward_backward(parts, data, len(batches))
-            except Exception as exc:
-                site = kernel_boundary(exc)
-                if site is None:
-                    raise
-                run.stopped_at = f"{site}: {first_line(exc)}"
+        _step_in_world(cfg, batches, recorder, run)
     run.reads = unique_reads(recorder.reads)
     return run
+
+
+def _step_in_world(cfg: Any, batches: list[Any], recorder: Any, run: IterationRun) -> None:
+    """The build and the captured step of :func:`run_iteration`, inside its world, recorded on ``run``: what they
+    make is this frame's, freed before the world's collection (and with it the world's process groups)."""
+    from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+    from megatron.core.pipeline_parallel.schedules import forward_backward_no_pipelining
+
+    try:
+        parts = build_step(cfg, recorder)
+    except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
+        run.stopped_at = f"{traceback_site(exc)}: {first_line(exc)}"
+        return
+    wrapper = FullCudaGraphWrapper(forward_backward_no_pipelining, cuda_graph_warmup_steps=1)
+    data = wrapper.data_read(iter(batches), [parts.model], True, len(batches))  # before the capture
+    with recorder.capturing(True):
+        try:
+            forward_backward(parts, data, len(batches))
+        except Exception as exc:
+            site = kernel_boundary(exc)
+            if site is None:
+                raise
+            run.stopped_at = f"{site}: {first_line(exc)}"

@@ -116,14 +116,7 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
     CPU world cannot build, or a TE kernel without a stand-in, gives ``not run`` with what stopped it."""
     from mbridge_seqpack.capture.conditions import moe_variant_settings
     from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.iteration import (
-        build_step,
-        first_line,
-        forward_backward,
-        kernel_boundary,
-        packed_batches,
-        probe_config,
-    )
+    from mbridge_seqpack.capture.iteration import first_line, packed_batches, probe_config
     from mbridge_seqpack.capture.kernels import kernel_stand_ins
 
     settings = _scope_settings(modules)
@@ -140,25 +133,32 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
     except (AssertionError, ValueError) as exc:
         return ScopeRun(False, "refused", first_line(exc), traceback_site(exc) or "")
     batches = packed_batches(1)
-    error = None
     stood_in: list[str] = []
     with cpu_world() as recorder, kernel_stand_ins(recorder, stood_in):
+        return _gpt_scope_in_world(cfg, batches, recorder)
+
+
+def _gpt_scope_in_world(cfg: Any, batches: list[Any], recorder: HostReadRecorder) -> ScopeRun:
+    """The build and step of :func:`run_gpt_scope`, inside its world: what they make (the model, a raise's frames)
+    is this frame's, gone when it returns, so the world's collection frees it with its process groups."""
+    from mbridge_seqpack.capture.iteration import build_step, first_line, forward_backward, kernel_boundary
+
+    try:
+        parts = build_step(cfg, recorder)
+    except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
+        return ScopeRun(False, "not run", first_line(exc), traceback_site(exc) or "")
+    stand_ins = _install_stand_ins(parts.model.module.decoder.layers, cfg.model, recorder)
+    error = None
+    if stand_ins:
         try:
-            parts = build_step(cfg, recorder)
-        except (AssertionError, ImportError) as exc:  # the one-rank CPU world lacks it (flex: TP x EP > 1, HybridEP)
-            return ScopeRun(False, "not run", first_line(exc), traceback_site(exc) or "")
-        layers = parts.model.module.decoder.layers
-        stand_ins = _install_stand_ins(layers, cfg.model, recorder)
-        if stand_ins:
-            try:
-                forward_backward(parts, iter(batches), len(batches))
-            except AssertionError as exc:
-                error = exc
-            except Exception as exc:
-                site = kernel_boundary(exc)
-                if site is None:
-                    raise
-                return ScopeRun(True, "not run", first_line(exc), site)
+            forward_backward(parts, iter(batches), len(batches))
+        except AssertionError as exc:
+            error = exc
+        except Exception as exc:
+            site = kernel_boundary(exc)
+            if site is None:
+                raise
+            return ScopeRun(True, "not run", first_line(exc), site)
     return _outcome(stand_ins, error, recorder)
 
 
@@ -216,12 +216,8 @@ def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     """A ``HybridStack`` of one ``kind`` layer, called as ``HybridModel.forward`` calls its decoder with
     Megatron-Bridge's packed params (``get_packed_seq_params`` with ``total_tokens``, as its step sets for hybrid
     models), TE graphs on the ``modules`` scope."""
-    from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
-    from megatron.core.models.hybrid.hybrid_block import HybridStack
-    from megatron.core.process_groups_config import ProcessGroupCollection
-
     from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.iteration import WIDTH, packed_batches, probe_config
+    from mbridge_seqpack.capture.iteration import packed_batches, probe_config
 
     settings = {**_scope_settings(modules), "model.is_hybrid_model": True}
     try:
@@ -230,37 +226,48 @@ def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     except (AssertionError, ValueError) as exc:
         return ScopeRun(False, "refused", str(exc).split("\n")[0])
     batch = packed_batches(1)[0]
-    error = None
     with cpu_world() as recorder:
-        pg = ProcessGroupCollection.use_mpu_process_groups()
-        stack = HybridStack(
-            cfg.model,
-            _hybrid_submodules(),
-            layer_type_list=[HYBRID_KINDS[kind]],
-            post_process=False,
-            pg_collection=pg,
-        )
-        for tensor in [*stack.parameters(), *stack.buffers()]:
-            recorder.on_device(tensor)
-        stand_ins = _install_stand_ins(stack.layers, cfg.model, recorder)
-        if stand_ins:
-            metadata = {
-                k: (v.cuda() if isinstance(v, torch.Tensor) and k.startswith("cu_seqlens") else v)
-                for k, v in batch.items()
-                if k.startswith(("cu_seqlens", "max_seqlen"))
-            }
-            metadata["total_tokens"] = WIDTH
-            params = get_packed_seq_params(metadata)
-            hidden = recorder.on_device(torch.randn(WIDTH, 1, cfg.model.hidden_size, requires_grad=True))
-            try:
-                stack(
-                    hidden_states=hidden,
-                    attention_mask=None,
-                    inference_context=None,
-                    rotary_pos_emb=None,
-                    packed_seq_params=params,
-                    padding_mask=None,
-                )
-            except AssertionError as exc:
-                error = exc
+        return _hybrid_scope_in_world(cfg, kind, batch, recorder)
+
+
+def _hybrid_scope_in_world(cfg: Any, kind: str, batch: dict[str, Any], recorder: HostReadRecorder) -> ScopeRun:
+    """The stack and its call of :func:`run_hybrid_scope`, inside its world (what they make is freed with this
+    frame, before the world's collection)."""
+    from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
+    from megatron.core.models.hybrid.hybrid_block import HybridStack
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    from mbridge_seqpack.capture.iteration import WIDTH
+
+    stack = HybridStack(
+        cfg.model,
+        _hybrid_submodules(),
+        layer_type_list=[HYBRID_KINDS[kind]],
+        post_process=False,
+        pg_collection=ProcessGroupCollection.use_mpu_process_groups(),
+    )
+    for tensor in [*stack.parameters(), *stack.buffers()]:
+        recorder.on_device(tensor)
+    stand_ins = _install_stand_ins(stack.layers, cfg.model, recorder)
+    error = None
+    if stand_ins:
+        metadata = {
+            k: (v.cuda() if isinstance(v, torch.Tensor) and k.startswith("cu_seqlens") else v)
+            for k, v in batch.items()
+            if k.startswith(("cu_seqlens", "max_seqlen"))
+        }
+        metadata["total_tokens"] = WIDTH
+        params = get_packed_seq_params(metadata)
+        hidden = recorder.on_device(torch.randn(WIDTH, 1, cfg.model.hidden_size, requires_grad=True))
+        try:
+            stack(
+                hidden_states=hidden,
+                attention_mask=None,
+                inference_context=None,
+                rotary_pos_emb=None,
+                packed_seq_params=params,
+                padding_mask=None,
+            )
+        except AssertionError as exc:
+            error = exc
     return _outcome(stand_ins, error, recorder)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import hashlib
 import io
 import re
@@ -27,7 +26,7 @@ from typing import Any, Iterator, Literal
 
 from mbridge_seqpack.capture.recorder import keeps_environment, traceback_site
 
-__all__ = ["Construction", "Raised", "construct", "forget_constructions", "classify", "young_garbage"]
+__all__ = ["Construction", "Raised", "construct", "forget_constructions", "classify"]
 
 State = Literal["built", "refused", "not_run", "invalid"]
 _CACHE_SIZE = 256
@@ -219,7 +218,7 @@ def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, st
     process groups go with it."""
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    from mbridge_seqpack.capture.cpu_world import cpu_world
+    from mbridge_seqpack.capture.cpu_world import cpu_world, young_garbage
 
     failure: Raised | None = None
     with young_garbage() as collect, cpu_world(), device_stand_ins(), launch_environment(env_vars):
@@ -234,19 +233,6 @@ def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, st
             del exc
         collect()
     return failure
-
-
-@contextlib.contextmanager
-def young_garbage() -> Iterator[Any]:
-    """A collection of what the block made, for the block to call before its world goes: the model's reference
-    cycles (DDP's gradient hooks) hold the world's process groups, whose gloo threads live until they are freed.
-    Everything older is frozen for the block (``gc.freeze``), so the collection costs what the block made, not the
-    ~1 s of a full one in a process that imported Megatron-Bridge."""
-    gc.freeze()
-    try:
-        yield gc.collect
-    finally:
-        gc.unfreeze()
 
 
 def construct(cfg: Any) -> Construction:

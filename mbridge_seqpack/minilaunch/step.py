@@ -29,7 +29,7 @@ import torch
 
 from mbridge_seqpack.capture.recorder import keeps_environment
 from mbridge_seqpack.minilaunch.attention import NotReproduced
-from mbridge_seqpack.minilaunch.build import classify, device_stand_ins, launch_arguments, young_garbage
+from mbridge_seqpack.minilaunch.build import classify, device_stand_ins, launch_arguments
 
 __all__ = ["StepOutcome", "packed_step", "forget_steps", "TOLERANCE", "INIT_STD"]
 
@@ -243,7 +243,7 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
     from megatron.bridge.training.state import GlobalState
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    from mbridge_seqpack.capture.cpu_world import cpu_world
+    from mbridge_seqpack.capture.cpu_world import cpu_world, young_garbage
     from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
 
     try:
