@@ -16,3 +16,20 @@ export LIBRARY_PATH="$V/nccl/lib:$V/cu13/lib:$V/cudnn/lib${LIBRARY_PATH:+:$LIBRA
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MAX_JOBS="${MAX_JOBS:-2}" NVTE_FRAMEWORK=pytorch
 export UV_PYTHON="$PY312"
 if [ -f uv.lock ]; then uv sync --locked "$@"; else uv sync "$@"; fi
+
+# Bytecode, once per lock file. This machine's image sets PYTHONDONTWRITEBYTECODE, so no process caches what it
+# compiles: each one compiled Megatron, TE and the parts of torch / transformers it imports again (a Megatron-Bridge
+# import took twice as long, and the suite starts dozens of processes). compileall writes Megatron's and TE's; one
+# import writes the rest of what the checks import. An optimisation only: if it fails, it says so and goes on.
+stamp=.venv/.bytecode-of-uv.lock
+if [ ! -f "$stamp" ] || [ uv.lock -nt "$stamp" ]; then
+  SP=.venv/lib/python3.12/site-packages
+  .venv/bin/python -m compileall -q -j 0 "$SP/megatron" "$SP/transformer_engine" >/dev/null 2>&1 || true
+  if env -u PYTHONDONTWRITEBYTECODE PYTHONWARNINGS=ignore .venv/bin/python -c "import torch, transformers, \
+megatron.bridge.recipes, megatron.bridge.training.gpt_step, megatron.bridge.data.builders.gpt_sft, \
+mbridge_seqpack.cli.main, mbridge_seqpack.minilaunch.step" >/dev/null 2>&1; then
+    touch "$stamp"
+  else
+    echo "setup_env: writing the bytecode failed; each process compiles what it imports" >&2
+  fi
+fi
