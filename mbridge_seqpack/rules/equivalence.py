@@ -130,11 +130,12 @@ def labels(ctx: RuleContext) -> list[Violation] | None:
     if not assignments:
         assignments = no_packing(ctx)
     effect = "; ".join(f.effect for f in findings)
-    example = next(f.example for f in findings if f.example)
+    # a finding of the reduced loss alone (the step's reported or backward loss) has no per-token example
+    example = next((f" (e.g. {f.example})" for f in findings if f.example), "")
     return [
         Violation(
             {**fields, "measured": effect},
-            f"{effect} (e.g. {example}): packed training does not train what unpacked training trains",
+            f"{effect}{example}: packed training does not train what unpacked training trains",
             assignments=assignments,
             not_run=_not_run(verdict),
         )

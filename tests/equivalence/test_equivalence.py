@@ -302,6 +302,38 @@ def test_labels_rule_on_chat_full_loss(packed_cfg: Any) -> None:
     assert check(packed_cfg, world_size=8) == []
 
 
+def test_a_difference_in_the_reduced_loss_alone_is_a_violation_not_a_crash(
+    packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted bug in Megatron-Bridge's masked_next_token_loss that only its reported "lm loss" shows (it counts
+    every position of the micro batch, padding too): every token trains the same, so no finding has a per-token
+    example; the violation says what differs (this raised StopIteration out of check() and the hook)."""
+    import torch
+    from megatron.bridge.training import losses
+
+    from mbridge_seqpack.equivalence.compare import forget_verdicts
+
+    real = losses.masked_next_token_loss
+
+    def padding_reported(loss_mask: Any, output_tensor: Any, **kwargs: Any) -> Any:
+        loss, count, report = real(loss_mask, output_tensor, **kwargs)
+        return loss, count, {"lm loss": torch.stack([report["lm loss"][0], torch.tensor(float(loss_mask.numel()))])}
+
+    monkeypatch.setattr(losses, "masked_next_token_loss", padding_reported)
+    forget_verdicts()
+    try:
+        packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4
+        (v,) = check(packed_cfg, world_size=8)
+    finally:
+        forget_verdicts()
+    assert v.rule_id == "equivalence.labels"
+    assert v.fields["measured"] == "the step reports lm loss 0.7839 vs 0.4703"
+    assert (
+        v.rule
+        == "the step reports lm loss 0.7839 vs 0.4703: packed training does not train what unpacked training trains"
+    )
+
+
 def test_the_check_is_cached_and_fast(packed_cfg: Any, capsys: pytest.CaptureFixture) -> None:
     """Inside validate(): each distinct config pays once (the cache key is the fields that decide the verdict)."""
     from mbridge_seqpack.equivalence.compare import forget_verdicts
