@@ -20,15 +20,14 @@ import torch
 
 from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
 
-__all__ = ["RanksUnavailable", "cpu_world", "ranks", "young_garbage"]
+__all__ = ["RanksUnavailable", "cpu_world", "ranks"]
 
 
 @contextlib.contextmanager
-def young_garbage() -> Iterator[Any]:
-    """A collection of what the block made, for the block to call before its world goes: the model's reference
-    cycles hold the world's process groups, whose gloo threads live until they are freed. Everything older is
-    frozen for the block (``gc.freeze``), so the collection costs what the block made, not the ~1 s of a full one in
-    a process that imported Megatron-Bridge."""
+def _young_garbage() -> Iterator[Any]:
+    """A collection of what the block made: the model's reference cycles hold the world's process groups, whose
+    gloo threads live until they are freed. Everything older is frozen for the block (``gc.freeze``), so the
+    collection costs what the block made, not the ~1 s of a full one in a process that imported Megatron-Bridge."""
     gc.freeze()
     try:
         yield gc.collect
@@ -56,7 +55,7 @@ def _released_wrappers() -> Iterator[None]:
             ran.append(module)
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(note)
-    with young_garbage() as collect:
+    with _young_garbage() as collect:
         try:
             yield
         finally:

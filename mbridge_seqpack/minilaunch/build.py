@@ -214,14 +214,14 @@ def stand_in_environment(provider: Any) -> None:
 @keeps_environment
 def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, str]) -> Raised | None:
     """``provide_distributed_model`` on ``provider`` in the one-rank CPU world (its prints kept off stdout); the
-    raise, classified, or None. The model and the raise's frames are freed (and collected) inside the world, so its
-    process groups go with it."""
+    raise, classified, or None. The model and the raise's frames are let go inside the world, which collects them
+    (and so its process groups) as it ends."""
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    from mbridge_seqpack.capture.cpu_world import cpu_world, young_garbage
+    from mbridge_seqpack.capture.cpu_world import cpu_world
 
     failure: Raised | None = None
-    with young_garbage() as collect, cpu_world(), device_stand_ins(), launch_environment(env_vars):
+    with cpu_world(), device_stand_ins(), launch_environment(env_vars):
         try:
             model = provider.provide_distributed_model(
                 pg_collection=ProcessGroupCollection.use_mpu_process_groups(), **copy.copy(arguments)
@@ -231,7 +231,6 @@ def _build_once(provider: Any, arguments: dict[str, Any], env_vars: dict[str, st
             failure = classify(exc)
             exc.__traceback__ = None
             del exc
-        collect()
     return failure
 
 

@@ -243,7 +243,7 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
     from megatron.bridge.training.state import GlobalState
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    from mbridge_seqpack.capture.cpu_world import cpu_world, young_garbage
+    from mbridge_seqpack.capture.cpu_world import cpu_world
     from mbridge_seqpack.equivalence.batches import packed_run, unpacked_run
 
     try:
@@ -257,7 +257,7 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
     state.cfg = step_cfg
     provider.timers = state.timers
     outcome: StepOutcome
-    with young_garbage() as collect, cpu_world(), device_stand_ins(), _torch_paths():
+    with cpu_world(), device_stand_ins(), _torch_paths():
         try:
             (model,) = provider.provide_distributed_model(
                 pg_collection=ProcessGroupCollection.use_mpu_process_groups(), **launch_arguments(cfg)
@@ -272,7 +272,6 @@ def _run(cfg: Any, provider: Any, setup: Any) -> StepOutcome:
         else:
             outcome = _outcome(setup, packed, unpacked, out_p, out_u)
             del out_p, out_u
-        collect()
     return outcome
 
 

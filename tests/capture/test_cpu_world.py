@@ -5,25 +5,11 @@ the capture verdicts, before this was fixed)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import pytest
+from tests.support.threads import gloo_threads, needs_proc
 
-
-def _gloo_threads() -> int:
-    """This process's gloo threads (ProcessGroupGloo's ``pt_gloo_runloop`` workers and its ``gloo_tcp_loop``)."""
-    count = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                count += "gloo" in comm.read()
-        except FileNotFoundError:  # the thread ended while it was listed
-            continue
-    return count
-
-
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+pytestmark = needs_proc
 
 
 def test_a_moe_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
@@ -32,22 +18,22 @@ def test_a_moe_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
     from mbridge_seqpack.capture.iteration import run_iteration
     from mbridge_seqpack.capture.layers import MOE_SETTINGS
 
-    before = _gloo_threads()
+    before = gloo_threads()
     for _ in range(2):
         run = run_iteration(MOE_SETTINGS)
         assert run.stopped_at is None and run.refused is None
-    assert _gloo_threads() == before
+    assert gloo_threads() == before
 
 
 def test_a_rope_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
     """``RotaryEmbedding.forward``'s class-wide ``lru_cache`` keeps each RoPE module and its CP group."""
     from mbridge_seqpack.capture.iteration import run_iteration
 
-    before = _gloo_threads()
+    before = gloo_threads()
     for fused in (False, True):
         run = run_iteration({"model.position_embedding_type": "rope", "model.apply_rope_fusion": fused})
         assert run.stopped_at is None and run.refused is None
-    assert _gloo_threads() == before
+    assert gloo_threads() == before
 
 
 def test_a_graphed_layer_scope_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
@@ -55,17 +41,17 @@ def test_a_graphed_layer_scope_leaves_no_gloo_thread_behind(megatron_bridge: Any
     in a frame that ends inside the world, so the world's own collection frees it."""
     from mbridge_seqpack.capture.layers import run_gpt_scope, run_hybrid_scope
 
-    before = _gloo_threads()
+    before = gloo_threads()
     assert run_gpt_scope(["mlp"], "dense").outcome == "replays"
     assert run_hybrid_scope(["mlp"], "mlp_layer").graphed
-    assert _gloo_threads() == before
+    assert gloo_threads() == before
 
 
 def test_the_world_is_made_of_gloo_groups_whose_threads_it_counts(megatron_bridge: Any) -> None:
     """The count above sees the world's threads (else the tests above would pass on any leak)."""
     from mbridge_seqpack.capture.cpu_world import cpu_world
 
-    before = _gloo_threads()
+    before = gloo_threads()
     with cpu_world():
-        assert _gloo_threads() > before
-    assert _gloo_threads() == before
+        assert gloo_threads() > before
+    assert gloo_threads() == before

@@ -12,6 +12,7 @@ import pytest
 
 from mbridge_seqpack import check
 from mbridge_seqpack.minilaunch.build import construct, forget_constructions
+from tests.support.threads import gloo_threads, needs_proc
 
 pytestmark = pytest.mark.slow
 
@@ -160,18 +161,29 @@ def test_the_launch_environment_is_the_configs(packed_cfg: Any) -> None:
     assert dict(os.environ) == before
 
 
+@needs_proc
 def test_cached_per_distinct_config_and_nothing_left_running(packed_cfg: Any) -> None:
     forget_constructions()
-    threads = threading.active_count()
     first = construct(packed_cfg)
     assert construct(packed_cfg) is first
-    packed_cfg.ddp.average_in_collective = not packed_cfg.ddp.average_in_collective
-    packed_cfg.model.calculate_per_token_loss = True
-    assert construct(packed_cfg) is not first
-    import gc
+    average, per_token = packed_cfg.ddp.average_in_collective, packed_cfg.model.calculate_per_token_loss
+    packed_cfg.ddp.average_in_collective, packed_cfg.model.calculate_per_token_loss = not average, True
+    refused = construct(packed_cfg)
+    assert refused is not first and refused.state == "refused"
+    # the same builds again from an empty cache: no Python thread is left, and no build keeps its world (a world's
+    # ~19 gloo groups, 3 threads each, are what made the suite crawl). A few groups per build still outlive it here,
+    # held where no Python container refers to them (not found yet; see docs/development.md)
+    from mbridge_seqpack.capture.cpu_world import cpu_world
 
-    gc.collect()
-    assert threading.active_count() == threads  # no gloo thread of the build's worlds outlives it
+    threads, gloo = threading.active_count(), gloo_threads()
+    with cpu_world():
+        world = gloo_threads() - gloo
+    forget_constructions()
+    assert construct(packed_cfg).state == "refused"
+    packed_cfg.ddp.average_in_collective, packed_cfg.model.calculate_per_token_loss = average, per_token
+    assert construct(packed_cfg).state == "built"
+    assert threading.active_count() == threads
+    assert world >= 50 and gloo_threads() - gloo < world
 
 
 def test_a_world_already_up_is_not_used(packed_cfg: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from mbridge_seqpack.minilaunch.step import forget_steps, packed_step
+from tests.support.threads import gloo_threads, needs_proc
 
 pytestmark = pytest.mark.slow
 
@@ -185,3 +186,16 @@ def test_outside_its_scope_there_is_no_step_verdict(packed_cfg: Any, change: dic
 
 def test_unpacked_configs_have_no_step_verdict(unpacked_cfg: Any) -> None:
     assert packed_step(unpacked_cfg) is None
+
+
+@needs_proc
+def test_a_step_leaves_no_gloo_thread_behind(packed_cfg: Any) -> None:
+    """The step's model, its DDP wrapper and its outputs go with its world (the world collects what it made)."""
+    forget_steps()
+    packed_step(packed_cfg)  # a first world: what Megatron's first imports keep is not any one step's
+    before = gloo_threads()
+    for per_token in (True, False):
+        forget_steps()
+        packed_cfg.model.calculate_per_token_loss = per_token
+        assert packed_step(packed_cfg).state == "compared"
+    assert gloo_threads() == before
