@@ -24,18 +24,6 @@ __all__ = ["RanksUnavailable", "cpu_world", "ranks"]
 
 
 @contextlib.contextmanager
-def _young_garbage() -> Iterator[Any]:
-    """A collection of what the block made: the model's reference cycles hold the world's process groups, whose
-    gloo threads live until they are freed. Everything older is frozen for the block (``gc.freeze``), so the
-    collection costs what the block made, not the ~1 s of a full one in a process that imported Megatron-Bridge."""
-    gc.freeze()
-    try:
-        yield gc.collect
-    finally:
-        gc.unfreeze()
-
-
-@contextlib.contextmanager
 def _released_wrappers() -> Iterator[None]:
     """The data-parallel wrappers whose forward ran in the world are emptied when it ends, and what the run made is
     collected. A step's autograd graph outlives it where Megatron keeps a tensor of the step (the MoE token
@@ -43,29 +31,31 @@ def _released_wrappers() -> Iterator[None]:
     closures hold the wrapper, its model and so the world's process groups: a cycle through C++ that no collection
     frees. Left alone, each such run kept ~60 gloo threads alive for the rest of the process. Megatron-Core's RoPE
     modules cache ``forward`` on the class (``functools.lru_cache``, 32 calls): the cache keeps each module and the
-    CP group it holds, so it is emptied too."""
+    CP group it holds, so it is emptied too. Everything older than the world is frozen meanwhile (``gc.freeze``):
+    the collection costs what the run made, not the ~1 s of a full one in a process that imported Megatron-Bridge."""
     from megatron.core.distributed.data_parallel_base import _BaseDataParallel
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
 
-    ran: list[Any] = []
+    ran: dict[int, Any] = {}
 
     def note(module: Any, args: Any) -> None:
-        if isinstance(module, _BaseDataParallel) and not any(module is seen for seen in ran):
-            ran.append(module)
+        if isinstance(module, _BaseDataParallel):
+            ran[id(module)] = module
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(note)
-    with _young_garbage() as collect:
-        try:
-            yield
-        finally:
-            handle.remove()
-            for wrapper in ran:
-                vars(wrapper).clear()
-            ran.clear()
-            for cached in (RotaryEmbedding.forward, YarnRotaryEmbedding.forward):
-                cached.cache_clear()
-            collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        handle.remove()
+        for wrapper in ran.values():
+            vars(wrapper).clear()
+        ran.clear()  # the wrappers' shells go with the collection too
+        for cached in (RotaryEmbedding.forward, YarnRotaryEmbedding.forward):
+            cached.cache_clear()
+        gc.collect()
+        gc.unfreeze()
 
 
 @contextlib.contextmanager
