@@ -55,3 +55,43 @@ def test_the_world_is_made_of_gloo_groups_whose_threads_it_counts(megatron_bridg
     with cpu_world():
         assert gloo_threads() > before
     assert gloo_threads() == before
+
+
+def test_a_world_over_the_rank_limit_forks_nothing() -> None:
+    """A rank count comes from a config (its context-parallel size): a stray value once forked 600 copies of the
+    checking process inside ``validate()`` and took the machine's memory."""
+    import psutil
+    import pytest
+
+    from mbridge_seqpack.capture.cpu_world import MAX_RANKS, RanksUnavailable, ranks
+
+    before = len(psutil.Process().children(recursive=True))
+    for size in (MAX_RANKS + 1, 0):
+        with pytest.raises(RanksUnavailable) as refused:
+            ranks(_rank_of, world_size=size)
+        assert str(refused.value) == f"a {size}-rank world: a CPU world here has 1 to 16 ranks"
+    assert len(psutil.Process().children(recursive=True)) == before
+
+
+def test_a_rank_copies_none_of_the_parents_heap_when_it_collects() -> None:
+    """A collection in a forked rank writes the header of every object it visits; without the parent's objects
+    frozen out of it, each rank copies the checking process's heap (~1.5 GB once Megatron-Bridge is imported)."""
+    from mbridge_seqpack.capture.cpu_world import ranks
+
+    ballast = [[i] for i in range(1_000_000)]  # 56 MB of object headers alone
+    [copied] = ranks(_private_bytes_after_a_collection, world_size=1)
+    assert copied < 24 << 20, f"{copied >> 20} MB"
+    del ballast
+
+
+def _rank_of(rank: int, group: Any) -> int:
+    return rank
+
+
+def _private_bytes_after_a_collection(rank: int, group: Any) -> int:
+    import gc
+
+    import psutil
+
+    gc.collect()
+    return psutil.Process().memory_full_info().uss

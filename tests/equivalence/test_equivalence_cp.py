@@ -238,3 +238,16 @@ def test_a_cp_comparison_that_could_not_run_is_undetermined_never_ok(
         "initialized in this process (forked ranks would share it))"
     )
     assert found.rule.startswith("packed and unpacked rows train the same per-token signal on the whole row")
+
+
+def test_a_cp_size_beyond_a_cpu_world_is_undetermined_never_ok(megatron: Any) -> None:
+    """CP=32 is more ranks than are forked inside a check (``capture/cpu_world.py`` MAX_RANKS): that part is not
+    determined here, said with the limit, and nothing is forked."""
+    from mbridge_seqpack.equivalence.compare import verdict
+
+    found = verdict(make_setup(pad_seq_to_mult=64, cp=32, per_token_loss=True))
+    assert (found.findings, found.cp_not_run) == ((), True)
+    assert found.undetermined == (
+        "not determined here: no CPU world: the CP=32 split and its loss reductions (a 32-rank world: a CPU world "
+        "here has 1 to 16 ranks)",
+    )
