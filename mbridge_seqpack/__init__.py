@@ -4,7 +4,7 @@ Public API (imported lazily: ``import mbridge_seqpack`` does not import Megatron
 
     mbridge_seqpack.install(mode="error")     # rules run inside ConfigContainer.validate()
     mbridge_seqpack.uninstall()
-    mbridge_seqpack.check(cfg, world_size=8)  # -> list[Violation]
+    mbridge_seqpack.check(cfg, world_size=8)  # -> CheckReport (iterating it gives the violations)
     mbridge_seqpack.apply(cfg, *mixins)       # recipe mixins
     mbridge_seqpack.PackingConfigError        # ValueError with .violations
 """
@@ -21,7 +21,8 @@ _EXPORTS = {
     "uninstall": "mbridge_seqpack.hook",
     "is_installed": "mbridge_seqpack.hook",
     "PackingConfigWarning": "mbridge_seqpack.hook",
-    "check": "mbridge_seqpack.rules",
+    "check": "mbridge_seqpack.report",
+    "CheckReport": "mbridge_seqpack.report",
     "PackingConfigError": "mbridge_seqpack.errors",
     "Violation": "mbridge_seqpack.errors",
     "apply": "mbridge_seqpack.compose.mixins",

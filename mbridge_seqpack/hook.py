@@ -108,10 +108,12 @@ _WRAPPED = ("set_data_parallel_size", "validate", "to_yaml")
 _INHERITED = object()  # marks a wrapped method that ConfigContainer itself does not define
 #: the last verdict kept for the validate() that follows: its config's key, and the stamps of every file and folder
 #: the verdict read (digests.note_read), so a pack fixed on disk is judged again, never refused from memory
-_checked: dict[str, Any] = {"key": None, "violations": None, "reads": (), "stamps": None}
+_checked: dict[str, Any] = {"key": None, "report": None, "reads": (), "stamps": None}
 _validated: "weakref.WeakSet[Any]" = weakref.WeakSet()
 #: the undetermined verdicts this process has logged as accepted: (rule id, what was not run), each said once
 _accepted_undetermined: set[tuple[str, str]] = set()
+#: the reports this process has logged, by their text: each said once
+_logged_reports: set[str] = set()
 LOGGER = logging.getLogger("mbridge_seqpack")
 
 
@@ -143,36 +145,36 @@ def _config_key(cfg: ConfigContainer) -> tuple[int, str, int | None] | None:
     return id(cfg), digest, _state.world_size
 
 
-def _violations(cfg: ConfigContainer, *, keep: bool, world_size: int | None = None) -> list[Any]:
-    """The rules' verdict on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
+def _report(cfg: ConfigContainer, *, keep: bool, world_size: int | None = None) -> Any:
+    """The check's report on ``cfg``; ``keep`` leaves it for the next call on the same unchanged config (once:
     set_data_parallel_size() keeps it for the validate() that follows inside runtime_config_update()), as long as
     no file or folder it read has changed since (size, mtime_ns, inode: a verdict whose files were just written is
     not kept)."""
     from mbridge_seqpack.digests import read_stamps, recording_reads
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
 
     key = _config_key(cfg)
     stamps = _checked["stamps"]
     if key is not None and _checked["key"] == key and stamps is not None and read_stamps(_checked["reads"]) == stamps:
-        violations, reads = _checked["violations"], _checked["reads"]
+        report, reads = _checked["report"], _checked["reads"]
     else:
         with recording_reads() as recorded:
-            violations = check(cfg, world_size=world_size if world_size is not None else _state.world_size)
+            report = check(cfg, world_size=world_size if world_size is not None else _state.world_size)
         reads = tuple(sorted(recorded))
         stamps = read_stamps(reads)
     kept = keep and key is not None and stamps is not None
     _checked.update(
         key=key if kept else None,
-        violations=violations if kept else None,
+        report=report if kept else None,
         reads=reads if kept else (),
         stamps=stamps if kept else None,
     )
-    return violations
+    return report
 
 
 def _forget_verdict() -> None:
     """A verdict that raised is not kept: the launch stops, and a retry in this process judges again."""
-    _checked.update(key=None, violations=None, reads=(), stamps=None)
+    _checked.update(key=None, report=None, reads=(), stamps=None)
 
 
 def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: int | None = None) -> None:
@@ -180,7 +182,10 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
     mode = current_mode()
     if mode in (None, "off"):
         return
-    violations = _violations(cfg, keep=not announce, world_size=world_size)
+    report = _report(cfg, keep=not announce, world_size=world_size)
+    violations = report.violations
+    if announce and is_rank_zero():
+        _log_report(report)
     if not violations:
         return
     if mode == "error":
@@ -192,6 +197,16 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
         for v in violations:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
         _log_accepted_undetermined(violations)
+
+
+def _log_report(report: Any) -> None:
+    """The check's report (``check()``'s, as the command line prints it), once per process for each report that
+    differs, on the ``mbridge_seqpack`` logger at INFO: each verdict, what stood in and what was assumed."""
+    text = report.to_text()
+    if text in _logged_reports:
+        return
+    _logged_reports.add(text)
+    LOGGER.info("mbridge_seqpack checked the config inside validate():\n%s", text)
 
 
 def _log_accepted_undetermined(violations: list[Any]) -> None:

@@ -557,6 +557,11 @@ class AttentionVerdict:
     def computed(self) -> bool:
         return self.skipped is None
 
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        """What the verdict takes on trust (``Target.assumptions``); none when TE's selection was not run."""
+        return self.target.assumptions() if self.computed and self.target is not None else ()
+
     def _differs(self, index: int) -> bool:
         return len({self.kinds[index].selection.ok, *(kinds[index].selection.ok for _, kinds in self.others)}) > 1
 

@@ -174,6 +174,23 @@ class Target:
         names = [f"flash-attn {v}" for v in (self.flash_attn, self.flash_attn_3) if v]
         return " + ".join(names) if names else "no flash-attn"
 
+    def assumptions(self) -> tuple[str, ...]:
+        """What a verdict on this stack takes on trust rather than computes: cuDNN's own support query off a GPU,
+        flash-attn when none is installed or declared, the target's cuDNN when it is not declared (only this
+        machine's and the newest gated version are asked)."""
+        if self.on_device:
+            return ()
+        found = ["cuDNN's own support query (needs a GPU) accepts what TE's fixed FusedAttention rules pass"]
+        if self.flash_source.startswith("assumed"):
+            found.append(f"the target has {self.flash_text()}, as NGC PyTorch ships it ({FLASH_ENV} declares it)")
+        if not self.cudnn_declared:
+            asked = [self.cudnn] + ([NEWEST_GATED_CUDNN] if self.cudnn < NEWEST_GATED_CUDNN else [])  # alternatives()
+            versions = " or ".join(".".join(map(str, v)) for v in asked)
+            found.append(
+                f"the target's cuDNN gates as {versions} does (only those are asked; {CUDNN_ENV} declares it)"
+            )
+        return tuple(found)
+
     def describe(self) -> str:
         """``sm90 (default: H100), cuDNN 9.20.0 (installed), flash-attn 2.8.3 (assumed: ...)``."""
         if self.on_device:

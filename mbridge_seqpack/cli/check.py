@@ -71,62 +71,19 @@ def check_target(
     runner_options: Any = None,
     launcher: tuple[int, str] | None = None,
 ) -> Any:
-    """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), run the rule catalog and
-    (optionally) Megatron-Bridge's validation. Attention backends are judged for ``gpu_arch``, else the GPU the
-    target's name says (``analysis/te_attention.py``)."""
-    from mbridge_seqpack.analysis.attention_backend import verdict_notes, verdict_summary
-    from mbridge_seqpack.analysis.te_attention import declared
-    from mbridge_seqpack.cli.report import CheckReport, derived_values
-    from mbridge_seqpack.rules import RuleContext, evaluate
-    from mbridge_seqpack.rules.config import TYPES_RULE_ID
+    """Build ``target`` (under Megatron-Bridge's runner: with its pre-launch fixes), check it (the library's
+    ``check()``: its report, with the launch line's own notes) and (optionally) run Megatron-Bridge's validation.
+    Attention backends are judged for ``gpu_arch``, else the GPU the target's name says."""
+    from mbridge_seqpack.report import check
 
     launch = build_launch(target, overrides, config_file, runner=runner, runner_args=runner_options)
     world, source = world_and_source(world_size, launch, launcher)
     cfg = launch.cfg
-    ctx = RuleContext.build(cfg, world)
-    with declared(gpu_arch=gpu_arch, recipe=target):
-        results = evaluate(ctx)
-        typed = all(r.status != "fail" for r in results if r.rule.rule_id == TYPES_RULE_ID)
-        attention = ctx.attention_verdict if typed else None
-    report = CheckReport(
-        target=f"{target} (world size {world})",
-        derived=derived_values(ctx) if typed else {},  # a mistyped field: config.types names it
-        results=results,
-        megatron_ran=megatron,
-        notes=launch.notes() + ([f"world size {world} from {source}"] if launch.runner else []),
-    )
-    if attention is not None:
-        report.derived["attention"] = verdict_summary(attention)
-        report.notes += verdict_notes(attention, cfg.model)
-    if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
-        from mbridge_seqpack.rules.artifact import content_plan
-
-        report.contents = content_plan(cfg).summary()
-        report.notes += pack_notes(cfg, target, overrides)  # issue #53: no pack where the launch reads it
-    report.notes += correction_notes()
-    if typed:
-        report.notes += equivalence_notes(ctx)
+    notes = launch.notes() + ([f"world size {world} from {source}"] if launch.runner else [])
+    report = check(cfg, world, target=target, gpu_arch=gpu_arch, notes=notes + pack_notes(cfg, target, overrides))
     if megatron:
-        report.megatron_error = run_megatron_validation(cfg, world)
+        report.megatron_ran, report.megatron_error = True, run_megatron_validation(cfg, world)
     return report
-
-
-def equivalence_notes(ctx: Any) -> list[str]:
-    """What of the CP comparison ran with a stand-in (TE's CUDA-only partition kernel) or not at all, said beside
-    the verdict rather than behind an ok (the verdict is cached: no second run)."""
-    from mbridge_seqpack.rules.equivalence import equivalence_verdict
-
-    verdict = equivalence_verdict(ctx)
-    return [] if verdict is None else [f"equivalence check: {note}" for note in verdict.undetermined]
-
-
-def correction_notes() -> list[str]:
-    """One line per opt-in correction that is not simply off: installed here, installed by the launch, or requested
-    and why it is not (other Megatron versions, the plugin not turned on at launch)."""
-    from mbridge_seqpack.corrections import router_padding
-
-    state = router_padding.state()
-    return [] if state.state == "off" else [state.describe()]
 
 
 def split_target(args: argparse.Namespace) -> None:
@@ -152,7 +109,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     """``check --fix``: one converged override set that clears every violation, to paste after the others."""
     from mbridge_seqpack.analysis.te_attention import declared
     from mbridge_seqpack.overrides import converged_fix
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
 
     launch = build_launch(
         args.target, args.overrides, args.config_file, runner=args.runner, runner_args=runner_args(args)

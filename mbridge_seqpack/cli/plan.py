@@ -80,7 +80,7 @@ def plan(
     packaged recipe's)."""
     from mbridge_seqpack.compose.derive import derive
     from mbridge_seqpack.recipes.targets import build_target, resolve_world
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
     from mbridge_seqpack.rules.context import RuleContext
 
     rows = []

@@ -31,8 +31,8 @@ def recipe_listing() -> list[dict[str, Any]]:
 def recipe_rows() -> list[dict[str, Any]]:
     """:func:`recipe_listing`'s rows, each recipe built at its declared world size for its derived layout (the
     recipe's own ``mode`` description kept over the packing mode the layout derives)."""
-    from mbridge_seqpack.cli.report import derived_values
     from mbridge_seqpack.recipes import build_recipe
+    from mbridge_seqpack.report import derived_values
     from mbridge_seqpack.rules import RuleContext
 
     rows = []

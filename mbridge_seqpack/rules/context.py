@@ -6,7 +6,7 @@ the "which dataset kind / which CUDA-graph scope / which world size" logic lives
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -227,6 +227,9 @@ class RuleContext:
 
     cfg: ConfigContainer
     world_size: int
+    #: what the rule running now read on trust (``attention_verdict``'s assumptions); ``run_rule`` empties it before
+    #: each rule and keeps it on an ok result, which the report then shows as assumed, not as a plain ok
+    assumed: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def build(cls, cfg: ConfigContainer, world_size: int | None = None) -> "RuleContext":
@@ -271,10 +274,17 @@ class RuleContext:
 
         return non_te_core_attention(self.model) + local_attention_swap(self.model)
 
-    @cached_property
+    @property
     def attention_verdict(self) -> Any:
         """Transformer Engine's own backend selection for each kind of layer (``analysis/attention_backend.py``),
-        computed once per check on the target GPU stack (``analysis/te_attention.py``)."""
+        computed once per check on the target GPU stack (``analysis/te_attention.py``); what it takes on trust off
+        a GPU (cuDNN's own support query, an undeclared stack) is noted for the rule reading it."""
+        verdict = self._attention_verdict
+        self.assumed.extend(a for a in verdict.assumptions if a not in self.assumed)
+        return verdict
+
+    @cached_property
+    def _attention_verdict(self) -> Any:
         from mbridge_seqpack.analysis.attention_backend import verdict_of
 
         return verdict_of(self.cfg, non_te=self.non_te_core_attention)

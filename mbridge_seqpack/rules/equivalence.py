@@ -75,7 +75,7 @@ _LABEL_SIGNALS = ("labels", "loss_mask", "attention", "loss", "cp")
 def _cp_not_compared(verdict: Any, fields: dict[str, Any]) -> Violation:
     """Every computed signal agrees, but the CP=N comparison did not run at all (no CPU world of N ranks could be
     made here): never an OK. Neither is a split Megatron-Bridge refuses (other rules name why), nor the stand-in for
-    TE's CUDA-only partition kernel: the split then ran, and ``check`` says what stood in (``equivalence_notes``)."""
+    TE's CUDA-only partition kernel: the split then ran, and ``check`` says what stood in (the report's notes)."""
     cp = verdict.setup.cp
     return Violation(
         {"model.context_parallel_size": cp, **fields},

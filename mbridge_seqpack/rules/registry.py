@@ -43,11 +43,13 @@ class Rule:
 
 @dataclass(frozen=True)
 class RuleResult:
-    """Outcome of one rule on one config: ``status`` is "ok", "fail", "n/a" or "skipped"."""
+    """Outcome of one rule on one config: ``status`` is "ok", "fail", "n/a" or "skipped"; an ok that rests on
+    something read on trust (not computed here) names it in ``assumed``."""
 
     rule: Rule
     status: Status
     violations: tuple[Violation, ...] = ()
+    assumed: tuple[str, ...] = ()
 
 
 _CATALOG: list[Rule] = []
@@ -120,9 +122,10 @@ def _stamped(entry: Rule, found: Violation) -> Violation:
 def run_rule(entry: Rule, ctx: RuleContext) -> RuleResult:
     """One rule on one config: "n/a" (None), "fail" (violations, stamped with the rule's id and severity) or
     "ok"."""
+    ctx.assumed.clear()
     found = entry.fn(ctx)
     if found is None:
         return RuleResult(entry, "n/a")
     if found:
         return RuleResult(entry, "fail", tuple(_stamped(entry, v) for v in found))
-    return RuleResult(entry, "ok")
+    return RuleResult(entry, "ok", assumed=tuple(ctx.assumed))

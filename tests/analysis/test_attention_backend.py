@@ -289,7 +289,7 @@ def test_check_shows_each_undetermined_mechanism_on_one_line(packed_cfg: Any, mo
     names the rule and what could not run, and --json carries the same entry."""
     import json
 
-    from mbridge_seqpack.cli.report import CheckReport, derived_values
+    from mbridge_seqpack.report import CheckReport, derived_values
     from mbridge_seqpack.rules import evaluate
 
     monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)

@@ -106,7 +106,7 @@ def test_pack_recipe_writes_where_megatron_bridge_reads_it(
     import pyarrow.parquet as pq
 
     from mbridge_seqpack.cli.main import main
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
 
     root, tok = dataset_root
     overrides = [f"dataset.dataset_root={root}", f"tokenizer.tokenizer_model={tok}"]
@@ -182,7 +182,7 @@ def test_a_hugging_face_dataset_is_packed_where_megatron_bridge_materializes_and
     from mbridge_seqpack.artifact.builder_location import builder_location
     from mbridge_seqpack.cli.main import main
     from mbridge_seqpack.recipes.targets import build_launch
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
 
     source = tmp_path / "source.jsonl"
     source.write_text("".join((DATA / "training.jsonl").read_text().splitlines(keepends=True)[:30]))

@@ -27,7 +27,7 @@ from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles
 from mbridge_seqpack.digests import FileStamp
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
-from mbridge_seqpack.rules import check
+from mbridge_seqpack.report import check
 from mbridge_seqpack.rules.artifact import content_plan
 
 pytestmark = pytest.mark.slow

@@ -65,7 +65,7 @@ def _nothing_accepted(root: Path, previous: bytes | None) -> None:
     from megatron.bridge.data.packing.paths import resolve_packed_parquet_paths
 
     from mbridge_seqpack.artifact.store import ArtifactError
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
     from mbridge_seqpack.rules.artifact import content_plan
 
     builder, cfg = _location(root)

@@ -87,7 +87,7 @@ def test_a_chat_jsonl_packs_through_a_packaged_recipe_and_check_and_the_hook_acc
     assert "warning:" not in out  # the splits hold a batch each: nothing check will refuse
     assert main(_argv(check, example)) == 0
     out = capsys.readouterr().out
-    assert out.startswith("result: OK\n") and "no sealed pack" not in out
+    assert out.startswith("result: OK (1 assumed)\n") and "no sealed pack" not in out
     assert "megatron-bridge validate(): ok" in out
     _hook_accepts("small_gpt_smoke_4k", _argv(check, example)[2:])
 
@@ -112,7 +112,7 @@ def test_a_chat_jsonl_replaces_a_megatron_bridge_recipes_hub_dataset(
         launch = ["dataset.hf_dataset=null", "dataset.hf_validation_proportion=null", *argv[3:]]
         assert main(["check", MB_RECIPE, *launch]) == 0
         out = capsys.readouterr().out
-        assert out.startswith("result: OK\n") and "no sealed pack" not in out
+        assert out.startswith("result: OK (1 assumed)\n") and "no sealed pack" not in out
         assert main(["pack", "--recipe", MB_RECIPE, f"dataset.dataset_root={example}", "dataset.hf_rewrite=true"]) == 2
     assert unwrap(capsys.readouterr().err).splitlines()[-1] == (
         f"{ERR}two data sources: dataset.dataset_root={example} and dataset.hf_rewrite=true; Megatron-Bridge's "

@@ -18,7 +18,7 @@ from mbridge_seqpack.artifact.store import date_back
 from mbridge_seqpack.digests import FileStamp, launch_sha256, remember, verified_sha256
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
-from mbridge_seqpack.rules import check
+from mbridge_seqpack.report import check
 
 DATA = embedded_data_dir()
 TRAIN = "training_4096.idx.parquet"

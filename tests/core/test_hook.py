@@ -128,11 +128,11 @@ def test_the_plugins_report_comes_before_megatron_bridges_pre_validation(
 def test_rules_run_once_per_runtime_config_update(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """set_data_parallel_size() and validate() share one evaluation while the config is unchanged; a config
     changed in between is checked again."""
-    import mbridge_seqpack.rules as rules
+    import mbridge_seqpack.report as report
 
     calls = []
-    real = rules.check
-    monkeypatch.setattr(rules, "check", lambda cfg, world_size=None: calls.append(1) or real(cfg, world_size))
+    real = report.check
+    monkeypatch.setattr(report, "check", lambda cfg, world_size=None: calls.append(1) or real(cfg, world_size))
     mbridge_seqpack.install(mode="warn")
     with pytest.warns(PackingConfigWarning) as record:
         _runtime_update(_misaligned(packed_cfg))

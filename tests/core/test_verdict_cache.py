@@ -57,12 +57,12 @@ def test_a_kept_verdict_is_judged_again_once_a_file_it_read_changed(broken: tupl
     from mbridge_seqpack import hook
 
     cfg, pack, source = broken
-    assert _pack_rule_ids(hook._violations(cfg, keep=True)) == ["artifact.fingerprint_mismatch"]
+    assert _pack_rule_ids(hook._report(cfg, keep=True)) == ["artifact.fingerprint_mismatch"]
     assert hook._checked["stamps"] is not None  # kept, with the stamps of what it read
     assert str(pack / "4096_metadata.jsonl") in hook._checked["reads"]
     run_pack({"training": source}, pack)  # fixed: re-packed in place
     _date_back(pack)
-    assert _pack_rule_ids(hook._violations(cfg, keep=True)) == []
+    assert _pack_rule_ids(hook._report(cfg, keep=True)) == []
 
 
 def test_a_config_refused_for_a_bad_pack_is_accepted_once_the_pack_is_fixed(broken: tuple[Any, Path, Path]) -> None:

@@ -125,3 +125,20 @@ def test_the_analysis_engines_know_no_rule() -> None:
     packages = package_graph()
     assert "rules" not in packages["analysis"]
     assert {"rules", "cli", "recipes"} <= {name for name, imports in packages.items() if "analysis" in imports}
+
+
+def test_the_command_line_prints_the_librarys_report_and_gathers_nothing() -> None:
+    """#51: ``check`` on the command line renders what ``report.check()`` gathered (the same report the library
+    returns and the hook logs); the report sits above what it gathers, which never imports it back."""
+    graph = import_graph()
+    gatherers = (
+        "mbridge_seqpack.rules",
+        "mbridge_seqpack.equivalence",
+        "mbridge_seqpack.corrections",
+        "mbridge_seqpack.analysis.attention_backend",
+    )
+    assert [i for i in graph["mbridge_seqpack.cli.check"] if i.startswith(gatherers)] == []
+    assert "mbridge_seqpack.report" in graph["mbridge_seqpack.cli.check"]
+    for name, imports in graph.items():
+        if name.startswith(gatherers + ("mbridge_seqpack.analysis", "mbridge_seqpack.capture")):
+            assert not [i for i in imports if i.startswith("mbridge_seqpack.report")], name

@@ -10,11 +10,12 @@ import mbridge_seqpack.compose.mixins as mixins
 import mbridge_seqpack.thd as thd
 
 TOP_LEVEL = {
+    "CheckReport": "mbridge_seqpack.report",
     "PackingConfigError": "mbridge_seqpack.errors",
     "PackingConfigWarning": "mbridge_seqpack.hook",
     "Violation": "mbridge_seqpack.errors",
     "apply": "mbridge_seqpack.compose.mixins",
-    "check": "mbridge_seqpack.rules",
+    "check": "mbridge_seqpack.report",
     "install": "mbridge_seqpack.hook",
     "is_installed": "mbridge_seqpack.hook",
     "uninstall": "mbridge_seqpack.hook",

@@ -69,13 +69,14 @@ def test_long_context_recipes_carry_the_derived_fields(megatron_bridge: Any) -> 
 def test_cli_check_default_recipe_passes(megatron_bridge: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("result: OK\nmbridge-seqpack check: llama3_8b_sft_packed_8k (world size 8)\n")
+    # TE's backend pick off a GPU rests on cuDNN's own support query accepting: an assumed ok, said as one
+    assert out.startswith("result: OK (1 assumed)\nmbridge-seqpack check: llama3_8b_sft_packed_8k (world size 8)\n")
     assert "  layout   world=8 TP=2 PP=1 CP=1 EP=1 DP=4 SP=on\n" in out
     assert "  batch    micro 1, global 16, token slots per step 131,072 (8192 x 16)\n" in out
     assert "megatron-bridge validate(): ok\n" in out
     assert "  ok   " not in out and "rules that found something" not in out  # only what found something is listed
     counts = [line for line in out.splitlines() if " rules: " in line]
-    assert len(counts) == 1 and re.fullmatch(r"\d+ rules: \d+ ok, \d+ n/a", counts[0]), counts
+    assert len(counts) == 1 and re.fullmatch(r"\d+ rules: \d+ ok, 1 assumed, \d+ n/a", counts[0]), counts
     assert all(len(line) <= 100 for line in out.splitlines())
 
 
@@ -84,7 +85,8 @@ def test_cli_check_all_lists_every_rule(megatron_bridge: Any, capsys: pytest.Cap
 
     assert main(["check", "--all", "--rules-only"]) == 0
     out = capsys.readouterr().out
-    marked = [line.split()[1] for line in out.splitlines() if re.match(r"  (ok  |n/a |skip|FAIL|ADV |UND\?) ", line)]
+    mark = r"  (ok  |asm |n/a |skip|FAIL|ADV |UND\?) "
+    marked = [line.split()[1] for line in out.splitlines() if re.match(mark, line)]
     assert marked == [r.rule_id for r in all_rules()]
 
 
@@ -97,7 +99,7 @@ def test_cli_check_broken_override_fails_with_the_fix(
     assert "       fix:      cfg.model.calculate_per_token_loss = True\n" in out
     assert "  FAIL offline.alignment_multiple" in out
     assert "       fix:      cfg.dataset.offline_packing_specs.pad_seq_to_mult = 4\n" in out
-    assert out.startswith("result: 2 violation(s)\n")
+    assert out.startswith("result: 2 violation(s) (1 assumed)\n")
     assert "rules that found something:\n" in out
 
 

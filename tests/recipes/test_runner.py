@@ -99,7 +99,7 @@ def test_a_pack_made_for_a_runner_launch_matches_the_config_it_launches(
     accepts the pack for the config the runner builds; a pack made without modelling the runner does not match."""
     from mbridge_seqpack.cli.main import main
     from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
-    from mbridge_seqpack.rules import check
+    from mbridge_seqpack.report import check
 
     name, overrides = "llama32_1b_sft_1gpu_h100_bf16_config", ["model.context_parallel_size=2"]
     common = [str(embedded_data_dir() / "training.jsonl"), *overrides, "--recipe", name]

@@ -1,12 +1,14 @@
-"""Derived values and the human/JSON report of a check (no Megatron import at module load)."""
+"""The report of one check: every rule's verdict, the layout derived, what stood in or was assumed, and its text and
+JSON forms (no Megatron import at module load). ``check()`` returns it, the command line prints it, the hook logs
+it: one object, so the three say the same."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["CheckReport", "derived_values", "packing_mode"]
+__all__ = ["CheckReport", "derived_values", "packing_mode", "state_of"]
 
 
 def packing_mode(ctx: Any) -> str:
@@ -43,17 +45,68 @@ def derived_values(ctx: Any) -> dict[str, Any]:
     }
 
 
+def state_of(result: Any) -> str:
+    """One rule's verdict: ``ok``, ``assumed`` (it holds if what it read on trust holds: ``result.assumed``),
+    ``violation`` (an error or advisory), ``undetermined`` (its deciding code could not run here; never an ok),
+    ``n/a`` or ``skipped``."""
+    if result.status == "fail":
+        severities = {v.severity for v in result.violations}
+        return "undetermined" if severities == {"undetermined"} else "violation"
+    if result.status == "ok" and result.assumed:
+        return "assumed"
+    return result.status
+
+
 @dataclass
 class CheckReport:
-    """Everything ``mbridge-seqpack check`` prints."""
+    """Everything one check found. Iterating it (or ``len``, indexing) gives the violations, as ``check()`` always
+    returned them."""
 
     target: str
     derived: dict[str, Any]
     results: list[Any]
     megatron_error: str | None = None
-    megatron_ran: bool = True
+    megatron_ran: bool = False
     notes: list[str] = field(default_factory=list)
     contents: str | None = None  # what the pack check verified now and what the launch verifies (offline packs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.violations)
+
+    def __len__(self) -> int:
+        return len(self.violations)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.violations[index]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or tuple) of the same violations, as ``check()``'s list was (``check(cfg) == []``)."""
+        if isinstance(other, (list, tuple)):
+            return self.violations == list(other)
+        if isinstance(other, CheckReport):
+            return vars(self) == vars(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the list was
+
+    def verdicts(self) -> list[dict[str, Any]]:
+        """Each rule's verdict as data: id, state (``state_of``), severities found, what was assumed or not run."""
+        return [
+            {
+                "rule_id": r.rule.rule_id,
+                "state": state_of(r),
+                "severities": sorted({v.severity for v in r.violations}),
+                "assumed": list(r.assumed),
+                "not_run": [v.not_run for v in r.violations if v.not_run],
+            }
+            for r in self.results
+        ]
+
+    @property
+    def assumed(self) -> list[dict[str, Any]]:
+        """The rules that hold only if what they read on trust holds, with what that is."""
+        trusting = [r for r in self.results if state_of(r) == "assumed"]
+        return [{"rule_id": r.rule.rule_id, "assumed": list(r.assumed)} for r in trusting]
 
     @property
     def violations(self) -> list[Any]:
@@ -81,6 +134,8 @@ class CheckReport:
                 "ok": self.ok,
                 "determined": not self.undetermined,
                 "undetermined": self.undetermined_mechanisms(),
+                "assumed": self.assumed,
+                "verdicts": self.verdicts(),
                 "derived": self.derived,
                 "rules": [
                     {"rule_id": r.rule.rule_id, "status": r.status, "violations": [v.to_dict() for v in r.violations]}
@@ -142,6 +197,11 @@ class CheckReport:
             lines.append(f"not determined here ({len(mechanisms)}):")
             for m in mechanisms:
                 lines += wrap(f"{m['rule_id']}: {m['not_run']}", "  ", hang="    ")
+        trusted = self.assumptions()
+        if trusted:  # each assumption once, with the rules whose ok rests on it
+            lines.append(f"assumed, not computed here ({len(trusted)}):")
+            for assumption, rule_ids in trusted.items():
+                lines += wrap(f"{assumption} ({', '.join(rule_ids)})", "  ", hang="    ")
         if self.contents is not None:
             lines += wrap(self.contents, "pack contents: ", hang="  ")
         if self.megatron_ran:
@@ -161,11 +221,24 @@ class CheckReport:
             if v.severity == "undetermined"
         ]
 
+    def assumptions(self) -> dict[str, list[str]]:
+        """Each thing read on trust, with the rules whose ok rests on it (in catalog order)."""
+        found: dict[str, list[str]] = {}
+        for r in self.results:
+            if state_of(r) == "assumed":
+                for assumption in r.assumed:
+                    found.setdefault(assumption, []).append(r.rule.rule_id)
+        return found
+
     def count_line(self) -> str:
-        """``98 rules: 95 ok, 3 n/a``: every rule, by status (a rule listed above counts once, under its mark)."""
+        """``98 rules: 93 ok, 2 assumed, 3 n/a``: every rule, by status (a rule listed above counts once, under its
+        mark; an ok that rests on an assumption counts as assumed)."""
         counts: dict[str, int] = {}
         for r in self.results:
-            label = _STATUS_WORDS[r.status] if r.status != "fail" else _FAIL_WORDS[_fail_mark(r)]
+            if r.status == "fail":
+                label = _FAIL_WORDS[_fail_mark(r)]
+            else:
+                label = _STATUS_WORDS[state_of(r) if r.status == "ok" else r.status]
             counts[label] = counts.get(label, 0) + 1
         order = [*_FAIL_WORDS.values(), *_STATUS_WORDS.values()]
         parts = [f"{counts[label]} {label}" for label in order if label in counts]
@@ -177,6 +250,7 @@ class CheckReport:
         advisories = len(self.violations) - n - unknown
         notes = [f"{advisories} advisory"] if advisories else []
         notes += [f"{unknown} not determined here"] if unknown else []
+        notes += [f"{len(self.assumed)} assumed"] if self.assumed else []
         note = f" ({', '.join(notes)})" if notes else ""
         if not self.ok:
             failed = "" if self.megatron_error is None else ", Megatron-Bridge validation failed"
@@ -184,7 +258,7 @@ class CheckReport:
         return f"result: OK{note}" if not unknown else f"result: NOT DETERMINED, no violation found{note}"
 
 
-_STATUS_WORDS = {"ok": "ok", "n/a": "n/a", "skipped": "skipped"}
+_STATUS_WORDS = {"ok": "ok", "assumed": "assumed", "n/a": "n/a", "skipped": "skipped"}
 _FAIL_WORDS = {"FAIL": "failed", "UND?": "not determined", "ADV ": "advisory"}
 
 
@@ -192,7 +266,9 @@ def _rule_lines(r: Any) -> list[str]:
     """One rule's mark and id, then each violation's fields, reason, what did not run and fix."""
     from mbridge_seqpack.textout import wrap
 
-    mark = {"ok": "ok  ", "fail": _fail_mark(r), "n/a": "n/a ", "skipped": "skip"}[r.status]
+    mark = {"ok": "ok  ", "assumed": "asm ", "fail": _fail_mark(r), "n/a": "n/a ", "skipped": "skip"}[
+        state_of(r) if r.status == "ok" else r.status
+    ]
     lines = [f"  {mark} {r.rule.rule_id}"]
     if r.violations:
         lines += wrap(r.rule.summary, " " * 7)
