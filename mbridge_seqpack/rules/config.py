@@ -56,23 +56,18 @@ def _moe(ctx: RuleContext) -> bool:
     return isinstance(experts, int) and experts > 1
 
 
-def _precision_source(ctx: RuleContext) -> tuple[str, Any] | None:
-    """Where the run's FP8 / FP4 fields come from: a ``mixed_precision`` config overwrites the model's in
-    runtime_config_update (mixed_precision.py update_config_with_precision_overrides); a recipe name is one of
-    Megatron-Bridge's presets (None: nothing a user typed)."""
-    mixed = getattr(ctx.cfg, "mixed_precision", None)
-    if isinstance(mixed, str):
-        return None
-    return ("mixed_precision", mixed) if mixed is not None else ("model", ctx.model)
+def _typed_precision(ctx: RuleContext) -> tuple[str, Any] | None:
+    """``ctx.precision_source`` where the user typed it; None for a recipe name (Megatron-Bridge's own preset)."""
+    return None if ctx.precision_is_preset else ctx.precision_source
 
 
 def _fp8(ctx: RuleContext) -> bool:
-    source = _precision_source(ctx)
+    source = _typed_precision(ctx)
     return source is not None and bool(getattr(source[1], "fp8", None))
 
 
 def _fp4(ctx: RuleContext) -> bool:
-    source = _precision_source(ctx)
+    source = _typed_precision(ctx)
     return source is not None and bool(getattr(source[1], "fp4", None))
 
 
@@ -210,7 +205,7 @@ def known_values(ctx: RuleContext) -> list[Violation] | None:
             continue
         choices = declared_choices(owner, name)
         if path in PRECISION_FIELDS:
-            source = _precision_source(ctx)
+            source = _typed_precision(ctx)
             if source is None:
                 continue
             path, owner = f"{source[0]}.{name}", source[1]

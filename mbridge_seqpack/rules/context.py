@@ -462,19 +462,31 @@ class RuleContext:
 
     # ---- precision ---------------------------------------------------------------------------
     @property
-    def fp8_recipe(self) -> str | None:
-        """The TE FP8 recipe the run will use, or None without FP8. A ``mixed_precision`` config (or recipe name)
-        overwrites every precision field of the model in runtime_config_update (mixed_precision.py
-        update_config_with_precision_overrides), so it wins over ``model.fp8``."""
+    def precision_source(self) -> tuple[str, Any] | None:
+        """Where the run's precision fields come from, as (path prefix, object): a ``mixed_precision`` config, or a
+        recipe name resolved to Megatron-Bridge's preset, overwrites every precision field of the model in
+        runtime_config_update (mixed_precision.py update_config_with_precision_overrides); None for a recipe name
+        Megatron-Bridge does not know (it reports that itself)."""
         mixed = getattr(self.cfg, "mixed_precision", None)
         if isinstance(mixed, str):
             from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
             try:
-                mixed = get_mixed_precision_config(mixed)
+                return "mixed_precision", get_mixed_precision_config(mixed)
             except ValueError:
-                return None  # Megatron-Bridge reports the unknown recipe name itself
-        source = mixed if mixed is not None else self.model
+                return None
+        return ("mixed_precision", mixed) if mixed is not None else ("model", self.model)
+
+    @property
+    def precision_is_preset(self) -> bool:
+        """The precision is a recipe name: Megatron-Bridge's preset, no field the user typed."""
+        return isinstance(getattr(self.cfg, "mixed_precision", None), str)
+
+    @property
+    def fp8_recipe(self) -> str | None:
+        """The TE FP8 recipe the run will use (from ``precision_source``), or None without FP8."""
+        found = self.precision_source
+        source = found[1] if found is not None else None
         if not getattr(source, "fp8", None):
             return None
         recipe = getattr(source, "fp8_recipe", None) or "delayed"
@@ -486,17 +498,9 @@ class RuleContext:
 
     @property
     def fp4_recipe(self) -> str | None:
-        """The TE FP4 recipe the run will use (``nvfp4``), or None without FP4; a ``mixed_precision`` config wins
-        over the model's fields, as for ``fp8_recipe``."""
-        mixed = getattr(self.cfg, "mixed_precision", None)
-        if isinstance(mixed, str):
-            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-            try:
-                mixed = get_mixed_precision_config(mixed)
-            except ValueError:
-                return None
-        source = mixed if mixed is not None else self.model
+        """The TE FP4 recipe the run will use (``nvfp4``, from ``precision_source``), or None without FP4."""
+        found = self.precision_source
+        source = found[1] if found is not None else None
         if not getattr(source, "fp4", None):
             return None
         recipe = getattr(source, "fp4_recipe", None) or "nvfp4"

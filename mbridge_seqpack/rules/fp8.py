@@ -80,20 +80,6 @@ def packed_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
     )
 
 
-def _precision_source(ctx: RuleContext) -> tuple[str, object] | None:
-    """Where the run's precision fields come from: the mixed precision config (a recipe name resolved to Megatron-
-    Bridge's preset) overwrites the model's in runtime_config_update; (path prefix, object)."""
-    mixed = getattr(ctx.cfg, "mixed_precision", None)
-    if isinstance(mixed, str):
-        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-        try:
-            return "mixed_precision", get_mixed_precision_config(mixed)
-        except ValueError:
-            return None
-    return ("mixed_precision", mixed) if mixed is not None else ("model", ctx.model)
-
-
 @rule(
     "fp8.row_tokens_per_rank",
     "With FP8 / MXFP8 / NVFP4, every micro batch's rank-local tokens (micro batch x row width / CP / TP under SP) "
@@ -186,7 +172,7 @@ def row_tokens_per_rank(ctx: RuleContext) -> list[Violation] | None:
 def mxfp8_attention_sequence(ctx: RuleContext) -> list[Violation] | None:
     from mbridge_seqpack.rules.row_widths import row_widths, width_fix
 
-    source = _precision_source(ctx)
+    source = ctx.precision_source
     if ctx.fp8_recipe != "mxfp8" or source is None or not getattr(source[1], "fp8_dot_product_attention", False):
         return None
     if ctx.any_packing:
