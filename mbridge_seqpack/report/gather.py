@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Sequence
 
+from mbridge_seqpack.ranks import is_rank_zero
 from mbridge_seqpack.report.check_report import CheckReport, derived_values
 
 if TYPE_CHECKING:
@@ -57,7 +58,9 @@ def _add_notes(report: CheckReport, ctx: Any) -> None:
     attention = ctx.attention_verdict
     report.derived["attention"] = verdict_summary(attention)
     report.notes += verdict_notes(attention, ctx.model)
-    if ctx.offline_packing:  # what validate() read of the packs, and what the launch reads before training
+    # what validate() read of the packs, and what the launch reads before training: planned on rank 0 only, as the
+    # launch guard plans it (the hook checks on every rank of a job; only rank 0 logs the report)
+    if ctx.offline_packing and is_rank_zero():
         from mbridge_seqpack.rules.artifact import content_plan
 
         report.contents = content_plan(ctx.cfg).summary()

@@ -138,3 +138,13 @@ def test_the_report_iterates_as_the_violations_did(packed_cfg: Any) -> None:
     assert list(report) == report.violations and report[0] is report.violations[0]
     [first, *_] = report
     assert first.rule_id == report.violations[0].rule_id
+
+
+def test_the_packs_are_planned_on_rank_zero_only(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook checks on every rank of a job and only rank 0 logs the report: the other ranks do not read the
+    packs' seals for its contents line (the launch guard, too, plans them on rank 0 alone)."""
+    import mbridge_seqpack
+
+    assert mbridge_seqpack.check(packed_cfg, world_size=8).contents is not None
+    monkeypatch.setenv("RANK", "5")
+    assert mbridge_seqpack.check(packed_cfg, world_size=8).contents is None
