@@ -116,6 +116,17 @@ def _from_recipe(
         "preprocessing": getattr(cfg.dataset, "preprocessing", None),
     }
     recipe_conflicts(args, recipe, {"model_parallel": ctx.topology.model_parallel})
+    if recipe["tokenizer"] is None:  # a NullTokenizer, say: nothing to seal, and the prep may refuse it
+        from mbridge_seqpack.tokenization.prep_support import fileless_tokenizer_problem
+
+        problem = fileless_tokenizer_problem(
+            cfg.tokenizer,
+            dataset_kwargs=dataset_kwargs,
+            max_seq_length=recipe["max_seq_length"] or recipe["pack_size"],
+            seed=recipe["seed"],
+            pad_seq_to_mult=recipe["pad_seq_to_mult"],
+        )
+        raise UsageError(f"recipe {args.recipe}: {problem}")
     root = _recipe_root(args, cfg)
     inputs = {"training": Path(args.input) if args.input else root / "training.jsonl"}
     validation = Path(args.validation) if args.validation else root / "validation.jsonl"

@@ -10,11 +10,13 @@ installed code reads.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from mbridge_seqpack.errors import InputError
 
 __all__ = [
+    "template_fields",
     "DATASET_KWARGS",
     "MANAGED",
     "PACKED_BY_BUILDER",
@@ -233,3 +235,11 @@ def chat_preprocessing_overrides(loss_mode: str | None = None) -> list[str]:
     first: its parser merges a mapping into a preprocessing already set and keeps the old class."""
     mode = f",loss_mode:{loss_mode}" if loss_mode else ""
     return ["dataset.preprocessing=null", f"dataset.preprocessing={{_target_:{CHAT_PREPROCESSING}{mode}}}"]
+
+
+_FIELD = re.compile(r"{(\w+)}")
+
+
+def template_fields(dataset_kwargs: dict[str, Any]) -> list[str]:
+    """The JSONL fields Megatron-Bridge's prompt template reads (``{input} {output}`` by default)."""
+    return _FIELD.findall(str(dataset_kwargs.get("prompt_template", "{input} {output}")))

@@ -25,6 +25,7 @@ import numpy as np
 
 from mbridge_seqpack.digests import file_sha256
 from mbridge_seqpack.errors import InputError, SeqpackError, os_reason
+from mbridge_seqpack.tokenization.dataset_kwargs import template_fields
 from mbridge_seqpack.tokenization.file_kind import (
     CHAT_KEYS,
     chat_record_message,
@@ -126,14 +127,6 @@ def check_chat_template(directory: str | Path, dataset_kwargs: dict[str, Any]) -
     )
 
 
-_FIELD = re.compile(r"{(\w+)}")
-
-
-def template_fields(dataset_kwargs: dict[str, Any]) -> list[str]:
-    """The JSONL fields Megatron-Bridge's prompt template reads (``{input} {output}`` by default)."""
-    return _FIELD.findall(str(dataset_kwargs.get("prompt_template", "{input} {output}")))
-
-
 def _regular_file(path: Path) -> None:
     """Refuse what is not a regular file before opening it: a FIFO would block the open until a writer came."""
     import stat
@@ -186,6 +179,30 @@ def _prep_failure(shown: Any, number: int, dataset_kwargs: dict[str, Any], exc: 
             "the record (e.g. turns in the order the template requires), or the chat template"
         )
     return f"{shown}:{number}: Megatron-Bridge's prep fails on this record: {type(exc).__name__}: {text}; fix it"
+
+
+def _tokenizer_refusal(
+    tokenizer: Any,
+    max_seq_length: int,
+    pad_seq_to_mult: int,
+    dataset_kwargs: dict[str, Any],
+    seed: int,
+    exc: Exception,
+) -> str | None:
+    """The tokenizer's refusal when Megatron-Bridge's prep raises the same on a neutral record as on the failing one
+    (tokenization/prep_support.py): then no record is at fault."""
+    from mbridge_seqpack.tokenization.prep_support import prep_refusal, refusal_message
+
+    again = prep_refusal(
+        tokenizer,
+        dataset_kwargs=dataset_kwargs,
+        max_seq_length=max_seq_length,
+        seed=seed,
+        pad_seq_to_mult=pad_seq_to_mult,
+    )
+    if again is None or (type(again), str(again)) != (type(exc), str(exc)):
+        return None
+    return refusal_message(tokenizer, dataset_kwargs, again)
 
 
 class _HugeInt(str):
@@ -627,7 +644,8 @@ def tokenize_split(
                 if number is None:
                     raise  # no single record fails alone: not the data's (exit 3, a plugin bug)
                 raise InputError(
-                    _prep_failure(shown if shown is not None else path, number, dataset_kwargs, exc)
+                    _tokenizer_refusal(tokenizer, max_seq_length, pad_seq_to_mult, dataset_kwargs, seed, exc)
+                    or _prep_failure(shown if shown is not None else path, number, dataset_kwargs, exc)
                 ) from None
             count = len(chunk.numbers)
             chunk.path.unlink()

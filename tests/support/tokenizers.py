@@ -1,6 +1,7 @@
 """Tiny tokenizers of each family transformers loads, built offline with the ``tokenizers``/``sentencepiece``
 libraries (no hub): byte-level BPE (GPT-2's vocab.json + merges.txt), WordPiece (BERT's vocab.txt alone),
-SentencePiece (Llama's tokenizer.model alone; T5's spiece.model) and a tiktoken-style rank file."""
+SentencePiece (Llama's tokenizer.model alone; T5's spiece.model) and a tiktoken-style rank file; and Megatron-Core's
+own ``TikTokenizer`` vocabulary (a JSON list of ranks)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,19 @@ def tiktoken_style(directory: Path) -> Path:
     (directory / "tiktoken.model").write_text("\n".join(lines) + "\n")
     _config(directory, tokenizer_class="PreTrainedTokenizerFast", eos_token="<|endoftext|>")
     return directory
+
+
+def megatron_tiktoken_vocab(path: Path) -> Path:
+    """Megatron-Core's ``TikTokenizer`` file (``reload_mergeable_ranks``): a JSON list of ``{rank, token_bytes,
+    token_str}``, the 256 single bytes first, then the corpus's words."""
+    tokens = [bytes([b]) for b in range(256)] + [w.encode() for w in WORDS if len(w) > 1]
+    vocab = [
+        {"rank": rank, "token_bytes": base64.b64encode(token).decode(), "token_str": token.decode("latin-1")}
+        for rank, token in enumerate(dict.fromkeys(tokens))
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(vocab))
+    return path
 
 
 #: family -> (builder, the file holding its vocabulary)

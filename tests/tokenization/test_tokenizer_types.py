@@ -2,7 +2,8 @@
 the builder would: Megatron-Core's ``SentencePieceTokenizer`` over a ``.model`` file, and ``HuggingFaceTokenizer``
 over WordPiece, byte-level BPE and SentencePiece folders (tiny tokenizers built offline). The reference of each
 is Megatron-Bridge's own builder preparing the same recipe's pack (``GPTSFTDatasetBuilder.prepare_packed_data``
-with the tokenizer its ``build_tokenizer`` makes): the packed sequences are the same."""
+with the tokenizer its ``build_tokenizer`` makes): the packed sequences are the same. Megatron-Core's ``TikTokenizer``
+and ``NullTokenizer``, which that prep fails with on every record, are refused as the tokenizer's."""
 
 from __future__ import annotations
 
@@ -159,3 +160,70 @@ def test_openai_tool_call_turns_with_null_content_pack_as_megatron_bridge_prepar
     ours = packed_sequences(out_dir / "training_2048.idx.parquet")
     assert sum(ours.values()) == 20
     assert ours == packed_sequences(_megatron_bridges_own_prep(cfg, tmp_path))
+
+
+#: tokenizer types Megatron-Bridge 0.6.2's SFT prep fails with on every record: (type, chat data)
+REFUSED = {
+    "TikTokenizer, prompt template": ("TikTokenizer", False),
+    "TikTokenizer, chat template": ("TikTokenizer", True),
+    "NullTokenizer, no files": ("NullTokenizer", False),
+}
+
+
+def _refused_recipe(tmp: Path, kind: str, chat: bool) -> str:
+    """A recipe over ``kind`` (Megatron-Core's TikTokenizer over its JSON ranks, sized as it requires; or a
+    NullTokenizer with no files) and 30 records of prompt/answer or chat data."""
+    from tests.support.packs import CHAT_TEMPLATE, small_jsonl
+    from tests.support.tokenizers import megatron_tiktoken_vocab
+
+    (tmp / "root").mkdir()
+    if chat:
+        turns = [{"role": "user", "content": "what is one plus two"}, {"role": "assistant", "content": "three"}]
+        (tmp / "root" / "training.jsonl").write_text(
+            "".join(json.dumps({"messages": turns}) + "\n" for _ in range(30))
+        )
+    else:
+        small_jsonl(tmp / "root" / "training.jsonl", n=30)
+    extra = []
+    if kind == "TikTokenizer":
+        tokenizer = megatron_tiktoken_vocab(tmp / "ranks.json")
+        extra.append(f"cfg.tokenizer.vocab_size = {1000 + len(json.loads(tokenizer.read_text()))}")  # its assert
+    else:
+        tokenizer = tmp / "unused"
+        extra += ["cfg.tokenizer.tokenizer_model = None", "cfg.tokenizer.vocab_size = 128"]
+    if chat:
+        extra.append("cfg.dataset.dataset_kwargs = {'chat': True, 'use_hf_tokenizer_chat_template': True}")
+        extra.append(f"cfg.tokenizer.chat_template = {CHAT_TEMPLATE!r}")
+    recipe = tmp / "typed_recipe.py"
+    anchor = "    cfg.dataset.do_validation = False\n"
+    text = RECIPE.format(root=str(tmp / "root"), tok=str(tokenizer), kind=kind)
+    recipe.write_text(text.replace(anchor, anchor + "".join(f"    {line}\n" for line in extra)))
+    return f"{recipe}:typed_recipe"
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_tokenizer_megatron_bridges_prep_fails_with_on_every_record_is_refused_as_the_tokenizers(
+    case: str, tmp_path: Path, megatron_bridge: Any, capsys: pytest.CaptureFixture
+) -> None:
+    """Megatron-Bridge 0.6.2's own builder prep raises for these types on any record (the reference: its
+    ``prepare_packed_data``); ``pack`` refuses them with exit 2 as the tokenizer's (never "line 1: fix it", never a
+    traceback), naming what the prep raised."""
+    from mbridge_seqpack.cli.main import main
+    from mbridge_seqpack.recipes.targets import build_launch
+
+    kind, chat = REFUSED[case]
+    target = _refused_recipe(tmp_path, kind, chat)
+    with pytest.raises(Exception) as raised:
+        _megatron_bridges_own_prep(build_launch(target, []).cfg, tmp_path)
+    capsys.readouterr()
+    assert main(["pack", "--recipe", target, "--output", str(tmp_path / "pack")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    said = " ".join(str(raised.value).split()).rstrip(".")
+    library = "tiktoken" if kind == "TikTokenizer" else "null-text"
+    prep = "chat prep" if chat else "SFT prep"
+    assert (
+        f"Megatron-Bridge's {prep} cannot prepare any record with this tokenizer (Megatron-Core's '{library}' "
+        f"library): even a one-token record raises {type(raised.value).__name__}: {said}. Its launch prepares"
+    ) in err, err
+    assert ("recipe " + target + ": tokenizer_type=NullTokenizer: ") in err if kind == "NullTokenizer" else True
+    assert "Traceback" not in err and "training.jsonl:1" not in err
