@@ -366,6 +366,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
 
+    if args.png:
+        from mbridge_seqpack.cli.histogram import require_matplotlib
+
+        require_matplotlib()  # before the artifact is read: the plot's extra may not be installed
     report = inspect_artifact(args.artifact)
     if args.png and report.splits:
         from mbridge_seqpack.cli.histogram import draw_histogram

@@ -1,5 +1,7 @@
 """The plot ``inspect --png`` draws from an artifact report: per split, the distribution of sequence lengths against
-the pack size (what decides how rows fill), and the fill of every row (what the packing achieved)."""
+the pack size (what decides how rows fill), and the fill of every row (what the packing achieved). Matplotlib is the
+``plot`` extra (``pip install 'mbridge-seqpack[plot]'``), not a requirement of the plugin: :func:`require_matplotlib`
+says so before the artifact is read."""
 
 from __future__ import annotations
 
@@ -12,6 +14,21 @@ if TYPE_CHECKING:
     from mbridge_seqpack.artifact.inspect_artifact import ArtifactReport, SplitReport
 
 BLUE, ORANGE, GREY = "#4C72B0", "#DD8452", "#555555"
+#: how the plot's one requirement is installed
+PLOT_EXTRA = "pip install 'mbridge-seqpack[plot]'"
+
+
+def require_matplotlib() -> None:
+    """A ``UsageError`` (exit 2) when matplotlib cannot be imported: ``--png`` needs the ``plot`` extra."""
+    from mbridge_seqpack.errors import UsageError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(
+            f"inspect --png draws with matplotlib, which cannot be imported here ({exc}); install it with "
+            f"`{PLOT_EXTRA}` (or `pip install matplotlib`), or leave out --png"
+        ) from None
 
 
 def _lengths_panel(ax, split: SplitReport) -> None:
