@@ -322,6 +322,27 @@ def _tokenize_table() -> str:
     return _script("bench_tokenize").table(_bench("bench_tokenize"), _bench("bench_tokenize_repeated_answers"))
 
 
+def recipes_table() -> str:
+    """docs/recipes.md's table of the packaged recipes: each built at its declared world size (``recipes --layout``'s
+    rows), so a recipe added under ``recipes/`` is in the table with the layout it derives."""
+    from mbridge_seqpack.cli.args import DEFAULT_RECIPE
+    from mbridge_seqpack.cli.recipes import recipe_rows
+
+    lines = ["| recipe | model | mode | row | layout | MBS | GPUs |", "|---|---|---|---|---|---|---|"]
+    for row in recipe_rows():
+        size = row["row_length"]
+        seq = f"{size // 1024}k" if size % 1024 == 0 else str(size)
+        parts = [f"TP{row['tp']}" + ("+SP" if row["sequence_parallel"] else "")]
+        parts += [f"{name}{row[key]}" for name, key in (("PP", "pp"), ("CP", "cp"), ("EP", "ep")) if row[key] > 1]
+        parts.append(f"DP{row['dp']}")
+        name = f"`{row['name']}`" + (" (the default)" if row["name"] == DEFAULT_RECIPE else "")
+        lines.append(
+            f"| {name} | {row['model']} | {row['mode']} | {seq} | {' '.join(parts)} | {row['micro_batch_size']} "
+            f"| {row['world_size']} |"
+        )
+    return "\n".join(lines)
+
+
 # --- docs/architecture.md: the package diagram and table, from the code ----------------------------------------------
 
 
@@ -419,6 +440,7 @@ GENERATORS: tuple[Generator, ...] = (
     Section("docs/packing.md", "work-balance", "docs/bench/bench_packer.json", _packing_table("balance")),
     Section("docs/packing.md", "builder-prep", "docs/bench/bench_packer.json", _packing_table("builder_prep")),
     Section("docs/packing.md", "tokenize", "docs/bench/bench_tokenize*.json", _tokenize_table),
+    Section("docs/recipes.md", "recipe-table", "the packaged recipes, each built (recipes --layout)", recipes_table),
     Section("docs/architecture.md", "package-diagram", "the import graph", package_diagram),
     Section("docs/architecture.md", "package-table", "the package docstrings", package_table),
     # A section another module renders: Section("docs/<page>.md", "<name>", "<its data>", _call("<module>", "<fn>")),

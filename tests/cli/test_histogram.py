@@ -1,5 +1,6 @@
 """``inspect --png`` without matplotlib (the ``plot`` extra, not a requirement of the plugin): exit 2 with the command
-that installs it, before the artifact is read; with it, the plot is drawn (tests/artifact/test_artifacts.py)."""
+that installs it, before the artifact is read; with it, the plot is drawn (tests/artifact/test_artifacts.py). The
+wheel's metadata lists it under the extra only (tests/project/test_packaging.py)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,3 @@ def test_png_without_matplotlib_names_the_extra_before_reading_the_artifact(
         "out --png"
     ) in err, err
     assert str(missing) not in err and not (tmp_path / "plot.png").exists()
-
-
-def test_matplotlib_is_the_plot_extra_not_a_requirement() -> None:
-    """The wheel's metadata: matplotlib only under ``extra == 'plot'``."""
-    import tomllib
-
-    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
-    assert not any(req.startswith("matplotlib") for req in project["dependencies"])
-    assert project["optional-dependencies"]["plot"] == ["matplotlib"]

@@ -115,6 +115,7 @@ def test_runtime_requirements_are_ranges(wheel: Path) -> None:
     ]
     assert not any("==" in r.split(";")[0] for r in requires)
     assert "nemo-run>=0.5; extra == 'nemo-run'" in requires  # the NeMo-Run plugin's optional dependency
+    assert [r for r in requires if r.startswith("matplotlib")] == ["matplotlib; extra == 'plot'"]  # inspect --png
 
 
 def test_installing_into_an_existing_megatron_bridge_environment_changes_nothing_else(wheel: Path) -> None:
