@@ -1,5 +1,6 @@
-"""Benchmark: the peak memory of ``pack`` does not grow with the largest record or (beyond 8 bytes a sequence) with the
-record count.
+"""Benchmark: the peak memory of ``pack`` does not grow with the largest record, and grows with the record count only by
+the per-sequence arrays of the placement (lengths, bins, the balanced order: tens of bytes a sequence; the tokens
+themselves are spilled to disk and memory-mapped).
 
 Three runs of ``mbridge-seqpack pack`` (each a process of its own, ``--workers 1`` so the tokenization is in it; its
 peak resident set read by ``wait4``): a corpus of ``--records`` prompt/answer records, one of ``--more-records``,
