@@ -1,5 +1,5 @@
-"""Benchmark: the peak memory of ``pack`` does not grow with the largest record, and grows with the record count only by
-the per-sequence arrays of the placement (lengths, bins, the balanced order: tens of bytes a sequence; the tokens
+"""Benchmark: the peak memory of ``pack`` does not grow with the largest record, and grows with the record count only
+by the per-sequence arrays of the placement (lengths, bins, the balanced order: tens of bytes a sequence; the tokens
 themselves are spilled to disk and memory-mapped).
 
 Three runs of ``mbridge-seqpack pack`` (each a process of its own, ``--workers 1`` so the tokenization is in it; its

@@ -416,6 +416,24 @@ def _import_seconds() -> dict[str, str]:
     }
 
 
+def suite_times() -> str:
+    """docs/development.md's suite times per tier, as scripts/bench_suite.py recorded them."""
+    path = ROOT / "docs" / "bench" / "bench_suite.json"
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    what = {"fast": "`bash scripts/test.sh --fast`", "full": "`bash scripts/test.sh` (the whole suite)"}
+    lines = []
+    for tier, command in what.items():
+        run = record.get(tier)
+        if run is None:
+            lines.append(f"- {command}: not recorded yet (`scripts/bench_suite.py --tier {tier}`)")
+            continue
+        minutes = f"{run['seconds'] / 60:.1f} min"
+        lines.append(
+            f"- {command}: {minutes} on {run['cores']} cores ({run['date']}): {'; then '.join(run['summaries'])}"
+        )
+    return "\n".join(lines)
+
+
 # --- the registry ----------------------------------------------------------------------------------------------------
 
 GENERATORS: tuple[Generator, ...] = (
@@ -441,6 +459,9 @@ GENERATORS: tuple[Generator, ...] = (
     Section("docs/packing.md", "builder-prep", "docs/bench/bench_packer.json", _packing_table("builder_prep")),
     Section("docs/packing.md", "tokenize", "docs/bench/bench_tokenize*.json", _tokenize_table),
     Section("docs/recipes.md", "recipe-table", "the packaged recipes, each built (recipes --layout)", recipes_table),
+    Section(
+        "docs/development.md", "suite-times", "docs/bench/bench_suite.json, from scripts/bench_suite.py", suite_times
+    ),
     Section("docs/architecture.md", "package-diagram", "the import graph", package_diagram),
     Section("docs/architecture.md", "package-table", "the package docstrings", package_table),
     # A section another module renders: Section("docs/<page>.md", "<name>", "<its data>", _call("<module>", "<fn>")),

@@ -4,9 +4,16 @@
 # takes the process that started it along (its driver exits at once, with no report): in a process of their own the
 # Ray tests cannot take the other tests' results with them; if that process dies without a report, Ray's logs are
 # printed and it runs once more (a test that fails is never rerun).
+#   scripts/test.sh --fast   the fast tier alone: no test that needs Megatron-Bridge, Transformer Engine, Ray or a GPU
+#                            (tests/conftest.py: slow from the megatron_bridge fixture; an import of either skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh >&2
+
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    exec .venv/bin/python -m pytest -q --fast --durations=10 "$@"
+fi
 
 passed_or_none() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; } # 5: nothing selected (a path without such tests)
 

@@ -7,14 +7,40 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 
 import pytest
 
+#: what the fast tier (``scripts/test.sh --fast``) never imports: Megatron (40-60 s a process) and Transformer Engine
+HEAVY = ("megatron", "transformer_engine")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: no test that needs Megatron-Bridge (marked slow, asking for the megatron_bridge "
+        "fixture, or importing it: skipped where it does)",
+    )
+
+
+class _NoHeavyImports:
+    """In the fast tier, an import of Megatron or Transformer Engine skips the test (or module) that makes it: which
+    tests need them is found by running them, never listed by hand."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.split(".")[0] in HEAVY:
+            raise pytest.skip.Exception(
+                f"imports {fullname}: not in the fast tier (scripts/test.sh runs it)", allow_module_level=True
+            )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped on CPU")
+    if config.getoption("--fast"):
+        sys.meta_path.insert(0, _NoHeavyImports())
     # remembered digests (digests.py) go to a directory of this run, not the user's ~/.cache
     cache = tempfile.mkdtemp(prefix="mbridge_seqpack_cache_")
     os.environ["MBRIDGE_SEQPACK_CACHE_DIR"] = cache
@@ -23,8 +49,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # scripts/test.sh runs these in a process of their own (-m ray_cluster)
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "ray_cluster" in fixtures:
             item.add_marker(pytest.mark.ray_cluster)
+        if "megatron_bridge" in fixtures:  # slow from the fixture, never by hand
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--fast"):
+        fast = [i for i in items if not any(m in i.keywords for m in ("slow", "ray_cluster", "gpu"))]
+        config.hook.pytest_deselected(items=[i for i in items if i not in fast])
+        items[:] = fast
+        return
     try:
         import torch
 

@@ -53,8 +53,9 @@ def test_not_a_record_is_a_usage_error(tmp_path: Path, capsys) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """The one real record of this file: the installed Megatron-Bridge, through the CLI."""
+def installed(tmp_path_factory, megatron_bridge) -> Path:
+    """The one real record of this file: the installed Megatron-Bridge, through the CLI (its tests are slow: the
+    fixture)."""
     out = tmp_path_factory.mktemp("contract") / "installed.json"
     assert main(["contract", "record", "--output", str(out)]) == 0
     return out

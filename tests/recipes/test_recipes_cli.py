@@ -291,8 +291,9 @@ def test_cli_output_fits_100_columns(
     assert out.strip() and max(len(line) for line in out.splitlines()) <= 100
 
 
-def test_readme_main_command_runs_from_a_shell() -> None:
-    """The console script on the embedded default exits 0; a broken override exits 1 with the fix."""
+def test_readme_main_command_runs_from_a_shell(megatron_bridge: Any) -> None:
+    """The console script on the embedded default exits 0; a broken override exits 1 with the fix (its process
+    imports Megatron-Bridge: the fixture marks the test slow)."""
     exe = Path(sys.executable).with_name("mbridge-seqpack")
     done = subprocess.run(
         [str(exe), "check", "--rules-only", "model.context_parallel_size=3"],

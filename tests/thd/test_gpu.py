@@ -44,8 +44,11 @@ def _module() -> Any:
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
-    """One CPU dry run of the script (about a minute), its process and its JSON, for every test that reads them."""
+def dry_run(
+    tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any
+) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    """One CPU dry run of the script (about a minute; it imports Megatron-Bridge in its process, so the tests reading
+    it are slow: the fixture), its process and its JSON, for every test that reads them."""
     out = tmp_path_factory.mktemp("dry") / "r.json"
     done = _run("--dry-run", "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
