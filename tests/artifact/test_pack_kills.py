@@ -115,10 +115,24 @@ def _state(pid: int) -> str:
         return "X"
 
 
-def _stopped_at(root: Path, phase: str, argv: list[str]) -> Any:
-    """A pack stopped where ``phase`` begins (polled for ``tokenizing``), and the staging it left."""
+@pytest.fixture
+def reaped() -> Any:
+    """The processes a test starts, killed and joined when it ends, passed or not: a stopped pack left alive by a
+    failing assertion would otherwise keep pytest waiting for it at exit."""
+    started: list[Any] = []
+    yield started
+    for process in started:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+
+
+def _stopped_at(root: Path, phase: str, argv: list[str], reaped: list[Any]) -> Any:
+    """A pack stopped where ``phase`` begins (polled for ``tokenizing``), and the staging it left; the process is
+    in ``reaped`` from the moment it starts."""
     process = fork_context().Process(target=pack_child, args=(argv, None if phase == "tokenizing" else phase))
     process.start()
+    reaped.append(process)
     deadline = time.time() + 300
     if phase == "tokenizing":
         while time.time() < deadline:
@@ -145,11 +159,11 @@ LOCAL_PHASES = {
 
 
 @pytest.mark.parametrize("phase", list(LOCAL_PHASES))
-def test_a_local_pack_killed_at_each_phase(tmp_path: Path, megatron_bridge: Any, phase: str) -> None:
+def test_a_local_pack_killed_at_each_phase(tmp_path: Path, megatron_bridge: Any, phase: str, reaped: list) -> None:
     # the whole corpus only where the test must catch the pack mid-tokenizing (it polls); the other phases stop
     # themselves, and a smaller input reaches them sooner
     root = _root(tmp_path, 1799 if phase == "tokenizing" else 300)
-    process = _stopped_at(root, phase, _argv(root))
+    process = _stopped_at(root, phase, _argv(root), reaped)
     (staging,) = _staging(root)
     assert LOCAL_PHASES[phase](staging), sorted(p.name for p in staging.iterdir())
     os.kill(process.pid, signal.SIGKILL)
@@ -161,7 +175,7 @@ def test_a_local_pack_killed_at_each_phase(tmp_path: Path, megatron_bridge: Any,
 
 @pytest.mark.parametrize("phase", ["writing", "renaming", "swapping"])
 def test_a_pack_replacing_another_killed_leaves_the_old_one_or_the_new_one(
-    tmp_path: Path, megatron_bridge: Any, phase: str
+    tmp_path: Path, megatron_bridge: Any, phase: str, reaped: list
 ) -> None:
     """--overwrite over a sealed pack: killed before the swap the old pack is there, intact; killed after the
     (atomic) swap the new one is, complete; never neither, never a mix."""
@@ -170,7 +184,7 @@ def test_a_pack_replacing_another_killed_leaves_the_old_one_or_the_new_one(
     builder, cfg = _location(root)
     target = Path(builder.train_path_packed)
     old = target.read_bytes()
-    process = _stopped_at(root, phase, _argv(root, "--overwrite", "--no-balance"))  # other rows than the old
+    process = _stopped_at(root, phase, _argv(root, "--overwrite", "--no-balance"), reaped)  # other rows than the old
     os.kill(process.pid, signal.SIGKILL)
     process.join(30)
     if phase == "swapping":
