@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -339,3 +340,17 @@ def test_other_ranks_log_nothing(packed_cfg: Any, monkeypatch: pytest.MonkeyPatc
         warnings.simplefilter("ignore")
         _runtime_update(_undetermined_attention(packed_cfg, monkeypatch))
     assert [r for r in caplog.records if r.name == "mbridge_seqpack"] == []
+
+
+def test_suspended_and_the_context_manager_restore_the_world_size(packed_cfg: Any) -> None:
+    """What the hook was installed with comes back whole: DP 32 > global batch 16 is refused again after each."""
+    from mbridge_seqpack.hook import suspended
+
+    mbridge_seqpack.install(world_size=32)
+    with suspended():
+        _runtime_update(copy.deepcopy(packed_cfg))  # Megatron-Bridge alone: it does not know the world size
+    with mbridge_seqpack.install(world_size=8):
+        _runtime_update(copy.deepcopy(packed_cfg))
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(copy.deepcopy(packed_cfg))
+    assert info.value.rule_ids == ["batch.global_batch_min"]
