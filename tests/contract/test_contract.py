@@ -62,7 +62,20 @@ def installed(tmp_path_factory, megatron_bridge) -> Path:
 
 
 def test_the_installed_record_runs_every_observation(installed: Path) -> None:
+    import importlib.metadata
+
+    import mbridge_seqpack
+    from mbridge_seqpack.contract.observations import VERSION
+    from mbridge_seqpack.contract.record import FORMAT
+
     data = json.loads(installed.read_text())
+    assert (data["format"], data["observations_version"], data["plugin_version"]) == (
+        FORMAT,
+        VERSION,
+        mbridge_seqpack.__version__,
+    )
+    assert data["megatron_core"] == importlib.metadata.version("megatron-core")
+    assert data["megatron_bridge"]["commit"] is None
     assert data["megatron_bridge"]["version"].startswith("0.6.2")
     assert "site-packages/megatron/bridge/__init__.py" in data["megatron_bridge"]["file"]
     assert data["megatron_bridge"]["checkout"] is None and data["only"] is None
