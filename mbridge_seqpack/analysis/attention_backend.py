@@ -66,6 +66,8 @@ __all__ = [
 #: attention with cp_comm_type=...' for these
 SWA_REFUSING_COMM_TYPES = ("p2p", "a2a+p2p")
 NONDETERMINISTIC_ENV = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
+#: TE's switch of the attention's FP8 recipe (read at import by dot_product_attention.py; init_fp8_metadata uses it)
+DPA_FP8_RECIPE_ENV = "NVTE_DPA_FP8_RECIPE"
 ARCH_ENV_NAME = "MBRIDGE_SEQPACK_GPU_ARCH"  # te_attention.ARCH_ENV / CUDNN_ENV, named here without importing TE
 CUDNN_ENV_NAME = "MBRIDGE_SEQPACK_CUDNN_VERSION"
 #: how non_te_core_attention names the attention provide() swaps in for attention_backend=local
@@ -552,6 +554,9 @@ class AttentionVerdict:
     #: the stacks also asked (each GPU generation when none is declared, the newest gated cuDNN when the target's
     #: is not declared), with TE's picks there
     others: tuple[tuple[str, tuple[KindSelection, ...]], ...] = ()
+    #: where the selection was not asked although it decides the config (``skipped`` then says why): the rule's
+    #: verdict is "not determined", never silence
+    undecided: bool = False
 
     @property
     def computed(self) -> bool:
@@ -633,6 +638,9 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
     except (ValueError, TypeError, AttributeError, AssertionError) as exc:  # e.g. get_fp8_recipe's own refusal
         reason = f"the attention config cannot be read as Megatron-Core reads it: {type(exc).__name__}: {exc}"
         return AttentionVerdict(target, None, (), layers, reason)
+    switched = _fp8_recipe_switch(inputs)
+    if switched is not None:
+        return AttentionVerdict(target, inputs, (), layers, switched, undecided=True)
     from mbridge_seqpack.analysis.te_attention import alternatives
 
     others = tuple((label, _select_all(inputs, kinds, other)) for label, other in alternatives(target))
@@ -640,6 +648,23 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
         bound = inputs.batch_bound
         others += ((bound.source, _select_all(replace(inputs, batch=bound), kinds, target)),)
     return AttentionVerdict(target, inputs, _select_all(inputs, kinds, target), layers, others=others)
+
+
+def _fp8_recipe_switch(inputs: Inputs) -> str | None:
+    """Why TE's selection is not asked under ``NVTE_DPA_FP8_RECIPE``: for FP8 attention, TE's
+    ``DotProductAttention.init_fp8_metadata`` swaps the config's recipe for another (``F16``: none; a recipe name:
+    that recipe, or a mix of two) at the first forward, building its quantizers on the GPU; the selection TE makes
+    under the swapped recipe is not computed here, and judging the config's own recipe would judge what TE does not
+    run. None when the switch is unset or the attention is not FP8."""
+    value = dict(inputs.env).get(DPA_FP8_RECIPE_ENV, "")
+    if not value or not inputs.fp8_attention:
+        return None
+    return (
+        f"{DPA_FP8_RECIPE_ENV}={value} is set for the launch: Transformer Engine's DotProductAttention."
+        f"init_fp8_metadata replaces the config's {type(inputs.fp8_recipe).__name__} recipe for attention at the "
+        "first forward, so the backend it selects for FP8 attention is not the config's recipe's, and the swap "
+        "(its quantizers are built on a CUDA device) is not run here"
+    )
 
 
 def _not_a_te_attention_model(model: Any) -> str | None:
@@ -876,6 +901,27 @@ def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[Kind
     )
     fields = {"target": target.describe()}
     return Violation(fields, why, fix=fix, severity=UNDETERMINED, not_run=not_run)
+
+
+def undecided_violation(verdict: AttentionVerdict) -> Any:
+    """The ``attention.backend_available`` finding where the selection decides the config and was not asked
+    (:attr:`AttentionVerdict.undecided`): not determined here, with what was not run."""
+    from mbridge_seqpack.errors import UNDETERMINED, Violation
+
+    env = dict(verdict.inputs.env) if verdict.inputs is not None else {}
+    fields: dict[str, Any] = {f"env {DPA_FP8_RECIPE_ENV}": env.get(DPA_FP8_RECIPE_ENV)}
+    if verdict.inputs is not None and verdict.inputs.fp8_recipe is not None:
+        fields["fp8 attention"] = type(verdict.inputs.fp8_recipe).__name__
+    return Violation(
+        fields,
+        f"Transformer Engine's backend selection for FP8 attention under {DPA_FP8_RECIPE_ENV} is not computed here",
+        fix=(
+            f"unset {DPA_FP8_RECIPE_ENV} to have the selection computed for the config's own recipe, or check the "
+            "attention on the target GPU"
+        ),
+        severity=UNDETERMINED,
+        not_run=str(verdict.skipped),
+    )
 
 
 def verdict_summary(verdict: AttentionVerdict) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from mbridge_seqpack.analysis.attention_backend import (
     mcore_backend_env,
     no_backend_violation,
     training_env,
+    undecided_violation,
     undetermined_violation,
 )
 from mbridge_seqpack.errors import ERROR, Violation
@@ -42,7 +43,8 @@ from mbridge_seqpack.rules.registry import rule
         "query assumed to accept); when it leaves none, "
         "dot_product_attention.py DotProductAttention.forward raises 'No dot product attention backend is "
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
-        "cp.* rule reports are left to it."
+        "cp.* rule reports are left to it. With NVTE_DPA_FP8_RECIPE set and FP8 attention on, not determined: "
+        "DotProductAttention.init_fp8_metadata swaps the attention's recipe on the GPU."
     ),
     reads={
         **ATTENTION_VERDICT_READS,
@@ -67,7 +69,7 @@ from mbridge_seqpack.rules.registry import rule
 def backend_available(ctx: RuleContext) -> list[Violation] | None:
     verdict = ctx.attention_verdict
     if not verdict.computed:
-        return None
+        return [undecided_violation(verdict)] if verdict.undecided else None
     heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
 
     def own(kind: Any) -> bool:  # not a layer kind another rule reports

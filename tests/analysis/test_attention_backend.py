@@ -529,6 +529,26 @@ def test_the_fix_for_fp8_current_scaling_on_hopper(packed_cfg: Any) -> None:
     assert _errors(packed_cfg, "sm100") == []
 
 
+def test_the_attention_recipe_switch_makes_fp8_attention_not_determined(packed_cfg: Any) -> None:
+    """``NVTE_DPA_FP8_RECIPE=DelayedScaling`` (TE's own advice for FP8 current scaling on Hopper): TE swaps the
+    attention's recipe at the first forward, so the config's recipe is not what TE selects for; the verdict is not
+    determined (with what was not run), never the config recipe's error."""
+    _fp8("tensorwise")(packed_cfg)
+    packed_cfg.env_vars = {ab.DPA_FP8_RECIPE_ENV: "DelayedScaling"}
+    assert _errors(packed_cfg, "sm90") == []
+    with te.declared(gpu_arch="sm90"):
+        (v,) = [v for v in check(packed_cfg, world_size=8) if v.rule_id == "attention.backend_available"]
+    assert v.severity == "undetermined"
+    assert v.fields == {"env NVTE_DPA_FP8_RECIPE": "DelayedScaling", "fp8 attention": "Float8CurrentScaling"}
+    assert v.not_run.startswith(
+        "NVTE_DPA_FP8_RECIPE=DelayedScaling is set for the launch: Transformer Engine's DotProductAttention."
+        "init_fp8_metadata replaces the config's Float8CurrentScaling recipe for attention at the first forward"
+    )
+    packed_cfg.model.fp8_dot_product_attention = False  # no FP8 attention: the switch changes nothing, TE is asked
+    with te.declared(gpu_arch="sm90"):
+        assert [v for v in check(packed_cfg, world_size=8) if v.rule_id == "attention.backend_available"] == []
+
+
 def test_windowed_and_sink_layers_are_left_to_their_cp_rules(packed_cfg: Any) -> None:
     """Whether TE's selection finds a backend for them (the CP code asserts after it) or none, the cp.* rule is
     the one report."""
