@@ -554,9 +554,9 @@ class AttentionVerdict:
     #: the stacks also asked (each GPU generation when none is declared, the newest gated cuDNN when the target's
     #: is not declared), with TE's picks there
     others: tuple[tuple[str, tuple[KindSelection, ...]], ...] = ()
-    #: where the selection was not asked although it decides the config (``skipped`` then says why): the rule's
-    #: verdict is "not determined", never silence
-    undecided: bool = False
+    #: not asked because NVTE_DPA_FP8_RECIPE swaps FP8 attention's recipe on the GPU (``skipped`` says so): the
+    #: selection still decides the config, so the rule's verdict is "not determined", never silence
+    recipe_switched: bool = False
 
     @property
     def computed(self) -> bool:
@@ -640,7 +640,7 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
         return AttentionVerdict(target, None, (), layers, reason)
     switched = _fp8_recipe_switch(inputs)
     if switched is not None:
-        return AttentionVerdict(target, inputs, (), layers, switched, undecided=True)
+        return AttentionVerdict(target, inputs, (), layers, switched, recipe_switched=True)
     from mbridge_seqpack.analysis.te_attention import alternatives
 
     others = tuple((label, _select_all(inputs, kinds, other)) for label, other in alternatives(target))
@@ -903,9 +903,9 @@ def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[Kind
     return Violation(fields, why, fix=fix, severity=UNDETERMINED, not_run=not_run)
 
 
-def undecided_violation(verdict: AttentionVerdict) -> Any:
-    """The ``attention.backend_available`` finding where the selection decides the config and was not asked
-    (:attr:`AttentionVerdict.undecided`): not determined here, with what was not run."""
+def recipe_switch_violation(verdict: AttentionVerdict) -> Any:
+    """The ``attention.backend_available`` finding where NVTE_DPA_FP8_RECIPE kept the selection from being asked
+    (:attr:`AttentionVerdict.recipe_switched`): not determined here, with what was not run."""
     from mbridge_seqpack.errors import UNDETERMINED, Violation
 
     env = dict(verdict.inputs.env) if verdict.inputs is not None else {}

@@ -11,8 +11,8 @@ from mbridge_seqpack.analysis.attention_backend import (
     claims,
     mcore_backend_env,
     no_backend_violation,
+    recipe_switch_violation,
     training_env,
-    undecided_violation,
     undetermined_violation,
 )
 from mbridge_seqpack.errors import ERROR, Violation
@@ -69,7 +69,7 @@ from mbridge_seqpack.rules.registry import rule
 def backend_available(ctx: RuleContext) -> list[Violation] | None:
     verdict = ctx.attention_verdict
     if not verdict.computed:
-        return [undecided_violation(verdict)] if verdict.undecided else None
+        return [recipe_switch_violation(verdict)] if verdict.recipe_switched else None
     heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
 
     def own(kind: Any) -> bool:  # not a layer kind another rule reports
