@@ -41,7 +41,8 @@ def derived_values(ctx: Any) -> dict[str, Any]:
         "row_length": row,
         "micro_batch_size": ctx.train.micro_batch_size,
         "global_batch_size": gbs,
-        "token_slots_per_step": row * gbs,
+        # None where either is unset (a config Megatron-Bridge's own validate() refuses later): never a crash here
+        "token_slots_per_step": row * gbs if isinstance(row, int) and isinstance(gbs, int) else None,
     }
 
 
@@ -167,9 +168,10 @@ class CheckReport:
             "  packing  ",
             hang=" " * 11,
         )
+        slots = d["token_slots_per_step"]
         lines += wrap(
             f"micro {d['micro_batch_size']}, global {d['global_batch_size']}, token slots per step "
-            f"{d['token_slots_per_step']:,} ({d['row_length']} x {d['global_batch_size']})",
+            + (f"{slots:,} ({d['row_length']} x {d['global_batch_size']})" if slots is not None else "not known"),
             "  batch    ",
             hang=" " * 11,
         )

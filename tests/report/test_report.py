@@ -148,3 +148,15 @@ def test_the_packs_are_planned_on_rank_zero_only(packed_cfg: Any, monkeypatch: p
     assert mbridge_seqpack.check(packed_cfg, world_size=8).contents is not None
     monkeypatch.setenv("RANK", "5")
     assert mbridge_seqpack.check(packed_cfg, world_size=8).contents is None
+
+
+def test_an_unset_global_batch_is_reported_never_a_crash(packed_cfg: Any) -> None:
+    """``train.global_batch_size=None`` (Megatron-Bridge's own validate() asserts on it later): the report's layout
+    says the token slots are not known; computing them crashed inside the hook (found by the never-crash property
+    test)."""
+    from mbridge_seqpack.report import check
+
+    packed_cfg.train.global_batch_size = None
+    report = check(packed_cfg, world_size=8)
+    assert report.derived["token_slots_per_step"] is None and report.derived["global_batch_size"] is None
+    assert "  batch    micro 1, global None, token slots per step not known" in report.to_text().splitlines()
