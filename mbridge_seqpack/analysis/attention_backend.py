@@ -551,12 +551,18 @@ class AttentionVerdict:
     kinds: tuple[KindSelection, ...]
     layers: int
     skipped: str | None = None
-    #: the stacks also asked (each GPU generation when none is declared, the newest gated cuDNN when the target's
-    #: is not declared), with TE's picks there
+    #: the stacks also asked (each GPU generation when none is declared, each cuDNN interval TE gates on when the
+    #: target's is not declared), with TE's picks there
     others: tuple[tuple[str, tuple[KindSelection, ...]], ...] = ()
     #: not asked because NVTE_DPA_FP8_RECIPE swaps FP8 attention's recipe on the GPU (``skipped`` says so): the
     #: selection still decides the config, so the rule's verdict is "not determined", never silence
     recipe_switched: bool = False
+    #: whether TE's selection is this verdict's to judge: False where no TE core attention runs (a core attention
+    #: that is not TE's, a hybrid stack without attention layers) and for Energon's online packing, whose batches
+    #: the model's own task encoder makes (not modelled here). A skipped verdict that
+    #: applies was not computed here (TE not importable, the model not readable as Megatron-Core reads it): "not
+    #: determined", never n/a
+    applies: bool = True
 
     @property
     def computed(self) -> bool:
@@ -617,13 +623,16 @@ def verdict_of(cfg: Any, target: Any = None, *, non_te: list[str] | None = None)
     """TE's selection for ``cfg`` on ``target`` (default: :func:`te_attention.resolve_target`)."""
     layers = num_layers(cfg.model)
     if non_te:
-        return AttentionVerdict(target, None, (), layers, f"core attention is not TE's: {', '.join(non_te)}")
+        why = f"core attention is not TE's: {', '.join(non_te)}"
+        return AttentionVerdict(target, None, (), layers, why, applies=False)
     if getattr(cfg.dataset, "packing_buffer_size", None) and not (
         getattr(cfg.dataset, "enable_offline_packing", False) or getattr(cfg.dataset, "enable_in_batch_packing", False)
     ):
-        return AttentionVerdict(
-            target, None, (), layers, "Energon online packing: the model's own task encoder and step pad the batches"
-        )
+        why = "Energon online packing: the model's own task encoder and step pad the batches"
+        return AttentionVerdict(target, None, (), layers, why, applies=False)
+    no_attention = _no_attention_layer(cfg.model)
+    if no_attention:
+        return AttentionVerdict(target, None, (), layers, no_attention, applies=False)
     unreadable = _not_a_te_attention_model(cfg.model)
     if unreadable:
         return AttentionVerdict(target, None, (), layers, unreadable)
@@ -665,6 +674,19 @@ def _fp8_recipe_switch(inputs: Inputs) -> str | None:
         "first forward, so the backend it selects for FP8 attention is not the config's recipe's, and the swap "
         "(its quantizers are built on a CUDA device) is not run here"
     )
+
+
+def _no_attention_layer(model: Any) -> str | None:
+    """Why no layer of ``model`` runs TE's core attention: a hybrid stack whose pattern (read by Megatron-Core's own
+    parser, ``model_family.hybrid_layer_counts``: main decoder and MTP depths) has no attention symbol; else None
+    (a model whose pattern cannot be read keeps the attention verdict)."""
+    from mbridge_seqpack.analysis.model_family import ATTENTION_SYMBOLS, hybrid_layer_counts
+
+    counts = hybrid_layer_counts(model)
+    if not counts or any(counts.get(symbol, 0) for symbol in ATTENTION_SYMBOLS):
+        return None
+    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
+    return f"no attention layer: the hybrid pattern {pattern!r} has none of {', '.join(ATTENTION_SYMBOLS)}"
 
 
 def _not_a_te_attention_model(model: Any) -> str | None:
@@ -901,6 +923,21 @@ def undetermined_violation(cfg: Any, verdict: AttentionVerdict, kinds: list[Kind
     )
     fields = {"target": target.describe()}
     return Violation(fields, why, fix=fix, severity=UNDETERMINED, not_run=not_run)
+
+
+def not_computed_violation(cfg: Any, verdict: AttentionVerdict) -> Any:
+    """The ``attention.backend_available`` finding where TE's selection decides the config but could not be asked
+    here (``verdict.skipped`` says why: TE not importable, the model not readable as Megatron-Core reads it): not
+    determined, never n/a."""
+    from mbridge_seqpack.errors import UNDETERMINED, Violation
+
+    return Violation(
+        {"model": type(cfg.model).__name__},
+        "Transformer Engine's backend selection for this model's attention is not computed here",
+        fix="run the attention once on the target GPU (scripts/gpu_check.py) before the full launch",
+        severity=UNDETERMINED,
+        not_run=str(verdict.skipped),
+    )
 
 
 def recipe_switch_violation(verdict: AttentionVerdict) -> Any:

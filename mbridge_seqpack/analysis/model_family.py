@@ -21,6 +21,10 @@ __all__ = [
     "looks_like_glm45",
     "per_token_loss_after_finalize",
     "non_te_core_attention",
+    "hybrid_layer_counts",
+    "MAMBA",
+    "GDN",
+    "ATTENTION_SYMBOLS",
 ]
 
 QWEN3_NEXT = "Qwen3-Next"
@@ -115,3 +119,27 @@ def non_te_core_attention(model: Any) -> list[str]:
     except ImportError:
         return []
     return sorted(c.__name__ for c in _core_attention_classes(model) if not issubclass(c, TEDotProductAttention))
+
+
+MAMBA, GDN = "M", "G"  # megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols
+#: the symbols of layers with core attention there (ATTENTION, DS_ATTENTION, MLA)
+ATTENTION_SYMBOLS = ("*", "D", "+")
+
+
+def hybrid_layer_counts(model: Any) -> dict[str, int]:
+    """Layers by type symbol a hybrid provider builds (main pattern and MTP depths), by Megatron-Core's own parser of
+    ``hybrid_layer_pattern`` (HybridModelProvider.finalize moves the deprecated override pattern there; provide()
+    passes the pattern alone, never the deprecated ratios); {} for other providers, no pattern, or a pattern
+    Megatron will refuse itself."""
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
+
+    if not isinstance(model, HybridModelProvider):
+        return {}
+    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
+    if not isinstance(pattern, str):
+        return {}
+    try:
+        return dict(get_hybrid_layer_counts(pattern))
+    except (AssertionError, ValueError):
+        return {}

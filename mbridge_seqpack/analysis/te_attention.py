@@ -176,19 +176,13 @@ class Target:
 
     def assumptions(self) -> tuple[str, ...]:
         """What a verdict on this stack takes on trust rather than computes: cuDNN's own support query off a GPU,
-        flash-attn when none is installed or declared, the target's cuDNN when it is not declared (only this
-        machine's and the newest gated version are asked)."""
+        flash-attn when none is installed or declared (an undeclared cuDNN is not assumed: every version TE gates
+        on is asked, :func:`alternatives`)."""
         if self.on_device:
             return ()
         found = ["cuDNN's own support query (needs a GPU) accepts what TE's fixed FusedAttention rules pass"]
         if self.flash_source.startswith("assumed"):
             found.append(f"the target has {self.flash_text()}, as NGC PyTorch ships it ({FLASH_ENV} declares it)")
-        if not self.cudnn_declared:
-            asked = [self.cudnn] + ([NEWEST_GATED_CUDNN] if self.cudnn < NEWEST_GATED_CUDNN else [])  # alternatives()
-            versions = " or ".join(".".join(map(str, v)) for v in asked)
-            found.append(
-                f"the target's cuDNN gates as {versions} does (only those are asked; {CUDNN_ENV} declares it)"
-            )
         return tuple(found)
 
     def describe(self) -> str:
@@ -296,22 +290,27 @@ def resolve_target() -> Target:
 #: the GPU generations Megatron-Bridge 0.6.2's own recipes are written for (perf_recipes/<model>/h100, b200, gb200,
 #: b300, gb300), asked when no GPU is declared
 GENERATIONS: tuple[tuple[int, int], ...] = ((9, 0), (10, 0), (10, 3))
-#: the newest cuDNN version TE 2.20.2's fixed FusedAttention rules gate on ("Known cuDNN < 9.26.0 issue ..."),
-#: asked beside this machine's when the target's cuDNN is not declared
-NEWEST_GATED_CUDNN = (9, 26, 0)
+
+
+def _undeclared_cudnns(installed: tuple[int, int, int]) -> tuple[tuple[int, int, int], ...]:
+    """The cuDNN versions asked when the target's is not declared: one per interval of TE's gates
+    (``cudnn_gates``), this machine's standing for its own interval."""
+    from mbridge_seqpack.analysis.cudnn_gates import cudnn_versions_to_ask, interval_of
+
+    asked = cudnn_versions_to_ask()
+    own = interval_of(installed, asked)
+    return tuple(installed if v == own else v for v in asked)
 
 
 def alternatives(target: Target) -> list[tuple[str, Target]]:
     """The stacks the verdict must also hold on, as (label, target): each GPU generation when no GPU is declared,
-    and the newest gated cuDNN when the target's cuDNN is not declared; empty when everything is declared."""
+    and each cuDNN interval TE gates on when the target's cuDNN is not declared; empty when everything is declared."""
     from dataclasses import replace
 
     if target.on_device:
         return []
     archs = [target.arch] if target.arch_declared else list(GENERATIONS)
-    cudnns = [target.cudnn]
-    if not target.cudnn_declared and target.cudnn < NEWEST_GATED_CUDNN:
-        cudnns.append(NEWEST_GATED_CUDNN)
+    cudnns = [target.cudnn] if target.cudnn_declared else list(_undeclared_cudnns(target.cudnn))
     found = []
     for arch in archs:
         for cudnn in cudnns:

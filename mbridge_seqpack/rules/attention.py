@@ -11,6 +11,7 @@ from mbridge_seqpack.analysis.attention_backend import (
     claims,
     mcore_backend_env,
     no_backend_violation,
+    not_computed_violation,
     recipe_switch_violation,
     training_env,
     undetermined_violation,
@@ -44,7 +45,10 @@ from mbridge_seqpack.rules.registry import rule
         "dot_product_attention.py DotProductAttention.forward raises 'No dot product attention backend is "
         "available for the provided inputs' at the first forward (NVIDIA-NeMo/Megatron-Bridge#2298). Layers a "
         "cp.* rule reports are left to it. With NVTE_DPA_FP8_RECIPE set and FP8 attention on, not determined: "
-        "DotProductAttention.init_fp8_metadata swaps the attention's recipe on the GPU."
+        "DotProductAttention.init_fp8_metadata swaps the attention's recipe on the GPU. Where TE cannot be "
+        "imported or the model cannot be read as Megatron-Core reads it, not determined; n/a where no TE core "
+        "attention runs (a spec's own core attention, a hybrid pattern without attention layers) and for Energon's "
+        "online packing, whose batches the model's own task encoder makes."
     ),
     reads={
         **ATTENTION_VERDICT_READS,
@@ -68,8 +72,10 @@ from mbridge_seqpack.rules.registry import rule
 )
 def backend_available(ctx: RuleContext) -> list[Violation] | None:
     verdict = ctx.attention_verdict
-    if not verdict.computed:
-        return [recipe_switch_violation(verdict)] if verdict.recipe_switched else None
+    if not verdict.computed:  # n/a only where no TE core attention runs; else not determined, never silence
+        if verdict.recipe_switched:
+            return [recipe_switch_violation(verdict)]
+        return [not_computed_violation(ctx.cfg, verdict)] if verdict.applies else None
     heads_split = bool(a2a_heads_divisible(ctx))  # that rule reports a2a layers whose heads TE cannot split
 
     def own(kind: Any) -> bool:  # not a layer kind another rule reports

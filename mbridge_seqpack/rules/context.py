@@ -84,6 +84,8 @@ ATTENTION_VERDICT_READS: dict[str, FieldType] = {
     "model.fp8": UNCHECKED,
     "model.fp8_recipe": UNCHECKED,
     "model.hierarchical_context_parallel_sizes": OPTIONAL_INT_LIST,
+    "model.hybrid_layer_pattern": UNCHECKED,
+    "model.hybrid_override_pattern": UNCHECKED,
     "model.kv_channels": UNCHECKED,
     "model.log_max_attention_logit": UNCHECKED,
     "model.multi_latent_attention": UNCHECKED,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mbridge_seqpack.analysis.model_family import GDN, hybrid_layer_counts
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import RuleContext
 from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NON_NEGATIVE_INT, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.shared import GDN, hybrid_layer_counts
 
 
 def has_gdn_layers(model: Any) -> bool:

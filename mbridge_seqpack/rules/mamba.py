@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mbridge_seqpack.analysis.model_family import MAMBA, hybrid_layer_counts
 from mbridge_seqpack.errors import ERROR, Violation
 from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
@@ -16,7 +17,6 @@ from mbridge_seqpack.rules.field_types import (
     UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
-from mbridge_seqpack.rules.shared import MAMBA, hybrid_layer_counts
 
 #: MambaMixer's default expand (hybrid_layer_specs.py builds it without one): d_inner = expand * hidden_size
 MAMBA_EXPAND = 2

@@ -79,25 +79,3 @@ def _mask_dropped_reason(ctx: RuleContext) -> str:
             "the default)"
         )
     return "Transformer Engine's causal attention ignores attention_mask (it reads one only for padding/arbitrary)"
-
-
-MAMBA, GDN = "M", "G"  # megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols
-
-
-def hybrid_layer_counts(model: Any) -> dict[str, int]:
-    """Layers by type symbol a hybrid provider builds (main pattern and MTP depths), by Megatron-Core's own parser of
-    ``hybrid_layer_pattern`` (HybridModelProvider.finalize moves the deprecated override pattern there; provide()
-    passes the pattern alone, never the deprecated ratios); {} for other providers, no pattern, or a pattern
-    Megatron will refuse itself."""
-    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
-    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
-
-    if not isinstance(model, HybridModelProvider):
-        return {}
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    if not isinstance(pattern, str):
-        return {}
-    try:
-        return dict(get_hybrid_layer_counts(pattern))
-    except (AssertionError, ValueError):
-        return {}

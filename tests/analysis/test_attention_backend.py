@@ -549,6 +549,43 @@ def test_the_attention_recipe_switch_makes_fp8_attention_not_determined(packed_c
         assert [v for v in check(packed_cfg, world_size=8) if v.rule_id == "attention.backend_available"] == []
 
 
+def _attention_state(cfg: Any) -> tuple[str, list[Any]]:
+    """``attention.backend_available``'s state in ``check()``'s report, and its findings."""
+    from mbridge_seqpack.report.check_report import state_of
+
+    with te.declared(gpu_arch="sm90"):
+        report = check(cfg, world_size=8)
+    (result,) = [r for r in report.results if r.rule.rule_id == "attention.backend_available"]
+    return state_of(result), result.violations
+
+
+def test_a_stack_without_attention_layers_gets_no_attention_verdict(hybrid_cfg: Any) -> None:
+    """A hybrid pattern with no attention symbol (Megatron-Core's own parser counts the layers) runs no TE core
+    attention: n/a, not TE's selection for layers that do not exist; with one attention layer, TE is asked."""
+    assert _attention_state(hybrid_cfg)[0] == "assumed"  # M*M-: computed, cuDNN's own query assumed off a GPU
+    hybrid_cfg.model.hybrid_layer_pattern = "MMM-"
+    assert _attention_state(hybrid_cfg) == ("n/a", ())
+    verdict = ab.verdict_of(hybrid_cfg)
+    assert (verdict.computed, verdict.applies) == (False, False)
+    assert verdict.skipped == "no attention layer: the hybrid pattern 'MMM-' has none of *, D, +"
+
+
+def test_a_selection_that_cannot_run_here_is_not_determined(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transformer Engine's selection decides the config but cannot be asked (its Python module does not load
+    here): not determined, with why, never n/a and never ok."""
+    import sys
+
+    assert _attention_state(packed_cfg)[0] == "assumed"
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch.utils", None)  # an import of it raises ImportError
+    state, (v,) = _attention_state(packed_cfg)
+    assert state == "undetermined"
+    assert v.severity == "undetermined"
+    assert v.fields == {"model": type(packed_cfg.model).__name__}
+    assert v.rule == "Transformer Engine's backend selection for this model's attention is not computed here"
+    assert v.fix == "run the attention once on the target GPU (scripts/gpu_check.py) before the full launch"
+    assert v.not_run.startswith("Transformer Engine cannot be imported here (import of transformer_engine.pytorch.")
+
+
 def test_windowed_and_sink_layers_are_left_to_their_cp_rules(packed_cfg: Any) -> None:
     """Whether TE's selection finds a backend for them (the CP code asserts after it) or none, the cp.* rule is
     the one report."""
@@ -650,7 +687,9 @@ def test_selection_runs_once_per_distinct_params(packed_cfg: Any, monkeypatch: p
     for _ in range(20):
         _verdict(packed_cfg, "sm90")
     per_check = (time.perf_counter() - start) / 20
-    assert len(calls) == 2  # on the target, and with the newest gated cuDNN (the target's is not declared)
+    from mbridge_seqpack.analysis.cudnn_gates import cudnn_versions_to_ask
+
+    assert len(calls) == len(cudnn_versions_to_ask())  # once per cuDNN interval (the target's is not declared)
     assert per_check < 0.25  # measured ~2 ms on a loaded 2-core machine
 
 
