@@ -3,7 +3,7 @@ at 4096 (global batch 16, world size 8), built from each commit's own config cla
 case one change of it, judged as
 ``pretrain()``/``finetune()`` judge it (``runtime_config_update``: the data-parallel size, then ``validate()``)
 with the plugin's hook not installed. Cases are the ones the rules cite a bare Megatron-Bridge verdict for
-(tests/core/test_hook.py, tests/rules/test_rules.py); kept few, as each builds a config."""
+(tests/core/test_hook.py, tests/rules/test_<family>.py); kept few, as each builds a config."""
 
 from __future__ import annotations
 

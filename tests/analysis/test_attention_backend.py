@@ -58,6 +58,7 @@ def _no_declared_stack(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ab.NONDETERMINISTIC_ENV, raising=False)
 
 
+@pytest.mark.evidence("attention.backend_available")
 @pytest.mark.parametrize("case", AGREEMENTS, ids=[c.name for c in AGREEMENTS])
 def test_verdict_is_te_own_selection(case: Agreement, request: pytest.FixtureRequest) -> None:
     from transformer_engine.pytorch.attention.dot_product_attention.utils import AttentionParams
@@ -187,6 +188,7 @@ def test_drift_shows_a_planted_change() -> None:
     assert "the binary no longer holds" in fr.drift(data.replace(DET_BLACKWELL.encode(), b"x" * len(DET_BLACKWELL)))[0]
 
 
+@pytest.mark.evidence("attention.backend_available")
 def test_each_rule_refuses_as_te_says(packed_cfg: Any) -> None:
     """Each cited text is what TE's selection reports for a config the text describes (its reasons carry it)."""
     cases = [
@@ -405,6 +407,7 @@ def test_in_batch_pad_between_seqs_follows_the_collate_multiple(
     assert ab.inputs_of(vlm_cfg).pad_between_seqs is padded
 
 
+@pytest.mark.evidence("attention.backend_env_conflict")
 def test_backend_variables_are_megatron_core_own(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """_set_attention_backend, run on a copy: the enum sets, a string sets nothing, a contradiction asserts."""
     from megatron.core.transformer.enums import AttnBackend
@@ -586,6 +589,7 @@ def test_a_selection_that_cannot_run_here_is_not_determined(packed_cfg: Any, mon
     assert v.not_run.startswith("Transformer Engine cannot be imported here (import of transformer_engine.pytorch.")
 
 
+@pytest.mark.evidence("cp.softmax_type_comm_type")
 def test_windowed_and_sink_layers_are_left_to_their_cp_rules(packed_cfg: Any) -> None:
     """Whether TE's selection finds a backend for them (the CP code asserts after it) or none, the cp.* rule is
     the one report."""

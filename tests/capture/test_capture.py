@@ -340,6 +340,7 @@ def test_fused_rope_and_the_nan_check_reach_the_host_read(megatron_bridge: Any) 
     ]
 
 
+@pytest.mark.evidence("cuda_graphs.te_scope_inputs")
 @slow
 def test_te_scopes_over_packed_rows(fresh: dict[str, Any]) -> None:
     """[mamba] asserts on Mamba layers (GraphableMegatronModule._te_cuda_graph_replay: tensor-only inputs) and the

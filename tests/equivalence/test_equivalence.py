@@ -104,6 +104,7 @@ def megatron(megatron_bridge: Any) -> Any:
     return megatron_bridge
 
 
+@pytest.mark.evidence("equivalence.mtp_labels")
 def test_the_issue_example_rolls_across_the_boundary(megatron: Any) -> None:
     """Issue #38's reproduction, by Megatron-Bridge's get_packed_seq_params and Megatron-Core's roll_tensor alone:
     the roll uses the logical cu_seqlens_q, and sequence 2's first token is pulled into sequence 1."""
@@ -124,6 +125,7 @@ def test_the_issue_example_rolls_across_the_boundary(megatron: Any) -> None:
     assert rolled[0, :10].tolist() == [12, 13, 14, 0, 2, 2, 21, 22, 23, 0]
 
 
+@pytest.mark.evidence("equivalence.labels", "equivalence.mtp_labels", "equivalence.router_padding")
 @pytest.mark.parametrize("name, changes, expected", TABLE, ids=[t[0] for t in TABLE])
 def test_packed_against_unpacked(megatron: Any, name: str, changes: dict[str, Any], expected: list) -> None:
     from mbridge_seqpack.equivalence.compare import verdict

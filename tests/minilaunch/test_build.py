@@ -40,6 +40,7 @@ def _te_graphs(cfg: Any) -> None:
     set_cuda_graph_modules(cfg.model, ["mlp"])
 
 
+@pytest.mark.evidence("launch.model_build")
 def test_cuda_graphs_without_the_te_rng_tracker_fail_at_provide(packed_cfg: Any) -> None:
     """Megatron-Bridge's SFT defaults leave rng.te_rng_tracker off; provide() asserts it for every graph config."""
     _te_graphs(packed_cfg)
@@ -64,6 +65,7 @@ def test_cuda_graphs_without_the_te_rng_tracker_fail_at_provide(packed_cfg: Any)
     assert _launch(packed_cfg) == []
 
 
+@pytest.mark.evidence("launch.model_build")
 def test_per_token_loss_with_averaging_in_the_collective_fails_at_ddp(packed_cfg: Any) -> None:
     """Megatron-Core's DDP asserts it whatever the CP size (MB's own check covers CP > 1 only)."""
     packed_cfg.model.calculate_per_token_loss = True

@@ -109,6 +109,7 @@ def test_near_misses_train_the_same(packed_cfg: Any, change: dict[str, Any]) -> 
     assert (found.state, found.differences) == ("compared", ())
 
 
+@pytest.mark.evidence("launch.packed_step")
 @pytest.mark.parametrize(
     ("plant", "change", "expected"),
     [

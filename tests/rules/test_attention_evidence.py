@@ -27,6 +27,7 @@ def _packed_params() -> Any:
     return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=5, max_seqlen_kv=5)
 
 
+@pytest.mark.evidence("model.core_attention_packing")
 def test_gemma2_attention_raises_on_packed_rows_and_the_rule_says_so(gemma2_cfg: Any) -> None:
     from megatron.bridge.models.gemma.gemma2_provider import Gemma2FlexDotProductAttention
 
@@ -44,6 +45,7 @@ def test_gemma2_attention_raises_on_packed_rows_and_the_rule_says_so(gemma2_cfg:
     assert v.overrides == ["dataset.enable_offline_packing=false", "dataset.offline_packing_specs=null"]
 
 
+@pytest.mark.evidence("model.core_attention_cp")
 def test_gemma2_attention_refuses_cp_when_built(gemma2_cfg: Any) -> None:
     from megatron.bridge.models.gemma.gemma2_provider import Gemma2DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
@@ -56,6 +58,7 @@ def test_gemma2_attention_refuses_cp_when_built(gemma2_cfg: Any) -> None:
     assert "model.core_attention_cp" in _ids(gemma2_cfg)
 
 
+@pytest.mark.evidence("model.core_attention_packing")
 def test_megatron_core_local_attention_refuses_packed_rows(packed_cfg: Any) -> None:
     from megatron.bridge.models.gpt_provider import local_layer_spec
     from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -69,6 +72,7 @@ def test_megatron_core_local_attention_refuses_packed_rows(packed_cfg: Any) -> N
     assert _ids(packed_cfg) == ["model.core_attention_packing"]
 
 
+@pytest.mark.evidence("cp.sliding_window_comm_type")
 def test_transformer_engine_refuses_windowed_ring_attention(packed_cfg: Any) -> None:
     """TE's own dispatcher asserts before any kernel runs; the rule fires for p2p and not for all_gather."""
     import torch.distributed as dist
@@ -100,6 +104,7 @@ def test_transformer_engine_refuses_windowed_ring_attention(packed_cfg: Any) -> 
     assert _ids(packed_cfg) == []
 
 
+@pytest.mark.evidence("determinism.te_attention_env")
 def test_deterministic_mode_needs_the_te_variable_before_the_model_is_built(packed_cfg: Any) -> None:
     packed_cfg.model.deterministic_mode = True
     packed_cfg.model.cross_entropy_loss_fusion = False

@@ -85,6 +85,7 @@ def _megatron_mamba_split(groups: Any, heads: int, n_groups: int, tp: int, cp: i
     return None
 
 
+@pytest.mark.evidence("mamba.heads_divisible")
 def test_mamba_heads_and_groups_split_exactly_where_megatron_core_asserts(
     groups: Any, monkeypatch: pytest.MonkeyPatch, packed_cfg: Any
 ) -> None:
@@ -123,6 +124,7 @@ def test_mamba_heads_and_groups_split_exactly_where_megatron_core_asserts(
     assert _ids(cfg) == {"mamba.heads_divisible"}  # 6 heads a TP rank over CP 4
 
 
+@pytest.mark.evidence("mamba.packing_needs_mem_eff_path")
 def test_mamba_refuses_packed_rows_off_the_memory_efficient_path(groups: Any, packed_cfg: Any) -> None:
     import megatron.core.ssm.mamba_mixer as mamba_mixer
     from megatron.core.ssm.mamba_context_parallel import MambaContextParallel
@@ -160,6 +162,7 @@ def test_the_nemotron_h_4b_recipes_pack_through_the_path_that_refuses_packing(me
 
 
 # ---- gated delta net -----------------------------------------------------------------------------------------
+@pytest.mark.evidence("gdn.packing_deterministic")
 def test_gated_delta_net_refuses_packed_rows_in_deterministic_mode(packed_cfg: Any) -> None:
     from megatron.core.ssm.gated_delta_net.gdn import GatedDeltaNet
 
@@ -183,6 +186,7 @@ def test_gated_delta_net_refuses_packed_rows_in_deterministic_mode(packed_cfg: A
 
 
 # ---- attention / RoPE ----------------------------------------------------------------------------------------
+@pytest.mark.evidence("rope.fused_single_qkv")
 def test_fused_single_qkv_rope_asserts_where_self_attention_splits_qkv(packed_cfg: Any) -> None:
     from megatron.core.transformer.attention import HAVE_FUSED_QKV_ROPE, SelfAttention
 
@@ -213,6 +217,7 @@ def test_fused_single_qkv_rope_asserts_where_self_attention_splits_qkv(packed_cf
     assert _ids(packed_cfg) == {"rope.fused_single_qkv"}
 
 
+@pytest.mark.evidence("rope.qwen3_vl_no_fusion")
 def test_qwen3_vl_attention_refuses_rope_fusion(qwen3vl_cfg: Any) -> None:
     from megatron.bridge.models.qwen_vl.modelling_qwen3_vl.rope import apply_rotary_pos_emb_absolute
 
@@ -224,6 +229,7 @@ def test_qwen3_vl_attention_refuses_rope_fusion(qwen3vl_cfg: Any) -> None:
     assert _ids(qwen3vl_cfg) == set()
 
 
+@pytest.mark.evidence("rope.yarn_not_interleaved")
 def test_yarn_refuses_interleaved_rotary_embeddings(unpacked_cfg: Any) -> None:
     from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
 
@@ -240,6 +246,7 @@ def test_yarn_refuses_interleaved_rotary_embeddings(unpacked_cfg: Any) -> None:
 
 
 # ---- MoE ------------------------------------------------------------------------------------------------------
+@pytest.mark.evidence("moe.quantile_balancing_tokens")
 @pytest.mark.parametrize(("experts", "topk", "row_multiple"), [(60, 4, 16), (60, 4, 240), (64, 8, 16), (6, 2, 16)])
 def test_quantile_balancing_needs_token_counts_the_router_splits_evenly(
     packed_cfg: Any, experts: int, topk: int, row_multiple: int
@@ -267,6 +274,7 @@ def test_quantile_balancing_needs_token_counts_the_router_splits_evenly(
     assert bool(failing) == ((experts, row_multiple) in {(60, 16), (6, 16)})
 
 
+@pytest.mark.evidence("moe.tp_needs_sequence_parallel")
 def test_moe_layers_refuse_tensor_parallelism_without_sequence_parallelism(groups: Any, packed_cfg: Any) -> None:
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
@@ -284,6 +292,7 @@ def test_moe_layers_refuse_tensor_parallelism_without_sequence_parallelism(group
     assert _ids(packed_cfg) == set()
 
 
+@pytest.mark.evidence("moe.flex_dispatcher_parallel")
 def test_flex_dispatchers_need_an_expert_parallel_group(groups: Any, packed_cfg: Any) -> None:
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer.moe.token_dispatcher import MoEFlexTokenDispatcher
@@ -301,6 +310,7 @@ def test_flex_dispatchers_need_an_expert_parallel_group(groups: Any, packed_cfg:
     assert "moe.flex_dispatcher_parallel" not in _ids(packed_cfg)
 
 
+@pytest.mark.evidence("moe.router_options")
 def test_router_option_pairs_megatron_core_refuses(packed_cfg: Any) -> None:
     from megatron.core.transformer.moe.router import TopKRouter
 
@@ -323,6 +333,7 @@ def test_router_option_pairs_megatron_core_refuses(packed_cfg: Any) -> None:
 
 
 # ---- process groups -------------------------------------------------------------------------------------------
+@pytest.mark.evidence("process_groups.optimizer_instances", "process_groups.sharp_group")
 def test_process_group_options_initialize_model_parallel_refuses(groups: Any, packed_cfg: Any) -> None:
     """Megatron-Core's initialize_model_parallel over a fake world of 8 (TP 1, PP 1: DP 8)."""
     from megatron.core import parallel_state
@@ -360,6 +371,7 @@ def test_process_group_options_initialize_model_parallel_refuses(groups: Any, pa
 
 
 # ---- values Megatron dispatches on ----------------------------------------------------------------------------
+@pytest.mark.evidence("config.known_values")
 def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any) -> None:
     from megatron.bridge.data.samplers import build_pretraining_data_loader
     from megatron.core.extensions.transformer_engine import TENorm
@@ -405,6 +417,7 @@ def test_unknown_values_fail_in_the_code_that_dispatches_on_them(packed_cfg: Any
 
 
 # ---- the offline prep and the packed dataset ----------------------------------------------------------------------
+@pytest.mark.evidence("offline.pad_multiple_within_length")
 def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: Any, packed_cfg: Any) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import tokenize_dataset
@@ -420,6 +433,7 @@ def test_the_prep_refuses_a_pad_multiple_above_the_longest_sequence(tiny_pack: A
     assert "offline.pad_multiple_within_length" not in _ids(packed_cfg)  # the pack exists: the prep is skipped
 
 
+@pytest.mark.evidence("offline.no_p_tuning")
 def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: Any) -> None:
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
@@ -441,6 +455,7 @@ def test_the_packed_dataset_refuses_p_tuning_tokens(tiny_pack: Any, packed_cfg: 
     assert _ids(packed_cfg) == {"offline.no_p_tuning"}
 
 
+@pytest.mark.evidence("gpt_sft.prompt_template")
 @pytest.mark.parametrize(
     ("kwargs", "raised"),
     [
@@ -475,6 +490,7 @@ def test_legacy_prompt_templates_are_refused_where_the_dataset_asserts(
     assert ("gpt_sft.prompt_template" in _ids(unpacked_cfg)) == (raised is not None)
 
 
+@pytest.mark.evidence("gpt_sft.prompt_template")
 def test_an_unknown_truncation_method_raises_at_the_first_truncated_example(tiny_pack: Any, unpacked_cfg: Any) -> None:  # noqa: F811
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
 
@@ -496,6 +512,7 @@ def test_an_unknown_truncation_method_raises_at_the_first_truncated_example(tiny
     assert _ids(unpacked_cfg) == {"gpt_sft.prompt_template"}
 
 
+@pytest.mark.evidence("te.qk_layer_scaling_env")
 def test_te_attention_reads_query_key_layer_scaling_from_the_environment(
     packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -518,6 +535,7 @@ def test_te_attention_reads_query_key_layer_scaling_from_the_environment(
     assert _ids(packed_cfg) == set()
 
 
+@pytest.mark.evidence("offline.train_split_rows")
 def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_loaders_are_built(
     groups: Any,
     tiny_pack: Any,  # noqa: F811
@@ -565,6 +583,7 @@ def test_a_packed_training_split_shorter_than_a_global_batch_fails_when_the_load
 
 
 # ---- low precision ----------------------------------------------------------------------------------------------
+@pytest.mark.evidence("fp8.mxfp8_attention_sequence")
 def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(
     unpacked_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -587,6 +606,7 @@ def test_mxfp8_attention_quantizes_128_token_blocks_of_each_row(
     assert _ids(unpacked_cfg) == set()
 
 
+@pytest.mark.evidence("fp8.row_tokens_per_rank")
 def test_collate_packed_rows_are_any_length_for_fp8_gemms(vlm_cfg: Any) -> None:
     """At CP=1 the collate pads each sequence to 1: the THD row is as long as the sequences' sum."""
     from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
@@ -603,6 +623,7 @@ def test_collate_packed_rows_are_any_length_for_fp8_gemms(vlm_cfg: Any) -> None:
     assert _ids(vlm_cfg) == {"fp8.row_tokens_per_rank"}
 
 
+@pytest.mark.evidence("mtp.full_recompute_layers")
 def test_mtp_recompute_takes_one_layer_a_unit(unpacked_cfg: Any) -> None:
     from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
 

@@ -11,7 +11,7 @@ import pytest
 
 from mbridge_seqpack import check
 from tests.support.field_reads import undeclared_reads, untyped_fields
-from tests.support.rule_cases import CP2_LOSS, Case, _set
+from tests.support.rule_cases import CP2_LOSS, Case, set_fields
 
 SPECS = "dataset.offline_packing_specs"
 KW = "dataset.dataset_kwargs.pad_to_max_length"
@@ -47,7 +47,7 @@ def _falcon_h1(cfg: Any, tmp_path: Any) -> None:
         num_layers=2, hidden_size=256, num_attention_heads=4, mamba_num_heads=8, mamba_head_dim=32, vocab_size=1024,
         seq_length=4096, rmsnorm=False, use_mamba_mem_eff_path=False,
     )  # fmt: skip
-    _set(**CP2_LOSS)(cfg, tmp_path)
+    set_fields(**CP2_LOSS)(cfg, tmp_path)
 
 
 def _gdn_deterministic(cfg: Any, tmp_path: Any) -> None:
@@ -76,7 +76,7 @@ CASES = [
         "rope.fused_single_qkv",
         "packed_cfg",
         8,
-        _set(model__fused_single_qkv_rope=True),
+        set_fields(model__fused_single_qkv_rope=True),
         {"model.fused_single_qkv_rope": True, "dataset.enable_offline_packing": True},
         {"model.fused_single_qkv_rope": False},
     ),
@@ -84,7 +84,7 @@ CASES = [
         "rope.fused_single_qkv",
         "unpacked_cfg",
         8,
-        _set(model__fused_single_qkv_rope=True, model__qk_layernorm=True),
+        set_fields(model__fused_single_qkv_rope=True, model__qk_layernorm=True),
         {"model.fused_single_qkv_rope": True, "model.qk_layernorm": True},
         {"model.fused_single_qkv_rope": False},
     ),
@@ -92,7 +92,7 @@ CASES = [
         "rope.yarn_not_interleaved",
         "unpacked_cfg",
         8,
-        _set(model__position_embedding_type="yarn", model__rotary_interleaved=True),
+        set_fields(model__position_embedding_type="yarn", model__rotary_interleaved=True),
         {"model.position_embedding_type": "yarn", "model.rotary_interleaved": True},
         {"model.rotary_interleaved": False},
     ),
@@ -100,7 +100,7 @@ CASES = [
         "offline.no_p_tuning",
         "packed_cfg",
         8,
-        _set(**{"dataset__dataset_kwargs['virtual_tokens']": 10}),
+        set_fields(**{"dataset__dataset_kwargs['virtual_tokens']": 10}),
         {"dataset.dataset_kwargs.virtual_tokens": 10, "dataset.enable_offline_packing": True},
         {"dataset.dataset_kwargs.virtual_tokens": 0},
     ),
@@ -108,7 +108,7 @@ CASES = [
         "offline.pad_multiple_within_length",
         "packed_cfg",
         8,
-        _set(dataset__offline_packing_specs__pad_seq_to_mult=8192),
+        set_fields(dataset__offline_packing_specs__pad_seq_to_mult=8192),
         {f"{SPECS}.pad_seq_to_mult": 8192, "dataset.seq_length": 4096},
         {f"{SPECS}.pad_seq_to_mult": 1},
     ),
@@ -116,7 +116,7 @@ CASES = [
         "offline.pad_multiple_within_length",
         "packed_cfg",
         8,
-        _set(
+        set_fields(
             dataset__offline_packing_specs__pad_seq_to_mult=128,
             dataset__offline_packing_specs__max_single_sequence_length=64,
         ),
@@ -127,7 +127,7 @@ CASES = [
         "config.known_values",
         "unpacked_cfg",
         8,
-        _set(model__normalization="RMSnorm"),
+        set_fields(model__normalization="RMSnorm"),
         {"model.normalization": "RMSnorm"},
         {"model.normalization": "RMSNorm"},
     ),
@@ -135,7 +135,7 @@ CASES = [
         "config.known_values",
         "packed_cfg",
         8,
-        _set(dataset__dataloader_type="batched"),
+        set_fields(dataset__dataloader_type="batched"),
         {"dataset.dataloader_type": "batched"},
         {"dataset.dataloader_type": "batch"},
     ),
@@ -143,7 +143,7 @@ CASES = [
         "moe.quantile_balancing_tokens",
         "packed_cfg",
         8,
-        _set(**QB),
+        set_fields(**QB),
         {
             "model.moe_router_load_balancing_type": "quantile_balancing",
             "model.num_moe_experts": 60,
@@ -163,7 +163,7 @@ CASES = [
         "moe.quantile_balancing_tokens",
         "unpacked_cfg",
         8,
-        _set(**QB, train__micro_batch_size=3, train__global_batch_size=24),
+        set_fields(**QB, train__micro_batch_size=3, train__global_batch_size=24),
         {
             "model.moe_router_load_balancing_type": "quantile_balancing",
             "model.num_moe_experts": 60,
@@ -182,7 +182,7 @@ CASES = [
         "moe.tp_needs_sequence_parallel",
         "packed_cfg",
         8,
-        _set(model__num_moe_experts=8, model__tensor_model_parallel_size=2),
+        set_fields(model__num_moe_experts=8, model__tensor_model_parallel_size=2),
         {"model.num_moe_experts": 8, "model.tensor_model_parallel_size": 2, "model.sequence_parallel": False},
         {"model.sequence_parallel": True},
     ),
@@ -190,7 +190,7 @@ CASES = [
         "moe.flex_dispatcher_parallel",
         "packed_cfg",
         8,
-        _set(model__num_moe_experts=8, model__moe_token_dispatcher_type="flex"),
+        set_fields(model__num_moe_experts=8, model__moe_token_dispatcher_type="flex"),
         {
             "model.moe_token_dispatcher_type": "flex",
             "model.moe_flex_dispatcher_backend": "deepep",
@@ -203,7 +203,7 @@ CASES = [
         "moe.router_options",
         "packed_cfg",
         8,
-        _set(
+        set_fields(
             model__num_moe_experts=8, model__moe_router_load_balancing_type="sinkhorn", model__moe_aux_loss_coeff=0.01
         ),
         {"model.moe_router_load_balancing_type": "sinkhorn", "model.moe_aux_loss_coeff": 0.01},
@@ -213,7 +213,7 @@ CASES = [
         "moe.router_options",
         "packed_cfg",
         8,
-        _set(model__num_moe_experts=8, model__moe_latent_size=64, model__moe_shared_expert_overlap=True),
+        set_fields(model__num_moe_experts=8, model__moe_latent_size=64, model__moe_shared_expert_overlap=True),
         {"model.moe_router_load_balancing_type": "aux_loss", "model.moe_shared_expert_overlap": True},
         {"model.moe_shared_expert_overlap": False},
     ),
@@ -233,10 +233,10 @@ CASES = [
             _hybrid(),
             # the provider pins flash: padded THD is FlashAttention 3's, sm90 only (not a declared GPU here)
             _auto_attention,
-            _set(
+            set_fields(
                 **{**CP2_LOSS, "model__context_parallel_size": 16}, dataset__offline_packing_specs__pad_seq_to_mult=32
             ),
-            _set(**{"dataset__dataset_kwargs['pad_seq_length_to_mult']": 32}),
+            set_fields(**{"dataset__dataset_kwargs['pad_seq_length_to_mult']": 32}),
         ),
         {
             "model.mamba_num_heads": 8,
@@ -251,7 +251,7 @@ CASES = [
         "mamba.heads_divisible",
         "packed_cfg",
         8,
-        _both(_hybrid(mamba_num_heads=6, mamba_num_groups=2), _set(model__tensor_model_parallel_size=4)),
+        _both(_hybrid(mamba_num_heads=6, mamba_num_groups=2), set_fields(model__tensor_model_parallel_size=4)),
         {
             "model.mamba_num_heads": 6,
             "model.mamba_num_groups": 2,
@@ -281,7 +281,7 @@ CASES = [
         "pipeline.interleaved_micro_batches",
         "unpacked_cfg",
         8,
-        _set(
+        set_fields(
             model__pipeline_model_parallel_size=2,
             model__virtual_pipeline_model_parallel_size=2,
             train__global_batch_size=4,
@@ -329,7 +329,7 @@ CASES += [
         "gpt_sft.prompt_template",
         "packed_cfg",
         8,
-        _set(**{"dataset__dataset_kwargs['prompt_template']": "Q: {input}\\nA: {output}\\n"}),
+        set_fields(**{"dataset__dataset_kwargs['prompt_template']": "Q: {input}\\nA: {output}\\n"}),
         {"dataset.dataset_kwargs.prompt_template": "Q: {input}\\nA: {output}\\n"},
         {"dataset.dataset_kwargs.prompt_template": "Q: {input}\\nA: {output}"},
     ),
@@ -337,7 +337,7 @@ CASES += [
         "gpt_sft.prompt_template",
         "unpacked_cfg",
         8,
-        _set(**{"dataset__dataset_kwargs['prompt_template']": "{question} {output}"}),
+        set_fields(**{"dataset__dataset_kwargs['prompt_template']": "{question} {output}"}),
         {"dataset.dataset_kwargs.prompt_template": "{question} {output}"},
         {"dataset.dataset_kwargs.truncation_field": "question"},
     ),
@@ -345,7 +345,7 @@ CASES += [
         "gpt_sft.prompt_template",
         "unpacked_cfg",
         8,
-        _set(**{"dataset__dataset_kwargs['truncation_method']": "middle"}),
+        set_fields(**{"dataset__dataset_kwargs['truncation_method']": "middle"}),
         {"dataset.dataset_kwargs.truncation_method": "middle"},
         {"dataset.dataset_kwargs.truncation_method": "right"},
     ),
@@ -353,7 +353,7 @@ CASES += [
         "gpt_sft.prompt_template",
         "unpacked_cfg",
         8,
-        _set(**{"dataset__dataset_kwargs['prompt_template']": None}),
+        set_fields(**{"dataset__dataset_kwargs['prompt_template']": None}),
         {"dataset.dataset_kwargs.prompt_template": None},
         {"dataset.dataset_kwargs.prompt_template": "{input} {output}"},
     ),
@@ -361,7 +361,7 @@ CASES += [
         "rope.qwen3_vl_no_fusion",
         "qwen3vl_cfg",
         8,
-        _set(model__apply_rope_fusion=True),
+        set_fields(model__apply_rope_fusion=True),
         {"model": "Qwen3VLModelProvider", "model.apply_rope_fusion": True},
         {"model.apply_rope_fusion": False},
     ),
@@ -369,7 +369,7 @@ CASES += [
         "process_groups.optimizer_instances",
         "packed_cfg",
         8,
-        _set(ddp__num_distributed_optimizer_instances=3),
+        set_fields(ddp__num_distributed_optimizer_instances=3),
         {"ddp.num_distributed_optimizer_instances": 3, "DP x CP": 8, "expert DP": 8},
         {"ddp.num_distributed_optimizer_instances": 2},
     ),
@@ -377,7 +377,7 @@ CASES += [
         "process_groups.sharp_group",
         "packed_cfg",
         8,
-        _set(dist__sharp_enabled_group="dp"),
+        set_fields(dist__sharp_enabled_group="dp"),
         {"dist.sharp_enabled_group": "dp", "dist.use_sharp": False},
         {"dist.sharp_enabled_group": None},
     ),
@@ -385,7 +385,7 @@ CASES += [
         "config.known_values",
         "packed_cfg",
         8,
-        _set(
+        set_fields(
             dist__use_sharp=True, dist__sharp_enabled_group="dp_replicas", ddp__num_distributed_optimizer_instances=2
         ),
         {"dist.sharp_enabled_group": "dp_replicas"},
@@ -408,7 +408,7 @@ CASES += [
         "fp8.row_tokens_per_rank",
         "unpacked_cfg",
         8,
-        _set(
+        set_fields(
             mixed_precision="bf16_with_mxfp8_mixed", model__tensor_model_parallel_size=2, model__sequence_parallel=True
         ),
         {
@@ -425,7 +425,7 @@ CASES += [
         "fp8.row_tokens_per_rank",
         "vlm_cfg",
         8,
-        _set(mixed_precision="bf16_with_fp8_current_scaling_mixed"),
+        set_fields(mixed_precision="bf16_with_fp8_current_scaling_mixed"),
         {
             "train.micro_batch_size": 2,
             "dataset.enable_in_batch_packing": True,
@@ -453,7 +453,7 @@ CASES += [
         "tp_comm_overlap.mxfp8_tokens",
         "packed_cfg",
         8,
-        _set(
+        set_fields(
             mixed_precision="bf16_with_mxfp8_mixed",
             model__tensor_model_parallel_size=2,
             model__sequence_parallel=True,
@@ -479,7 +479,7 @@ CASES += [
         "mtp.full_recompute_layers",
         "unpacked_cfg",
         8,
-        _set(
+        set_fields(
             model__mtp_num_layers=1,
             model__recompute_granularity="full",
             model__recompute_method="uniform",

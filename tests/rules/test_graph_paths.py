@@ -166,6 +166,7 @@ def test_all_moe_models_are_sent_to_the_router_scope(packed_cfg: Any) -> None:
 # ---- the failing cells fail in Megatron's own code -----------------------------------------------------------
 
 
+@pytest.mark.evidence("cuda_graphs.local_per_layer")
 def test_megatron_bridge_accepts_attention_capture_and_refuses_local_layers(packed_cfg: Any) -> None:
     """Megatron-Bridge's own validation (runtime_config_update) passes TE attention capture over fixed-width packs
     with pad_cu_seqlens, the cell that asserts at the first replay; it raises for local per-layer graphs."""
@@ -211,6 +212,7 @@ def _packed_params() -> Any:
     return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=5, max_seqlen_kv=5)
 
 
+@pytest.mark.evidence("cuda_graphs.te_attention_over_packed")
 @pytest.mark.parametrize("modules", [[], ["attn"], ["attn", "mlp"]])
 def test_te_replay_with_attention_asserts_on_packed_params(megatron_bridge: Any, modules: list[str]) -> None:
     from megatron.core.transformer.transformer_layer import TransformerLayer
@@ -246,6 +248,7 @@ def _in_batch(lengths: list[int]) -> dict[str, Any]:
     return build_mcore_thd_sequence_batch_from_rows(rows, pad_to_multiple_of=4)
 
 
+@pytest.mark.evidence("in_batch.no_cuda_graphs")
 def test_in_batch_rows_never_fit_the_te_input_surface(megatron_bridge: Any) -> None:
     """TE's replay copy_()s the real hidden states into the captured [seq, micro_batch, hidden] surface; an
     in-batch row of Megatron-Bridge's collate is [1, micro_batch*seq] tokens, so hidden [tokens, 1, hidden]."""
@@ -258,6 +261,7 @@ def test_in_batch_rows_never_fit_the_te_input_surface(megatron_bridge: Any) -> N
         surface.copy_(torch.zeros(tokens[1], tokens[0], hidden))
 
 
+@pytest.mark.evidence("in_batch.no_cuda_graphs")
 def test_full_iteration_buffers_refuse_another_in_batch_shape(megatron_bridge: Any) -> None:
     """Megatron-Core's StaticBufferLoader refills the first micro batch's buffers with clone_tensors_in_struct."""
     from megatron.core.full_cuda_graph import clone_tensors_in_struct
@@ -277,6 +281,7 @@ def mb_batches(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) -
     }
 
 
+@pytest.mark.evidence("cuda_graphs.attention_graphs_need_pad_cu_seqlens")
 def test_offline_fixed_width_batches_refill_the_buffers_only_with_pad_cu_seqlens(mb_batches: dict) -> None:
     from megatron.core.full_cuda_graph import clone_tensors_in_struct
 
@@ -293,6 +298,7 @@ def test_offline_fixed_width_batches_refill_the_buffers_only_with_pad_cu_seqlens
             clone_tensors_in_struct(buffers, batch)
 
 
+@pytest.mark.evidence("cuda_graphs.full_iteration_needs_injection")
 def test_the_captured_step_reads_max_seqlen_back_from_the_device(mb_batches: dict) -> None:
     """Megatron-Bridge's collate gives max_seqlen as a tensor; Megatron-Core's StaticBufferLoader moves every tensor to
     the device (copy_tensors_in_struct calls .cuda(), which fails here for want of CUDA); gpt_step then reads the
@@ -432,6 +438,7 @@ def _errors(cfg: Any) -> list[Any]:
     return [v for v in check(cfg, world_size=8) if v.severity == ERROR and not v.rule_id.startswith("equivalence.")]
 
 
+@pytest.mark.evidence("cuda_graphs.capture_host_reads")
 def test_megatron_bridges_sft_defaults_are_refused_with_each_host_read_and_its_fix(
     packed_cfg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -52,6 +52,7 @@ def gpt_dataset(tmp_path_factory: pytest.TempPathFactory, megatron_bridge: Any) 
     return build
 
 
+@pytest.mark.evidence("pretraining.inter_document_masking")
 def test_inter_document_masking_gives_the_step_no_sequence(gpt_dataset: Any, pretrain_cfg: Any) -> None:
     """GPTDataset pads cu_seqlens with seq_length; Megatron-Bridge's get_packed_seq_params cuts them at argmin (the -1
     padding of packed SFT rows), index 0: micro batch 1 leaves attention no sequence, micro batch 2 raises."""
@@ -77,6 +78,7 @@ def test_inter_document_masking_gives_the_step_no_sequence(gpt_dataset: Any, pre
         assert _ids(pretrain_cfg, severity=ERROR) == {"pretraining.inter_document_masking"}, (mbs, cp)
 
 
+@pytest.mark.evidence("pretraining.reset_attention_mask")
 def test_reset_attention_mask_never_reaches_the_attention(gpt_dataset: Any, pretrain_cfg: Any) -> None:
     """The dataset builds the per-document mask; Megatron-Bridge's get_batch drops it by default (and TE's causal
     attention would ignore it), so the advisory fires unless a non-TE attention is given the mask."""
@@ -106,6 +108,7 @@ def test_reset_attention_mask_never_reaches_the_attention(gpt_dataset: Any, pret
     assert "pretraining.reset_attention_mask" not in _ids(pretrain_cfg)
 
 
+@pytest.mark.evidence("pretraining.reset_position_ids")
 def test_reset_position_ids_are_read_only_by_learned_and_mrope_positions(pretrain_cfg: Any) -> None:
     import inspect
 
@@ -123,6 +126,7 @@ def test_reset_position_ids_are_read_only_by_learned_and_mrope_positions(pretrai
     assert "pretraining.reset_position_ids" not in _ids(pretrain_cfg)
 
 
+@pytest.mark.evidence("dataset.create_attention_mask")
 def test_the_dataset_mask_costs_eight_bytes_per_token_pair_while_built(pretrain_cfg: Any) -> None:
     """Megatron-Core's mask build allocates two float32 S x S tensors (ones, tril), then keeps a bool S x S copy;
     measured with torch's CPU profiler. The advisory's estimate is that 8*S^2 per process plus S^2 per dataset."""
@@ -158,6 +162,7 @@ def test_the_dataset_mask_costs_eight_bytes_per_token_pair_while_built(pretrain_
 
 
 # ---- communication --------------------------------------------------------------------------------------------
+@pytest.mark.evidence("cp.hybrid_context_parallel")
 def test_hybrid_cp_schedule_unpacks_what_megatron_bridge_yields(pretrain_cfg: Any) -> None:
     """Megatron-Core's hybrid-CP schedule reads each batch as (batch, sample_id_groups); Megatron-Bridge's iterators
     yield dicts: KeyError at the first step (PP=1). The pipelined schedules never read the flag."""
@@ -183,6 +188,7 @@ def test_hybrid_cp_schedule_unpacks_what_megatron_bridge_yields(pretrain_cfg: An
     assert "cp.hybrid_context_parallel" in _ids(pretrain_cfg, world=6)  # DP x CP = 3: parallel_state asserts
 
 
+@pytest.mark.evidence("cp.comm_type_known")
 @pytest.mark.parametrize(
     ("value", "known"), [("allgather", False), ("A2A", False), ("p2p", True), ("all_gather", True)]
 )
@@ -213,6 +219,7 @@ def test_cp_comm_types_are_the_ones_transformer_engine_dispatches(packed_cfg: An
         assert _one(packed_cfg, "cp.comm_type_known").assignments["model.cp_comm_type"][0] in ("all_gather", "a2a")
 
 
+@pytest.mark.evidence("tp_comm_overlap.token_count")
 def test_tp_overlap_userbuffers_take_one_token_count(packed_cfg: Any, tmp_path: Path) -> None:
     """Megatron-Bridge sizes TE's userbuffers for seq_length * micro_batch / CP tokens (TE then checks each GEMM input
     against that size, a GPU check): its packed collate gives variable-width rows unless pad_to_max_length."""
@@ -251,6 +258,7 @@ def test_tp_overlap_userbuffers_take_one_token_count(packed_cfg: Any, tmp_path: 
 
 
 # ---- model families -------------------------------------------------------------------------------------------
+@pytest.mark.evidence("vlm.collate_refuses_packing")
 @pytest.mark.parametrize("processor", ["NemotronNanoVLV2Processor", "Qwen3OmniMoeProcessor"])
 def test_registered_vlm_collates_refuse_in_batch_packing(processor: str, vlm_cfg: Any) -> None:
     """DirectSFTDataset binds the collate registered for the processor type; both refuse packing at the first batch."""
@@ -273,6 +281,7 @@ def test_registered_vlm_collates_refuse_in_batch_packing(processor: str, vlm_cfg
         assert "vlm.collate_refuses_packing" not in _ids(vlm_cfg)
 
 
+@pytest.mark.evidence("mamba.packing_needs_hybrid")
 def test_mamba_gets_a_sequence_index_only_with_total_tokens(packed_cfg: Any) -> None:
     """Megatron-Bridge's step adds total_tokens to the packed metadata only for is_hybrid_model; without it
     PackedSeqParams has no seq_idx and the Mamba scan runs across document boundaries."""
@@ -298,6 +307,7 @@ def test_mamba_gets_a_sequence_index_only_with_total_tokens(packed_cfg: Any) -> 
     assert "mamba.packing_needs_hybrid" not in _ids(packed_cfg)
 
 
+@pytest.mark.evidence("moe.router_counts_padding")
 def test_moe_losses_count_padding_without_a_padding_mask() -> None:
     """Megatron-Core's router losses exclude padding only when given padding_mask, which Megatron-Bridge's step never
     passes: the z-loss of a row half padding differs from that of its text."""
@@ -310,6 +320,7 @@ def test_moe_losses_count_padding_without_a_padding_mask() -> None:
     assert z_loss_func(logits, 1.0) > 10 * z_loss_func(logits[:2], 1.0)
 
 
+@pytest.mark.evidence("fp8.packed_tokens_per_rank")
 def test_nvfp4_quantizes_sixteen_token_blocks(packed_cfg: Any) -> None:
     import torch
     from transformer_engine.pytorch.tensor.nvfp4_tensor import NVFP4Quantizer
@@ -342,6 +353,7 @@ def _point_at(cfg: Any, pack: Path) -> None:
     specs.packed_metadata_path = str(pack / "4096_metadata.jsonl")
 
 
+@pytest.mark.evidence("eval.packed_split_rows")
 def test_validation_split_smaller_than_its_global_batch_fails_at_the_first_evaluation(
     packed_cfg: Any, val_pack: tuple[Path, int]
 ) -> None:
@@ -388,6 +400,7 @@ def test_validation_split_smaller_than_its_global_batch_fails_at_the_first_evalu
     assert _one(packed_cfg, "eval.packed_split_rows").assignments == {"validation.eval_iters": 0}  # < 1 row a rank
 
 
+@pytest.mark.evidence("resume.repacked_data")
 def test_resumed_sampler_continues_at_a_row_count_of_another_pack() -> None:
     """MegatronPretrainingBatchSampler resumes at consumed % rows of the epoch's permutation: over a re-made pack of
     other rows, a resumed epoch repeats rows and skips others."""
@@ -404,6 +417,7 @@ def test_resumed_sampler_continues_at_a_row_count_of_another_pack() -> None:
     assert len(set(trained)) < len(old_pack)  # the epoch repeats some rows' data and never shows others
 
 
+@pytest.mark.evidence("resume.repacked_data")
 def test_resuming_over_a_pack_written_after_the_checkpoint_is_reported(
     packed_cfg: Any, val_pack: tuple[Path, int], tmp_path: Path
 ) -> None:

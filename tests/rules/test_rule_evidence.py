@@ -37,6 +37,7 @@ def test_every_rule_states_severity_and_evidence() -> None:
     } <= advisories
 
 
+@pytest.mark.evidence("offline.micro_batch_one")
 @pytest.mark.parametrize("mbs", [1, 2])
 def test_offline_micro_batch_boundary_is_megatron_bridges(packed_cfg: Any, mbs: int) -> None:
     packed_cfg.train.micro_batch_size = mbs
@@ -47,6 +48,7 @@ def test_offline_micro_batch_boundary_is_megatron_bridges(packed_cfg: Any, mbs: 
     assert (mb_error is not None and "Micro batch size should be 1" in str(mb_error)) == (mbs > 1)
 
 
+@pytest.mark.evidence("batch.global_batch_divisible", "batch.global_batch_min")
 @pytest.mark.parametrize("gbs", [8, 12, 16, 4])
 def test_global_batch_boundary_is_megatron_cores_calculator(packed_cfg: Any, gbs: int) -> None:
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
@@ -76,6 +78,7 @@ def _moe_cfg(megatron_bridge: Any, ep: int, etp: int | None) -> Any:
     return cfg
 
 
+@pytest.mark.evidence("batch.world_size_divisible")
 def test_expert_tensor_parallel_defaults_to_one_with_experts(megatron_bridge: Any) -> None:
     """EP=16 on 16 GPUs with TP=2 and expert-TP unset: Megatron-Bridge sets expert-TP to 1, so it fits."""
     import copy
@@ -102,6 +105,7 @@ def test_expert_tensor_parallel_defaults_to_one_with_experts(megatron_bridge: An
     assert "16 / 32" in v.rule
 
 
+@pytest.mark.evidence("mtp.no_packing")
 def test_mtp_labels_roll_within_packed_sequences(packed_cfg: Any) -> None:
     """Megatron-Core 0.19.2's roll_tensor keeps each packed sequence's labels inside it: MTP is advisory."""
     import torch
@@ -135,6 +139,7 @@ def _packed_rows(tmp_path: Any, lengths_per_row: list[list[int]], eos: int) -> A
     return path
 
 
+@pytest.mark.evidence("offline.row_width_alignment")
 @pytest.mark.parametrize("row_mult", [16, 32])
 def test_row_width_boundary_is_megatron_bridges_collate(packed_cfg: Any, tmp_path: Any, row_mult: int) -> None:
     """GPT SFT's packed collate makes variable rows ceil(len, pad_seq_length_to_mult) wide; with SP at TP=32
@@ -201,14 +206,40 @@ def test_cp2_per_sequence_alignment(packed_cfg: Any, mult: int, flagged: bool) -
         assert v.assignments == {"dataset.offline_packing_specs.pad_seq_to_mult": 4}
 
 
+#: the error rules whose evidence is Megatron-Bridge's ConfigContainer.validate, with a case: the test below is their
+#: evidence (named here, so tests/rules/test_coverage.py reads it from the source)
+VALIDATE_BACKED = (
+    "collate.seq_length_alignment",
+    "config.types",
+    "cp.seq_length_divisible",
+    "cp.finetune_per_token_loss",
+    "cp.finetune_average_in_collective",
+    "cuda_graphs.pad_cu_seqlens_needs_fixed_width",
+    "cuda_graphs.training_graphs_need_fixed_width",
+    "cuda_graphs.attention_graphs_need_pad_cu_seqlens",
+    "in_batch.micro_batch_gt_one",
+    "offline.specs_required",
+    "offline.flag_required",
+    "offline.micro_batch_one",
+    "offline.pack_size_positive",
+    "packing.modes_exclusive",
+    "seq_length.model_matches_dataset",
+)
+
+
 def _validate_backed_cases() -> list[Any]:
     from mbridge_seqpack.rules import all_rules
-    from tests.support.rule_cases import CASES
+    from tests.support.rule_cases import all_cases
 
     backed = {r.rule_id for r in all_rules() if "ConfigContainer.validate" in r.evidence and r.severity == ERROR}
-    return [c for c in CASES if c.rule_id in backed]
+    return [c for c in all_cases() if c.rule_id in backed]
 
 
+def test_the_validate_backed_rules_are_the_ones_named() -> None:
+    assert [c.rule_id for c in _validate_backed_cases()] == list(VALIDATE_BACKED)
+
+
+@pytest.mark.evidence(*VALIDATE_BACKED)
 @pytest.mark.parametrize("case", _validate_backed_cases(), ids=lambda c: c.rule_id)
 def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
     case: Any, request: pytest.FixtureRequest, tmp_path: Any
@@ -231,6 +262,7 @@ def test_validate_backed_rules_fail_exactly_where_megatron_bridge_fails(
     assert mb_validate(cfg, case.repaired_world or case.world) is None
 
 
+@pytest.mark.evidence("cp.eval_cp_has_no_effect")
 def test_eval_cp_is_never_wired_in_megatron_bridge(packed_cfg: Any) -> None:
     """dist.eval_context_parallel_size: nothing in Megatron-Bridge 0.6.2 assigns GlobalState._eval_pgs or enters
     eval_cp_context, so evaluation runs at the training CP; the plugin reports the field as an advisory, and a
@@ -266,6 +298,7 @@ def test_eval_cp_is_never_wired_in_megatron_bridge(packed_cfg: Any) -> None:
     )
 
 
+@pytest.mark.evidence("fp8.packed_tokens_per_rank")
 def test_fp8_gemms_need_the_rank_local_token_multiple(megatron_bridge: Any, packed_cfg: Any) -> None:
     """TE's own shape checks, run on CPU: the FP8 GEMM input check (leading dims % 8; cuBLASLt needs 16 for the
     wgrad GEMM, NovaSky-AI/SkyRL#1828) and MXFP8's 32-token blocks (modelscope/ms-swift#9723: MXFP8 + SP +
@@ -293,6 +326,7 @@ def test_fp8_gemms_need_the_rank_local_token_multiple(megatron_bridge: Any, pack
     assert _ids(packed_cfg, 8) == set()
 
 
+@pytest.mark.evidence("offline.eval_micro_batch_one")
 @pytest.mark.parametrize("eval_mbs", [1, 2])
 def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_path: Any, eval_mbs: int) -> None:
     """Megatron-Bridge's validate() passes validation.eval_micro_batch_size=2 with offline packing; its packed
@@ -314,6 +348,7 @@ def test_packed_evaluation_needs_one_row_per_micro_batch(packed_cfg: Any, tmp_pa
         assert "offline.eval_micro_batch_one" in _ids(packed_cfg, 8)
 
 
+@pytest.mark.evidence("gpt_sft.dataset_kwargs_accepted")
 @pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize(
     ("key", "value"),
@@ -390,6 +425,7 @@ def test_the_dataset_kwargs_fix_pastes_into_megatron_bridges_overrides(packed_cf
     assert not [v for v in check(fixed, world_size=8) if v.rule_id == "gpt_sft.dataset_kwargs_accepted"]
 
 
+@pytest.mark.evidence("gpt_sft.dataset_kwargs_accepted")
 def test_only_the_packing_prep_takes_chat_template_out_of_the_builders_dataset_kwargs(
     tiny_pack: Any, packed_cfg: Any
 ) -> None:
