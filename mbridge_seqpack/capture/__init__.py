@@ -1,4 +1,4 @@
-"""Capture safety on CPU: what a CUDA graph over packed rows would read on the host, and the CPU world runs use.
+"""Capture safety on CPU: what a CUDA graph over packed rows reads on the host, and the CPU world code runs in.
 
 The cached verdicts the CUDA-graph rules read (``verdicts``, ``verdicts.json``; computed outside the wheel by
 ``devtools/capture/``), the features that add host reads and their fixes (``conditions``), CPU tensors that stand
