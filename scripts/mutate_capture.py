@@ -239,7 +239,7 @@ MUTANTS = [
         "iteration: data_read skipped (raw host batches go straight to the step)",
         lambda: mutated(
             IT,
-            "run_iteration",
+            "_step_in_world",
             "forward_backward(parts, data, len(batches))",
             "forward_backward(parts, iter(batches), len(batches))",
         ),
@@ -257,7 +257,7 @@ MUTANTS = [
     ),
     (
         "layers: the hybrid stack called without packed params",
-        lambda: mutated(LY, "run_hybrid_scope", "packed_seq_params=params,", "packed_seq_params=None,"),
+        lambda: mutated(LY, "_hybrid_scope_in_world", "packed_seq_params=params,", "packed_seq_params=None,"),
         "capture",
     ),
     (
