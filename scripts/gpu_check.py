@@ -25,7 +25,7 @@ Checks (each "pass", "fail", "skipped" with a reason, or "measured"):
   (a) outputs and q/k/v gradients of the packed call equal each sequence attended alone at its physical offset
       (zero elsewhere), within a tolerance from the dtype's measured noise, on both paths; the step reads nothing
       on the host: the launch step's reads of the injected buffers and the custom step's attention, recorded by
-      mbridge_seqpack's host-read recorder on the GPU itself (its real-device mode; ``--dry-run``: the launch
+      devtools' host-read recorder on the GPU itself (its real-device mode; ``--dry-run``: the launch
       step with stand-in device tensors, the custom step not, its kernel being a host emulation);
   (b) boundary mutants of the static batch fail: the THD contract check (capacity, monotone, closed row,
       logical within physical, max_seqlen bound) or (a)'s comparison: zero-padded tail, last end + 1, tail off by
@@ -396,13 +396,13 @@ Static = tuple[torch.Tensor, torch.Tensor, int]  # (logical, physical, max_seqle
 
 @contextlib.contextmanager
 def device_recorder(device_type: str | None = "cuda") -> Any:
-    """mbridge_seqpack's host-read recorder in its real-device mode, recording (every host read of a tensor on
+    """devtools' host-read recorder in its real-device mode, recording (every host read of a tensor on
     ``device_type``, synchronization, object or host collective, read on a thread it starts), active for the block:
     the GPU run's host-read sub-checks record on the GPU itself. ``None``: nothing recorded (yields None)."""
     if device_type is None:
         yield None
         return
-    from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+    from devtools.capture.recorder import HostReadRecorder, cuda_stand_ins
 
     recorder = HostReadRecorder(real_device=device_type)
     with cuda_stand_ins(recorder), recorder:
@@ -509,7 +509,7 @@ def check_attention(
 
 @contextlib.contextmanager
 def launch_world(cuda: bool, record: bool = True) -> Any:
-    """Where the launch path runs, under mbridge_seqpack's host-read recorder (not yet capturing): on CUDA in its
+    """Where the launch path runs, under devtools' host-read recorder (not yet capturing): on CUDA in its
     real-device mode (recorded on the GPU); in the dry run with its ``torch.cuda`` stand-ins (CPU tensors stand for
     the device buffers ``data_read`` fills). ``record=False`` (the graph check, CUDA only): no recorder. The
     full-iteration wrapper's class-level buffers are fresh for the run and put back after."""
@@ -524,7 +524,7 @@ def launch_world(cuda: bool, record: bool = True) -> Any:
                 with recorder.capturing(False) if recorder is not None else contextlib.nullcontext():
                     yield recorder
         else:
-            from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+            from devtools.capture.recorder import HostReadRecorder, cuda_stand_ins
 
             recorder = HostReadRecorder()
             with cuda_stand_ins(recorder), recorder, recorder.capturing(False):
@@ -537,7 +537,7 @@ def launch_world(cuda: bool, record: bool = True) -> Any:
 def launch_batches(rows: list[list[int]], width: int, mult: int) -> list[dict[str, Any]]:
     """Megatron-Bridge's packed collate (``pad_cu_seqlens``) over the rows, with the pack metadata of
     :func:`pack_metadata`: the raw micro batches its data loader yields."""
-    from mbridge_seqpack.capture.iteration import collate_packed_rows
+    from devtools.capture.iteration import collate_packed_rows
 
     return collate_packed_rows(rows, width, mult, pack_metadata(rows, mult))
 

@@ -29,7 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FILES = {
-    "capture": ["tests/capture/test_capture_blind_spots.py", "tests/capture/test_capture.py"],
+    "capture": [
+        "tests/devtools/test_capture_blind_spots.py",
+        "tests/devtools/test_capture_recorder.py",
+        "tests/devtools/test_capture_runs.py",
+    ],
     "graph": ["tests/rules/test_graph_paths.py"],
     "thd": ["tests/thd/test_thd.py"],
     "gpu": ["tests/thd/test_gpu.py", "-k", "not dry_run and not without_cuda"],
@@ -125,9 +129,10 @@ def dict_pop(module_name: str, attr: str, key_expr: str):
         table[key] = value
 
 
-R = "mbridge_seqpack.capture.recorder"
-IT = "mbridge_seqpack.capture.iteration"
-LY = "mbridge_seqpack.capture.layers"
+R = "devtools.capture.recorder"
+ST = "mbridge_seqpack.capture.stand_ins"
+IT = "devtools.capture.iteration"
+LY = "devtools.capture.layers"
 VD = "mbridge_seqpack.capture.verdicts"
 CG = "mbridge_seqpack.rules.cuda_graphs"
 GP = "mbridge_seqpack.analysis.graph_paths"
@@ -145,7 +150,7 @@ MUTANTS = [
     ),
     (
         "recorder: repeat_interleave without output_size not recorded (hides seq_idx)",
-        lambda: mutated(R, "HostReadRecorder._check_read", 'kwargs.get("output_size") is None', "False"),
+        lambda: mutated(R, "HostReadRecorder.check_read", 'kwargs.get("output_size") is None', "False"),
         "capture",
     ),
     (
@@ -160,14 +165,12 @@ MUTANTS = [
     ),
     (
         "recorder: .cpu() of a device tensor not recorded (hides max_seqlen's)",
-        lambda: mutated(
-            R, "HostReadRecorder.__torch_function__", 'self.record("device-to-host copy (.cpu())")', "pass"
-        ),
+        lambda: mutated(ST, "DeviceTracker.__torch_function__", 'self.record("device-to-host copy (.cpu())")', "pass"),
         "capture",
     ),
     (
         "recorder: torch.cuda.synchronize not recorded (hides the timers)",
-        lambda: mutated(R, "cuda_stand_ins", 'recorder.record("synchronization (torch.cuda.synchronize)")', "pass"),
+        lambda: mutated(ST, "cuda_patches", 'tracker.record("synchronization (torch.cuda.synchronize)")', "pass"),
         "capture",
     ),
     (
@@ -180,8 +183,8 @@ MUTANTS = [
     (
         "recorder: device tensors report the CPU (GPU branches not taken)",
         lambda: mutated(
-            R,
-            "HostReadRecorder.__torch_function__",
+            ST,
+            "DeviceTracker.__torch_function__",
             "if owner is _DEVICE_GETTER or owner is _IS_CUDA_GETTER:",
             "if False:",
         ),
@@ -204,14 +207,19 @@ MUTANTS = [
     ),
     (
         "recorder: the real-device mode stands in like the CPU one (nothing on the GPU recorded)",
-        lambda: mutated(R, "HostReadRecorder.is_device", "return value.device.type == self.real_device", "pass"),
+        lambda: mutated(
+            R,
+            "HostReadRecorder.is_device",
+            "return isinstance(value, torch.Tensor) and value.device.type == self.real_device",
+            "pass",
+        ),
         "capture",
     ),
     (
         "recorder: a D2H copy_ into a host tensor not recorded",
         lambda: mutated(
-            R,
-            "HostReadRecorder.__torch_function__",
+            ST,
+            "DeviceTracker.__torch_function__",
             'self.record("device-to-host copy (copy_ into a host tensor)")',
             "pass",
         ),
@@ -231,7 +239,7 @@ MUTANTS = [
         "iteration: data_read skipped (raw host batches go straight to the step)",
         lambda: mutated(
             IT,
-            "run_iteration",
+            "_step_in_world",
             "forward_backward(parts, data, len(batches))",
             "forward_backward(parts, iter(batches), len(batches))",
         ),
@@ -249,7 +257,7 @@ MUTANTS = [
     ),
     (
         "layers: the hybrid stack called without packed params",
-        lambda: mutated(LY, "run_hybrid_scope", "packed_seq_params=params,", "packed_seq_params=None,"),
+        lambda: mutated(LY, "_hybrid_scope_in_world", "packed_seq_params=params,", "packed_seq_params=None,"),
         "capture",
     ),
     (

@@ -794,10 +794,6 @@ def fix_for(cfg: Any, verdict: AttentionVerdict, failing: KindSelection) -> dict
     return {}
 
 
-def replaced_inputs(inputs: Inputs, **changes: Any) -> Inputs:
-    return replace(inputs, **changes)
-
-
 # ---- what the rules and the report say -------------------------------------------------------------------------
 def claims(ctx: Any, kind: LayerKind) -> set[str]:
     """The hand-written rules that report a failing layer kind themselves (their failure is TE's assert after

@@ -83,13 +83,13 @@ HOST_MAX_SEQLEN = (
     "capture is illegal"
 )
 COMPUTED_TE = (
-    "computed: mbridge_seqpack.capture.layers runs each layer kind (GPTModel's TransformerBlock through "
+    "computed: devtools.capture.layers runs each layer kind (GPTModel's TransformerBlock through "
     "Megatron-Bridge's gpt_step; a HybridStack as HybridModel.forward calls it) with Megatron-Bridge's packed "
     "PackedSeqParams and, on the layers Megatron-Core's _layer_is_graphable selects, a stand-in for TE's graphed "
     "callable that takes tensors only and runs the layer's _te_cuda_graph_capture under the host-read recorder"
 )
 COMPUTED_FULL = (
-    "computed: mbridge_seqpack.capture.iteration runs FullCudaGraphWrapper.data_read (as installed) and then "
+    "computed: devtools.capture.iteration runs FullCudaGraphWrapper.data_read (as installed) and then "
     "Megatron-Core's forward_backward_no_pipelining with Megatron-Bridge's gpt_step over its packed collate, a "
     "GPTModel in Megatron-Core's DDP, finalize_model_grads and Megatron's timers under the host-read recorder"
 )
@@ -392,7 +392,7 @@ def render_markdown() -> str:
         "Generated from `mbridge_seqpack/analysis/graph_paths.py`",
         "(`python -m mbridge_seqpack.analysis.graph_paths`) and the capture-safety verdicts it reads",
         "(`mbridge_seqpack/capture/verdicts.json`, recomputed by",
-        "`python -m mbridge_seqpack.capture.verdicts --write`); tests keep this page equal to the data and the data",
+        "`python -m devtools.capture.verdicts --write`); tests keep this page equal to the data and the data",
         f"equal to a fresh run. Computed with {versions}.",
         "Every failing cell is an error-level rule (the last column); the rules read their verdict from this table.",
         "Context parallelism changes no verdict (TE samples and fixed-width rows are both split by CP).",

@@ -38,7 +38,6 @@ from mbridge_seqpack.ranks import is_rank_zero
 __all__ = ["install", "uninstall", "set_mode", "arm", "disarm", "gate", "is_armed", "TRAIN_MODULE", "ROUND_SECONDS"]
 
 TRAIN_MODULE = "megatron.bridge.training.train"
-DATASET_MODULE = "megatron.bridge.data.packing.parquet"
 #: the longest any rank waits inside one collective while rank 0 finishes the content check
 ROUND_SECONDS = 30.0
 _FLAG = "__mbridge_seqpack_launch_guard__"

@@ -1,10 +1,9 @@
-"""Capture safety, computed on CPU: what a CUDA graph over packed rows would read on the host.
+"""Capture safety on CPU: what a CUDA graph over packed rows reads on the host, and the CPU world code runs in.
 
-The code a CUDA graph captures over packed rows, run on CPU tensors that stand in for
-device tensors, with every host read recorded (``recorder``); one Megatron-Bridge training iteration as a
-full-iteration graph captures it (``iteration``), each TE per-layer scope on each layer kind (``layers``), the
-features that add host reads and their fixes (``conditions``), and the cached verdicts the CUDA-graph rules read
-(``verdicts``, ``verdicts.json``).
+The cached verdicts the CUDA-graph rules read (``verdicts``, ``verdicts.json``; computed outside the wheel by
+``devtools/capture/``), the features that add host reads and their fixes (``conditions``), CPU tensors that stand
+for device tensors with host stand-ins for ``torch.cuda`` (``stand_ins``) and the one-rank CPU world a run on CPU
+builds its model in (``cpu_world``: the minimal launch, the equivalence checks).
 
 Importing the package imports neither torch nor Megatron; the modules do.
 """

@@ -1,6 +1,7 @@
 """A one-rank CPU world for running the captured code: the process group and Megatron-Core's model-parallel state
-it expects, compiled fusions run eagerly, the recorder and its ``torch.cuda`` stand-ins active, and every piece of
-process state the run touches put back afterwards (so a check or a test process is left as it was).
+it expects, compiled fusions run eagerly, CPU tensors standing for device tensors with the ``torch.cuda`` stand-ins
+active (``stand_ins``), and every piece of process state the run touches put back afterwards (so a check or a test
+process is left as it was; :func:`keeps_environment` for the environment a model build sets).
 
 ``ranks`` runs a function on each rank of a real multi-process gloo world (forked from this process, so Megatron,
 already imported here, is not imported again): for code that needs a process group of more than one rank (the
@@ -9,6 +10,7 @@ context-parallel split and the loss reductions over it)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import tempfile
@@ -18,9 +20,29 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostReadRecorder, cuda_stand_ins
+from mbridge_seqpack.capture.stand_ins import DeviceTracker
 
-__all__ = ["RanksUnavailable", "cpu_world", "ranks"]
+__all__ = ["RanksUnavailable", "cpu_world", "keeps_environment", "ranks"]
+
+
+def keeps_environment(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``os.environ`` put back as it was when it returns: building a Megatron-Core model sets
+    ``NVTE_FLASH_ATTN`` / ``NVTE_FUSED_ATTN`` / ``NVTE_UNFUSED_ATTN`` in the process environment
+    (``LanguageModule._set_attention_backend``), which the attention rules then read as the launch's own."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        saved = dict(os.environ)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
+            for key, value in saved.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
+
+    return wrapper
 
 
 @contextlib.contextmanager
@@ -128,7 +150,7 @@ def _restored_megatron_state() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _eager_fusions() -> Iterator[None]:
-    """Megatron's ``jit_fuser`` (``torch.compile``) functions run eagerly: the recorder sees every op in them."""
+    """Megatron's ``jit_fuser`` (``torch.compile``) functions run eagerly: the tracker sees every op in them."""
     import torch._dynamo
 
     previous = torch._dynamo.config.disable
@@ -140,9 +162,10 @@ def _eager_fusions() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def cpu_world() -> Iterator[HostReadRecorder]:
-    """The recorder, active (not yet capturing: the caller opens the captured region), in a one-rank world."""
-    recorder = HostReadRecorder()
+def cpu_world(tracker: DeviceTracker | None = None) -> Iterator[DeviceTracker]:
+    """``tracker`` (a fresh :class:`DeviceTracker` by default), active with its ``torch.cuda`` stand-ins, in a
+    one-rank world."""
+    tracker = tracker if tracker is not None else DeviceTracker()
     with contextlib.ExitStack() as stack:
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
@@ -150,13 +173,12 @@ def cpu_world() -> Iterator[HostReadRecorder]:
         stack.enter_context(_released_wrappers())
         stack.enter_context(_eager_fusions())
         stack.enter_context(_restored_megatron_state())
-        stack.enter_context(cuda_stand_ins(recorder))
-        stack.enter_context(recorder)
-        stack.enter_context(recorder.capturing(False))
+        stack.enter_context(tracker.stand_ins())
+        stack.enter_context(tracker)
         stack.enter_context(_model_parallel())
         stack.enter_context(torch.random.fork_rng(devices=[]))
         torch.manual_seed(1234)
-        yield recorder
+        yield tracker
 
 
 #: the most ranks ``ranks`` forks. Each rank is a copy-on-write fork of this process (one that imported Megatron-Bridge

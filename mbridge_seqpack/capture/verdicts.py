@@ -1,19 +1,18 @@
-"""Capture-safety verdicts: computed by running the captured code (``iteration.py``, ``layers.py``), cached in
-``verdicts.json`` next to this module, read by the CUDA-graph rules.
+"""Capture-safety verdicts: computed by running the captured code on CPU, cached in ``verdicts.json`` next to this
+module, read by the CUDA-graph rules.
 
-``compute()`` runs every full-iteration probe (:data:`conditions.FULL_ITERATION_PROBES`, the baseline with and
-without mbridge_seqpack's ``data_read`` injection) and every TE per-layer scope over every layer kind; ``python -m
-mbridge_seqpack.capture.verdicts --write`` refreshes the cache (about a minute on a CPU once Megatron is imported),
-and a test recomputes it and compares, so the rules never read a verdict the code below does not give. Reading the
-cache (:func:`load`) costs a JSON parse: ``validate()`` stays fast.
+The runs live outside the wheel (``devtools/capture/``: every full-iteration probe of
+:data:`conditions.FULL_ITERATION_PROBES`, the baseline with and without mbridge_seqpack's ``data_read`` injection,
+and every TE per-layer scope over every layer kind); ``python -m devtools.capture.verdicts --write`` refreshes the
+cache (about a minute on a CPU once Megatron is imported), and a test recomputes it and compares, so the rules never
+read a verdict the runs do not give. Reading the cache (:func:`load`) costs a JSON parse: ``validate()`` stays fast.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,13 @@ from mbridge_seqpack.capture.conditions import (
     MOE_MODES,
     NO_INJECTION,
     Probe,
-    model_layer_kinds,
 )
-from mbridge_seqpack.capture.recorder import HostRead
 
 __all__ = [
     "CACHE",
+    "HostRead",
     "Verdicts",
     "ScopeVerdict",
-    "compute",
     "load",
     "TE_MODULES",
     "TE_KINDS",
@@ -51,54 +48,21 @@ MOE_KINDS = tuple(f"moe:{d}:{m}" for d in MOE_DISPATCHERS for m in MOE_MODES)
 SAFE_SCOPE_ORDER = ("mlp", "moe_router")
 
 
-def _versions() -> dict[str, str]:
-    from importlib.metadata import version
+@dataclass(frozen=True)
+class HostRead:
+    """One host read: what it was (``op``), where (``site``: the innermost library frame) and the library frames
+    that led there (outermost first)."""
 
-    return {name: version(name) for name in ("megatron-bridge", "megatron-core", "transformer-engine", "torch")}
+    op: str
+    site: str
+    stack: tuple[str, ...] = field(default=(), compare=False)
 
+    def describe(self) -> str:
+        return f"{self.op} at {self.site}"
 
-def compute() -> dict[str, Any]:
-    """Run everything; the JSON-able result (what :data:`CACHE` holds)."""
-    from mbridge_seqpack.capture.iteration import run_iteration
-    from mbridge_seqpack.capture.layers import HYBRID_KINDS, run_gpt_scope, run_hybrid_scope
-
-    full: dict[str, Any] = {}
-    for name, settings, injected in [
-        (BASELINE, {}, True),
-        (NO_INJECTION, {}, False),
-        *((p.name, p.settings, True) for p in FULL_ITERATION_PROBES),
-    ]:
-        run = run_iteration(settings, injected=injected)
-        full[name] = {
-            "settings": settings,
-            "injected": injected,
-            "reads": [r.to_dict() for r in run.reads],
-            "stopped_at": run.stopped_at,
-            "stood_in": run.stood_in,
-            "refused": run.refused,
-        }
-    te: dict[str, Any] = {}
-    te_moe: dict[str, Any] = {kind: {} for kind in MOE_KINDS}
-    for module in TE_MODULES:
-        modules = [m for m in module.split("+") if m]
-        te[module] = {}
-        for kind in TE_KINDS:
-            run = run_hybrid_scope(modules, kind) if kind in HYBRID_KINDS else run_gpt_scope(modules, kind)
-            te[module][kind] = _scope_entry(run)
-        for kind in MOE_KINDS:
-            te_moe[kind][module] = _scope_entry(run_gpt_scope(modules, kind))
-    return {"versions": _versions(), "full_iteration": full, "te_layers": te, "te_moe": te_moe}
-
-
-def _scope_entry(run: Any) -> dict[str, Any]:
-    return {
-        "graphed": run.graphed,
-        "outcome": run.outcome,
-        "message": run.message,
-        "site": run.site,
-        "reads": [r.to_dict() for r in run.reads],
-        "non_tensor_inputs": run.non_tensor_inputs,
-    }
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HostRead":
+        return cls(data["op"], data["site"], tuple(data.get("stack", ())))
 
 
 @dataclass(frozen=True)
@@ -287,24 +251,5 @@ def _cached() -> Verdicts:
 
 
 def load() -> Verdicts:
-    """The cached verdicts (recomputed and compared by tests/capture/test_capture.py)."""
+    """The cached verdicts (recomputed and compared by tests/devtools/test_capture_runs.py)."""
     return _cached()
-
-
-__all__ += ["model_layer_kinds"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    data = compute()
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    if "--write" in args:
-        CACHE.write_text(text)
-        _cached.cache_clear()
-    else:
-        print(text, end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

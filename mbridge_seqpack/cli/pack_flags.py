@@ -77,11 +77,6 @@ def flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def _given(args: argparse.Namespace, dest: str) -> bool:
-    value = getattr(args, dest, None)
-    return value not in (None, False)
-
-
 def check_flag_combinations(args: argparse.Namespace) -> None:
     """Flags that do nothing in the mode the others select (before any slow work)."""
     recipe = bool(args.recipe)

@@ -24,7 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Literal
 
-from mbridge_seqpack.capture.recorder import keeps_environment, traceback_site
+from mbridge_seqpack.capture.cpu_world import keeps_environment
+from mbridge_seqpack.frames import traceback_site
 
 __all__ = ["Construction", "Raised", "construct", "forget_constructions", "classify"]
 

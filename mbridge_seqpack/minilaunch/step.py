@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 
 import torch
 
-from mbridge_seqpack.capture.recorder import keeps_environment
+from mbridge_seqpack.capture.cpu_world import keeps_environment
 from mbridge_seqpack.minilaunch.attention import NotReproduced
 from mbridge_seqpack.minilaunch.build import classify, device_stand_ins, launch_arguments
 

@@ -444,24 +444,6 @@ class RuleContext:
 
         return cell_at(self.graph_coordinates)
 
-    @property
-    def has_dense_mlp_layers(self) -> bool:
-        """Whether some layer has a dense MLP (Megatron-Core refuses ``cuda_graph_modules=[mlp]`` otherwise)."""
-        experts = getattr(self.model, "num_moe_experts", None)
-        if not experts or experts <= 1:
-            return True
-        freq = getattr(self.model, "moe_layer_freq", 1)
-        return isinstance(freq, list) and 0 in freq
-
-    @property
-    def static_thd_injected(self) -> bool:
-        """Whether the full-iteration graph will get host-side ``max_seqlen`` from mbridge_seqpack: the wrapper is on
-        ``FullCudaGraphWrapper.data_read`` in this process, or (a pre-launch check) ``MBRIDGE_SEQPACK_MODE`` turns the
-        plugin on for the launch and the start-up hook is in the environment (``thd.inject.injection_state``)."""
-        from mbridge_seqpack.thd.inject import injection_active
-
-        return injection_active()
-
     # ---- precision ---------------------------------------------------------------------------
     @property
     def precision_source(self) -> tuple[str, Any] | None:

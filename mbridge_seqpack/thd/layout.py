@@ -29,8 +29,6 @@ __all__ = [
     "static_thd_batch",
 ]
 
-CU_KEYS = ("cu_seqlens_q", "cu_seqlens_kv")
-CU_PADDED_KEYS = ("cu_seqlens_q_padded", "cu_seqlens_kv_padded")
 SEQUENCE_KEYS = {"tokens": 0, "input_ids": 0, "labels": -100, "loss_mask": 0, "position_ids": 0}
 
 

@@ -20,6 +20,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from mbridge_seqpack.frames import traceback_site
+
 __all__ = ["neutral_record", "prep_refusal", "refusal_message", "fileless_tokenizer_problem"]
 
 
@@ -64,23 +66,10 @@ def prep_refusal(
                     dataset_builder=build_gpt_sft_split,  # what its builder's prepare_packed_data passes
                 )
         except Exception as exc:  # noqa: BLE001  (whatever the prep raises: the verdict is that it raised)
-            if not _raised_inside_megatron(exc):
-                raise  # the call itself failed: a bug here, not the tokenizer's
+            if traceback_site(exc, ("megatron/",)) is None:
+                raise  # the call itself failed, before reaching Megatron: a bug here, not the tokenizer's
             return exc
     return None
-
-
-def _raised_inside_megatron(exc: BaseException) -> bool:
-    """Whether a frame of ``exc``'s traceback past the call is Megatron's own code."""
-    import megatron
-
-    roots = tuple(str(Path(p)) for p in megatron.__path__)
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(roots):
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _said(exc: BaseException) -> str:

@@ -15,8 +15,8 @@ pytestmark = needs_proc
 def test_a_moe_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
     """A MoE step's dispatcher keeps a tensor of the step, whose autograd graph holds DDP's hooks, the wrapper and
     its process groups: a cycle through C++ that no collection frees, unless the world empties the wrapper."""
-    from mbridge_seqpack.capture.iteration import run_iteration
-    from mbridge_seqpack.capture.layers import MOE_SETTINGS
+    from devtools.capture.iteration import run_iteration
+    from devtools.capture.layers import MOE_SETTINGS
 
     before = gloo_threads()
     for _ in range(2):
@@ -27,7 +27,7 @@ def test_a_moe_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
 
 def test_a_rope_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
     """``RotaryEmbedding.forward``'s class-wide ``lru_cache`` keeps each RoPE module and its CP group."""
-    from mbridge_seqpack.capture.iteration import run_iteration
+    from devtools.capture.iteration import run_iteration
 
     before = gloo_threads()
     for fused in (False, True):
@@ -39,7 +39,7 @@ def test_a_rope_step_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
 def test_a_graphed_layer_scope_leaves_no_gloo_thread_behind(megatron_bridge: Any) -> None:
     """A layer and its graph stand-in refer to each other (a cycle only a collection frees): the run's model lives
     in a frame that ends inside the world, so the world's own collection frees it."""
-    from mbridge_seqpack.capture.layers import run_gpt_scope, run_hybrid_scope
+    from devtools.capture.layers import run_gpt_scope, run_hybrid_scope
 
     before = gloo_threads()
     assert run_gpt_scope(["mlp"], "dense").outcome == "replays"

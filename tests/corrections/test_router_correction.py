@@ -77,8 +77,8 @@ def _expert_bias_counts() -> int:
     grad finalization spends and zeroes it)."""
     from megatron.core.transformer.moe.router import TopKRouter
 
+    from devtools.capture.iteration import build_step, forward_backward, packed_batches, probe_config
     from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.iteration import build_step, forward_backward, packed_batches, probe_config
 
     cfg = probe_config(
         {

@@ -42,8 +42,10 @@ PACK_PATH = {
     "pipeline": {"tokenization", "placement", "artifact", "digests", "errors", "textout"},
     "artifact": {"tokenization", "placement", "digests", "errors", "ranks", "textout"},
     "placement": {"errors"},
-    "tokenization": {"digests", "errors", "textout"},  # textout: the progress bar, text for people
+    # textout: the progress bar, text for people; frames: whether a prep failure was raised inside Megatron's code
+    "tokenization": {"digests", "errors", "frames", "textout"},
     "digests": set(),
+    "frames": set(),
 }
 
 

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostReadRecorder, _library_frames, site_of
+from devtools.capture.recorder import HostReadRecorder, library_frames
+from mbridge_seqpack.frames import site_of
 
 __all__ = ["kernel_stand_ins", "rope_reference"]
 
@@ -67,7 +68,7 @@ def _fused_rope(recorder: HostReadRecorder, name: str, stood_in: list[str], back
     formats = {value: key for key, value in QKVFormat.items()}
 
     def stand_in(t, freqs, start_positions, fmt, interleaved, cu_seqlens, cp_size, cp_rank):  # noqa: ANN001, ANN202
-        site = site_of(_library_frames(2))[0]
+        site = site_of(library_frames(2))[0]
         layout = formats.get(fmt)
         if interleaved or start_positions is not None or cp_size != 1 or layout not in ("thd", "sbhd", "bshd"):
             raise RuntimeError(f"CUDA kernel {name} has no CPU stand-in for this call (at {site})")

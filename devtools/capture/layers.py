@@ -25,7 +25,10 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, HostReadRecorder, keeps_environment, site_of, traceback_site
+from devtools.capture.recorder import HostReadRecorder
+from mbridge_seqpack.capture.cpu_world import keeps_environment
+from mbridge_seqpack.capture.verdicts import HostRead
+from mbridge_seqpack.frames import site_of, traceback_site
 
 __all__ = ["GraphStandIn", "ScopeRun", "run_gpt_scope", "run_hybrid_scope", "MODULES", "GPT_KINDS", "HYBRID_KINDS"]
 
@@ -93,7 +96,7 @@ def _install_stand_ins(layers: Any, config: Any, recorder: HostReadRecorder) -> 
 
 
 def _outcome(stand_ins: list[GraphStandIn], error: BaseException | None, recorder: HostReadRecorder) -> ScopeRun:
-    from mbridge_seqpack.capture.iteration import unique_reads
+    from devtools.capture.iteration import unique_reads
 
     if not stand_ins:
         return ScopeRun(False, "not graphed")
@@ -114,10 +117,10 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
     ``dense``; ``moe`` (alltoall, drop-and-pad when the scope holds ``moe``, as Megatron-Core requires: the matrix's
     MoE); ``moe:<dispatcher>:<mode>`` (that dispatcher and capacity mode, as a config sets them). A model the one-rank
     CPU world cannot build, or a TE kernel without a stand-in, gives ``not run`` with what stopped it."""
+    from devtools.capture.iteration import first_line, packed_batches, probe_config
+    from devtools.capture.kernels import kernel_stand_ins
+    from devtools.capture.recorder import recording_world
     from mbridge_seqpack.capture.conditions import moe_variant_settings
-    from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.iteration import first_line, packed_batches, probe_config
-    from mbridge_seqpack.capture.kernels import kernel_stand_ins
 
     settings = _scope_settings(modules)
     if kind == "moe":
@@ -134,14 +137,14 @@ def run_gpt_scope(modules: list[str], kind: str) -> ScopeRun:
         return ScopeRun(False, "refused", first_line(exc), traceback_site(exc) or "")
     batches = packed_batches(1)
     stood_in: list[str] = []
-    with cpu_world() as recorder, kernel_stand_ins(recorder, stood_in):
+    with recording_world() as recorder, kernel_stand_ins(recorder, stood_in):
         return _gpt_scope_in_world(cfg, batches, recorder)
 
 
 def _gpt_scope_in_world(cfg: Any, batches: list[Any], recorder: HostReadRecorder) -> ScopeRun:
     """The build and step of :func:`run_gpt_scope`, inside its world: what they make (the model, a raise's frames)
     is this frame's, gone when it returns, so the world's collection frees it with its process groups."""
-    from mbridge_seqpack.capture.iteration import build_step, first_line, forward_backward, kernel_boundary
+    from devtools.capture.iteration import build_step, first_line, forward_backward, kernel_boundary
 
     try:
         parts = build_step(cfg, recorder)
@@ -216,8 +219,8 @@ def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     """A ``HybridStack`` of one ``kind`` layer, called as ``HybridModel.forward`` calls its decoder with
     Megatron-Bridge's packed params (``get_packed_seq_params`` with ``total_tokens``, as its step sets for hybrid
     models), TE graphs on the ``modules`` scope."""
-    from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.iteration import packed_batches, probe_config
+    from devtools.capture.iteration import packed_batches, probe_config
+    from devtools.capture.recorder import recording_world
 
     settings = {**_scope_settings(modules), "model.is_hybrid_model": True}
     try:
@@ -226,7 +229,7 @@ def run_hybrid_scope(modules: list[str], kind: str) -> ScopeRun:
     except (AssertionError, ValueError) as exc:
         return ScopeRun(False, "refused", str(exc).split("\n")[0])
     batch = packed_batches(1)[0]
-    with cpu_world() as recorder:
+    with recording_world() as recorder:
         return _hybrid_scope_in_world(cfg, kind, batch, recorder)
 
 
@@ -237,7 +240,7 @@ def _hybrid_scope_in_world(cfg: Any, kind: str, batch: dict[str, Any], recorder:
     from megatron.core.models.hybrid.hybrid_block import HybridStack
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    from mbridge_seqpack.capture.iteration import WIDTH
+    from devtools.capture.iteration import WIDTH
 
     stack = HybridStack(
         cfg.model,

@@ -1,4 +1,4 @@
-"""A recorder of host reads: what a CUDA-graph capture forbids, found by running the captured code on CPU tensors.
+"""The host-read recorder: what a CUDA-graph capture forbids, found by running the captured code on CPU tensors.
 
 A CUDA graph records device work only. Inside ``torch.cuda.graph(...)`` every read of a device tensor's values on
 the host (``.item()``, ``.tolist()``, ``if tensor:``, ``.cpu()``, ``.numpy()``, ``int(t)``, a slice bounded by a
@@ -7,41 +7,34 @@ indexing, ``repeat_interleave`` without ``output_size``) and every synchronizati
 ``Event.synchronize``, ``torch.distributed.barrier``) fails the capture or bakes one step's values into every
 replay.
 
-Here CPU tensors stand in for device tensors. :class:`HostReadRecorder` is a ``TorchFunctionMode`` that knows which
-CPU tensors would live on the device: those moved there (``.cuda()``, ``.to("cuda")``), those created there
-(``device="cuda"``, ``torch.cuda.current_device()``) and everything computed from them. A host read of such a tensor
-is recorded with the frames of Megatron / Transformer Engine code that made it; reads of real host tensors (the
-collate's, a host ``max_seqlen``) are not. While :meth:`HostReadRecorder.capturing` is off (the work
-``FullCudaGraphWrapper`` does before the capture, ``data_read``) tensors are still tracked but nothing is recorded.
-:func:`cuda_stand_ins` replaces the few ``torch.cuda`` entry points Megatron calls (streams, events, the current
-device, ``synchronize``) with host stand-ins for the run, recording the synchronizing ones.
+:class:`HostReadRecorder` is the package's :class:`~mbridge_seqpack.capture.stand_ins.DeviceTracker` (CPU tensors that
+stand for device tensors) that records each host read of one, with the frames of Megatron / Transformer Engine code
+that made it; reads of real host tensors (the collate's, a host ``max_seqlen``) are not. While
+:meth:`HostReadRecorder.capturing` is off (the work ``FullCudaGraphWrapper`` does before the capture, ``data_read``)
+tensors are still tracked but nothing is recorded. :func:`cuda_stand_ins` adds to the package's ``torch.cuda``
+stand-ins the watches of object collectives and of threads started while recording. Only the regeneration of the
+package's ``capture/verdicts.json`` (``devtools/capture/verdicts.py``) and ``scripts/gpu_check.py`` run it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["HostRead", "HostReadRecorder", "cuda_stand_ins", "library_path", "site_of", "LIBRARY_ROOTS"]
+from mbridge_seqpack.capture.cpu_world import cpu_world
+from mbridge_seqpack.capture.stand_ins import DeviceTracker, cuda_patches, patched, to_target
+from mbridge_seqpack.capture.verdicts import HostRead
+from mbridge_seqpack.frames import library_path, site_of
 
-#: the code whose reads count: frames under these package roots name the site of a read
-LIBRARY_ROOTS = ("megatron/", "transformer_engine/")
+__all__ = ["HostReadRecorder", "cuda_stand_ins", "library_frames", "recording_world", "OBJECT_COLLECTIVES"]
 
 _T = torch.Tensor
-#: the C getters of ``Tensor.device`` / ``Tensor.is_cuda`` (a mode sees ``<getter>.__get__``)
-_DEVICE_GETTER = torch._C.TensorBase.__dict__["device"]
-_IS_CUDA_GETTER = torch._C.TensorBase.__dict__["is_cuda"]
-_STAND_IN_DEVICE = torch.device("cuda", 0)
 #: reads of a device tensor's values on the host
 _VALUE_READS: dict[Any, str] = {
     _T.item: "item()",
@@ -131,55 +124,8 @@ _SIZED_METHODS: dict[Any, str] = {
 }
 
 
-@dataclass(frozen=True)
-class HostRead:
-    """One host read: what it was (``op``), where (``site``: the innermost library frame) and the library frames
-    that led there (outermost first)."""
-
-    op: str
-    site: str
-    stack: tuple[str, ...] = field(default=(), compare=False)
-
-    def describe(self) -> str:
-        return f"{self.op} at {self.site}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "site": self.site, "stack": list(self.stack)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HostRead":
-        return cls(data["op"], data["site"], tuple(data.get("stack", ())))
-
-
-def library_path(filename: str) -> str | None:
-    """``megatron/core/x.py`` for a frame in an installed library (None for other code)."""
-    path = filename.replace("\\", "/")
-    for root in LIBRARY_ROOTS:
-        at = path.rfind("/site-packages/" + root)
-        if at >= 0:
-            return path[at + len("/site-packages/") :]
-    return None
-
-
-def site_of(frames: list[tuple[str, int, str]]) -> tuple[str, tuple[str, ...]]:
-    """(innermost library frame, all library frames outermost first) as ``path:line function``."""
-    named = [f"{path}:{line} {fn}" for path, line, fn in frames]
-    return (named[-1] if named else "<outside Megatron>"), tuple(named)
-
-
-def traceback_site(exc: BaseException) -> str | None:
-    """The innermost installed-library frame of ``exc``'s traceback as ``path:line function`` (None: none)."""
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        path = library_path(tb.tb_frame.f_code.co_filename)
-        if path is not None:
-            frames.append((path, tb.tb_lineno, tb.tb_frame.f_code.co_name))
-        tb = tb.tb_next
-    return site_of(frames)[0] if frames else None
-
-
-def _library_frames(skip: int) -> list[tuple[str, int, str]]:
+def library_frames(skip: int) -> list[tuple[str, int, str]]:
+    """The installed-library frames of the stack ``skip`` frames up, outermost first, as (path, line, function)."""
     frames = []
     frame = sys._getframe(skip)
     while frame is not None:
@@ -190,70 +136,25 @@ def _library_frames(skip: int) -> list[tuple[str, int, str]]:
     return frames[::-1]
 
 
-def _is_cuda(device: Any) -> bool:
-    if device is None:
-        return False
-    if isinstance(device, int) and not isinstance(device, bool):
-        return True  # an ordinal: torch.cuda.current_device()
-    try:
-        return torch.device(device).type == "cuda"
-    except (RuntimeError, TypeError):
-        return False
-
-
-def _to_target(args: tuple, kwargs: dict) -> tuple[str | None, tuple, dict]:
-    """Where ``Tensor.to(...)`` moves a tensor ("cuda", "cpu" or None for a dtype change) and the call's arguments
-    with a CUDA device replaced by the CPU."""
-    rest, kw = list(args[1:]), dict(kwargs)
-    target: str | None = None
-    if "device" in kw:
-        target = "cuda" if _is_cuda(kw["device"]) else "cpu"
-        if target == "cuda":
-            kw["device"] = "cpu"
-    elif rest and isinstance(rest[0], torch.Tensor):
-        target = None  # .to(other): other's device is this run's device already
-    elif rest and isinstance(rest[0], (str, torch.device, int)) and not isinstance(rest[0], bool):
-        target = "cuda" if _is_cuda(rest[0]) else "cpu"
-        if target == "cuda":
-            rest[0] = "cpu"
-    return target, (args[0], *rest), kw
-
-
-class HostReadRecorder(TorchFunctionMode):
-    """Tracks which CPU tensors stand for device tensors and records every host read of one."""
+class HostReadRecorder(DeviceTracker):
+    """Tracks which CPU tensors stand for device tensors and records every host read of one (with ``real_device``,
+    of each tensor really on that device: nothing stood in for)."""
 
     def __init__(self, real_device: str | None = None) -> None:
         super().__init__()
         self.reads: list[HostRead] = []
         self.real_device = real_device  # None: CPU tensors stand for device tensors; "cuda": the real ones
-        self._device: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._recording = True
         self._thread = threading.get_ident()
         self._threads: set[int] = set()  # threads started while recording (they enter the mode themselves)
 
-    # ---- device tensors ------------------------------------------------------------------------------------
-    def on_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Mark ``tensor`` as a device tensor (it stands for one on the GPU)."""
-        self._device[tensor] = True
-        return tensor
-
     def is_device(self, value: Any) -> bool:
-        if not isinstance(value, torch.Tensor):
-            return False
         if self.real_device is not None:
-            return value.device.type == self.real_device
-        return value in self._device
+            return isinstance(value, torch.Tensor) and value.device.type == self.real_device
+        return DeviceTracker.is_device(self, value)  # (no super(): scripts/mutate_capture.py re-executes this)
 
-    def _any_device(self, args: tuple, kwargs: dict) -> bool:
-        leaves, _ = tree_flatten((args, kwargs))
-        return any(self.is_device(leaf) for leaf in leaves)
-
-    def _mark_all(self, out: Any) -> Any:
-        leaves, _ = tree_flatten(out)
-        for leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                self._device[leaf] = True
-        return out
+    def stand_ins(self) -> contextlib.AbstractContextManager[None]:
+        return cuda_stand_ins(self)
 
     # ---- recording -----------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -276,7 +177,7 @@ class HostReadRecorder(TorchFunctionMode):
             return
         if threading.get_ident() != self._thread:
             op += " on a thread started in the step"
-        site, stack = site_of(_library_frames(skip + 1))
+        site, stack = site_of(library_frames(skip + 1))
         self.reads.append(HostRead(op, site, stack))
 
     def traced(self, thread: threading.Thread) -> None:
@@ -302,67 +203,18 @@ class HostReadRecorder(TorchFunctionMode):
             return func(*args, **kwargs)
         if self.real_device is not None:
             return self._on_real_device(func, args, kwargs)
-        # a device tensor says it is one (code branches on .device / .is_cuda)
-        owner = getattr(func, "__self__", None)
-        if owner is _DEVICE_GETTER or owner is _IS_CUDA_GETTER:
-            if self.is_device(args[0]):
-                return _STAND_IN_DEVICE if owner is _DEVICE_GETTER else True
-            return func(*args, **kwargs)
-        if func is _T.get_device and self.is_device(args[0]):
-            return 0
-        # moves between host and device
-        if func is _T.cuda:
-            out = args[0].detach().clone() if not self.is_device(args[0]) else args[0]
-            return self.on_device(out.requires_grad_(args[0].requires_grad) if out is not args[0] else out)
-        if func is _T.cpu:
-            if self.is_device(args[0]):
-                self.record("device-to-host copy (.cpu())")
-                return args[0].detach().clone().requires_grad_(args[0].requires_grad)
-            return func(*args, **kwargs)
-        if func is _T.to:
-            target, call_args, call_kwargs = _to_target(args, kwargs)
-            if target == "cpu" and self.is_device(args[0]):
-                self.record("device-to-host copy (.to('cpu'))")
-                out = func(*call_args, **call_kwargs)
-                return out.detach().clone() if out is args[0] else out
-            out = func(*call_args, **call_kwargs)
-            if target == "cuda" or self.is_device(args[0]):
-                if out is args[0] and not self.is_device(out):
-                    out = out.clone()
-                self.on_device(out)
-            return out
-        if func in (_T.record_stream, _T.pin_memory):
-            return args[0] if func is _T.pin_memory else None
-        if func is _T.copy_ and len(args) >= 2:
-            if self.is_device(args[1]) and not self.is_device(args[0]):
-                self.record("device-to-host copy (copy_ into a host tensor)")
-                return func(*args, **kwargs)
-        # value reads and value-dependent shapes
-        device_args = self._any_device(args, kwargs)
-        if device_args:
-            self._check_read(func, args, kwargs)
-        # creation on the device
-        created_on_device = False
-        if "device" in kwargs and _is_cuda(kwargs["device"]):
-            kwargs["device"] = "cpu"
-            created_on_device = True
-        out = func(*args, **kwargs)
-        if created_on_device or device_args:
-            if isinstance(out, (bool, int, float, str)) or out is None:
-                return out
-            self._mark_all(out)
-        return out
+        return super().__torch_function__(func, types, args, kwargs)
 
     def _on_real_device(self, func: Callable, args: tuple, kwargs: dict) -> Any:
         """The real-device mode: nothing stood in for, every host read of a tensor on ``real_device`` recorded."""
         if func is _T.cpu and self.is_device(args[0]):
             self.record("device-to-host copy (.cpu())", skip=3)
-        elif func is _T.to and self.is_device(args[0]) and _to_target(args, kwargs)[0] == "cpu":
+        elif func is _T.to and self.is_device(args[0]) and to_target(args, kwargs)[0] == "cpu":
             self.record("device-to-host copy (.to('cpu'))", skip=3)
         elif func is _T.copy_ and len(args) >= 2 and self.is_device(args[1]) and not self.is_device(args[0]):
             self.record("device-to-host copy (copy_ into a host tensor)", skip=3)
         elif func not in (_T.cpu, _T.to, _T.copy_) and self._any_device(args, kwargs):
-            self._check_read(func, args, kwargs)  # (a frame deeper: only library frames name a site)
+            self.check_read(func, args, kwargs)  # (a frame deeper: only library frames name a site)
         return func(*args, **kwargs)
 
     def _check_collective(self, func: Callable, args: tuple, kwargs: dict) -> None:
@@ -373,7 +225,7 @@ class HostReadRecorder(TorchFunctionMode):
         if any(isinstance(leaf, torch.Tensor) and not self.is_device(leaf) for leaf in leaves):
             self.record(f"host collective ({func.__name__} on a host tensor)", skip=3)
 
-    def _check_read(self, func: Callable, args: tuple, kwargs: dict) -> None:
+    def check_read(self, func: Callable, args: tuple, kwargs: dict) -> None:
         if func in _VALUE_READS:
             self.record(f"host read ({_VALUE_READS[func]})", skip=3)
             return
@@ -469,63 +321,6 @@ class HostReadRecorder(TorchFunctionMode):
 # ---- torch.cuda stand-ins --------------------------------------------------------------------------------------
 
 
-class _Event:
-    def __init__(self, recorder: HostReadRecorder | None = None, **_: Any) -> None:
-        self._recorder = recorder
-
-    def record(self, stream: Any = None) -> None:
-        return None
-
-    def synchronize(self) -> None:
-        if self._recorder is not None:
-            self._recorder.record("synchronization (Event.synchronize)")
-
-    def query(self) -> bool:
-        if self._recorder is not None:
-            self._recorder.record("synchronization (Event.query)")
-        return True
-
-    def wait(self, stream: Any = None) -> None:
-        return None
-
-    def elapsed_time(self, other: Any) -> float:
-        if self._recorder is not None:
-            self._recorder.record("synchronization (Event.elapsed_time)")
-        return 0.0
-
-
-class _Stream(torch.Stream):
-    """A host stream object (``torch.Stream`` on the CPU, so ``Tensor.record_stream`` accepts it)."""
-
-    def __new__(cls, recorder: HostReadRecorder | None = None, **_: Any) -> "_Stream":
-        return super().__new__(cls, device="cpu")
-
-    def __init__(self, recorder: HostReadRecorder | None = None, **_: Any) -> None:
-        self._recorder = recorder
-
-    def wait_stream(self, other: Any) -> None:
-        return None
-
-    def wait_event(self, event: Any) -> None:
-        return None
-
-    def record_event(self, event: Any = None) -> _Event:
-        return event if event is not None else _Event(self._recorder)
-
-    def synchronize(self) -> None:
-        if self._recorder is not None:
-            self._recorder.record("synchronization (Stream.synchronize)")
-
-    def query(self) -> bool:
-        return True
-
-    def __enter__(self) -> "_Stream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 def _watches(recorder: HostReadRecorder, real: dict[tuple[Any, str], Any]) -> dict[tuple[Any, str], Any]:
     """What runs on the device and on the host alike: object collectives and threads started while recording.
     ``real`` holds the originals (each watch calls through)."""
@@ -556,72 +351,37 @@ def _watches(recorder: HostReadRecorder, real: dict[tuple[Any, str], Any]) -> di
     return patches
 
 
-@contextlib.contextmanager
-def cuda_stand_ins(recorder: HostReadRecorder) -> Iterator[None]:
-    """Host stand-ins for the ``torch.cuda`` calls Megatron makes around the captured work (streams, events,
-    the current device), recording ``torch.cuda.synchronize`` / ``torch.distributed.barrier``, object collectives
-    and threads started while recording. With ``recorder.real_device`` nothing is stood in for: the synchronizing
-    calls, object collectives and threads are recorded and then run."""
+def cuda_stand_ins(recorder: HostReadRecorder) -> contextlib.AbstractContextManager[None]:
+    """The package's host stand-ins for the ``torch.cuda`` calls Megatron makes around the captured work (streams,
+    events, the current device), recording ``torch.cuda.synchronize`` / ``torch.distributed.barrier``, with the
+    watches of object collectives and threads started while recording. With ``recorder.real_device`` nothing is
+    stood in for: the synchronizing calls, object collectives and threads are recorded and then run."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
     keys = [(torch.cuda, "synchronize"), (dist, "barrier"), (threading.Thread, "start")]
     keys += [(c10d, name) for name in OBJECT_COLLECTIVES]
     real = {key: getattr(*key) for key in keys}
-    default = _Stream(recorder)
+    if recorder.real_device is None:
+        patches = cuda_patches(recorder)
+    else:
 
-    def synchronize(device: Any = None) -> None:
-        recorder.record("synchronization (torch.cuda.synchronize)")
-        if recorder.real_device is not None:
+        def synchronize(device: Any = None) -> None:
+            recorder.record("synchronization (torch.cuda.synchronize)")
             real[(torch.cuda, "synchronize")](device)
 
-    def barrier(*args: Any, **kwargs: Any) -> None:
-        recorder.record("synchronization (torch.distributed.barrier)")
-        if recorder.real_device is not None:
+        def barrier(*args: Any, **kwargs: Any) -> None:
+            recorder.record("synchronization (torch.distributed.barrier)")
             real[(dist, "barrier")](*args, **kwargs)
 
-    def stream_factory(*args: Any, **kwargs: Any) -> _Stream:
-        return _Stream(recorder)
-
-    def event_factory(*args: Any, **kwargs: Any) -> _Event:
-        return _Event(recorder)
-
-    patches: dict[tuple[Any, str], Any] = {(torch.cuda, "synchronize"): synchronize, (dist, "barrier"): barrier}
-    if recorder.real_device is None:
-        patches.update({
-            (torch.cuda, "Stream"): stream_factory,
-            (torch.cuda, "Event"): event_factory,
-            (torch.cuda, "current_stream"): lambda device=None: default,
-            (torch.cuda, "default_stream"): lambda device=None: default,
-            (torch.cuda, "stream"): lambda stream=None: contextlib.nullcontext(stream),
-            (torch.cuda, "current_device"): lambda: 0,
-        })  # fmt: skip
-    patches.update(_watches(recorder, real))
-    saved = {key: getattr(*key) for key in patches}
-    try:
-        for (owner, name), value in patches.items():
-            setattr(owner, name, value)
-        yield
-    finally:
-        for (owner, name), value in saved.items():
-            setattr(owner, name, value)
+        patches = {(torch.cuda, "synchronize"): synchronize, (dist, "barrier"): barrier}
+    return patched({**patches, **_watches(recorder, real)})
 
 
-def keeps_environment(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with ``os.environ`` put back as it was when it returns: building a Megatron-Core model sets
-    ``NVTE_FLASH_ATTN`` / ``NVTE_FUSED_ATTN`` / ``NVTE_UNFUSED_ATTN`` in the process environment
-    (``LanguageModule._set_attention_backend``), which the attention rules then read as the launch's own."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        saved = dict(os.environ)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            for key in set(os.environ) - set(saved):
-                del os.environ[key]
-            for key, value in saved.items():
-                if os.environ.get(key) != value:
-                    os.environ[key] = value
-
-    return wrapper
+@contextlib.contextmanager
+def recording_world() -> Iterator[HostReadRecorder]:
+    """The package's one-rank CPU world with a recorder, active and not yet capturing (the caller opens the captured
+    region: ``recorder.capturing(True)``)."""
+    recorder = HostReadRecorder()
+    with recorder.capturing(False), cpu_world(recorder):
+        yield recorder

@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from mbridge_seqpack.capture.recorder import HostRead, keeps_environment, traceback_site
+from mbridge_seqpack.capture.cpu_world import keeps_environment
+from mbridge_seqpack.capture.verdicts import HostRead
+from mbridge_seqpack.frames import traceback_site
 
 __all__ = [
     "IterationRun",
@@ -265,8 +267,8 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
     """One full-iteration-graph step with the probe's ``settings`` (see :func:`probe_config`); ``injected`` puts
     mbridge_seqpack's ``data_read`` wrapper on the class for the run (or takes it off), as a launch with or without
     the plugin."""
-    from mbridge_seqpack.capture.cpu_world import cpu_world
-    from mbridge_seqpack.capture.kernels import kernel_stand_ins
+    from devtools.capture.kernels import kernel_stand_ins
+    from devtools.capture.recorder import recording_world
     from mbridge_seqpack.thd import inject
 
     run = IterationRun()
@@ -277,7 +279,7 @@ def run_iteration(settings: dict[str, Any], *, injected: bool = True) -> Iterati
         run.refused = f"{first_line(exc)} ({traceback_site(exc)})"
         return run
     batches = packed_batches(cfg.dataset.offline_packing_specs.pad_seq_to_mult)
-    with inject.installed(injected), cpu_world() as recorder, kernel_stand_ins(recorder, run.stood_in):
+    with inject.installed(injected), recording_world() as recorder, kernel_stand_ins(recorder, run.stood_in):
         _step_in_world(cfg, batches, recorder, run)
     run.reads = unique_reads(recorder.reads)
     return run

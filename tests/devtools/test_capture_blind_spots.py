@@ -1,7 +1,7 @@
 """The host reads issue #42 found the recorder blind to, each run through the real recorder on a small function
-that does exactly that (the sizes, fills and split points of tests/capture/test_capture.py's table are its first part):
-sizes and fills in other spellings, lists of device scalars, object collectives, collectives over host tensors
-(NCCL takes device tensors), reads on a thread started inside the step, and the recorder on a real device."""
+that does exactly that (the sizes, fills and split points of tests/devtools/test_capture_recorder.py's table are its
+first part): sizes and fills in other spellings, lists of device scalars, object collectives, collectives over host
+tensors (NCCL takes device tensors), reads on a thread started inside the step, and the recorder on a real device."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mbridge_seqpack.capture.recorder import OBJECT_COLLECTIVES, HostReadRecorder, cuda_stand_ins
+from devtools.capture.recorder import OBJECT_COLLECTIVES, HostReadRecorder, cuda_stand_ins
 
 
 @pytest.fixture(scope="module")
