@@ -12,6 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from mbridge_seqpack.moe_layers import routed_experts
+
 __all__ = [
     "QWEN3_NEXT",
     "GLM45",
@@ -61,7 +63,7 @@ def looks_like_glm45(model: Any) -> bool:
     latent) attention with QKV bias and half-rotary RoPE, MoE with a sigmoid router, expert bias and
     sequence-level aux loss. DeepSeek-style models use latent attention; Qwen/Mixtral-style MoE use softmax."""
     return (
-        bool(getattr(model, "num_moe_experts", None))
+        routed_experts(model) is not None
         and not getattr(model, "multi_latent_attention", False)
         and getattr(model, "moe_router_score_function", None) == "sigmoid"
         and getattr(model, "moe_router_enable_expert_bias", False) is True

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
+from mbridge_seqpack.moe_layers import MoeLayers, moe_layers
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
@@ -41,6 +42,7 @@ __all__ = [
     "resolve_world_size",
     "SPECS",
     "TOPOLOGY_READS",
+    "MOE_READS",
     "ATTENTION_VERDICT_READS",
     "EQUIVALENCE_READS",
     "PACK_FINGERPRINT_READS",
@@ -64,6 +66,15 @@ TOPOLOGY_READS: dict[str, FieldType] = {
     "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
     "dist.eval_context_parallel_size": OPTIONAL_POSITIVE_INT,
     "model.sequence_parallel": BOOL,
+}
+
+#: the fields :attr:`RuleContext.moe` reads (``mbridge_seqpack/moe_layers.py``): a rule that asks it reads them all
+MOE_READS: dict[str, FieldType] = {
+    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    "model.moe_layer_freq": UNCHECKED,
+    "model.num_layers": UNCHECKED,
+    "model.hybrid_layer_pattern": UNCHECKED,
+    "model.hybrid_override_pattern": UNCHECKED,
 }
 
 
@@ -123,7 +134,7 @@ EQUIVALENCE_READS: dict[str, FieldType] = {
     "model.moe_z_loss_coeff": UNCHECKED,
     "model.mtp_loss_scaling_factor": UNCHECKED,
     "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    **MOE_READS,
     "model.sequence_parallel": BOOL,
     "model.tensor_model_parallel_size": POSITIVE_INT,
     "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
@@ -175,8 +186,7 @@ GRAPH_PATH_READS: dict[str, FieldType] = {
     "model.cuda_graph_impl": OPTIONAL_STR,
     "model.cuda_graph_modules": OPTIONAL_NAMES,
     "model.cuda_graph_scope": UNCHECKED,
-    "model.hybrid_layer_pattern": UNCHECKED,
-    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    **MOE_READS,
 }
 
 #: where a config's pack is found and which tokenizer named it
@@ -442,14 +452,12 @@ class RuleContext:
 
         return cell_at(self.graph_coordinates)
 
-    @property
-    def has_dense_mlp_layers(self) -> bool:
-        """Whether some layer has a dense MLP (Megatron-Core refuses ``cuda_graph_modules=[mlp]`` otherwise)."""
-        experts = getattr(self.model, "num_moe_experts", None)
-        if not experts or experts <= 1:
-            return True
-        freq = getattr(self.model, "moe_layer_freq", 1)
-        return isinstance(freq, list) and 0 in freq
+    @cached_property
+    def moe(self) -> MoeLayers:
+        """Which layers are MoE and with how many routed experts, as Megatron-Core builds them
+        (``mbridge_seqpack/moe_layers.py``, the one reading of ``num_moe_experts`` / ``moe_layer_freq`` / the hybrid
+        pattern); ``ctx.moe.experts`` is None for a model with no MoE layer."""
+        return moe_layers(self.model)
 
     @property
     def static_thd_injected(self) -> bool:

@@ -94,8 +94,10 @@ def hybrid_layer_counts(model: Any) -> dict[str, int]:
 
     if not isinstance(model, HybridModelProvider):
         return {}
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    if not isinstance(pattern, str):
+    from mbridge_seqpack.moe_layers import hybrid_pattern
+
+    pattern = hybrid_pattern(model)
+    if pattern is None:
         return {}
     try:
         return dict(get_hybrid_layer_counts(pattern))
