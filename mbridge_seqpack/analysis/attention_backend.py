@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.analysis.precision import precision_source
 from mbridge_seqpack.analysis.te_attention import nvte_environ
 
 if TYPE_CHECKING:
@@ -223,15 +224,10 @@ class _Precision:
 
 
 def _precision(cfg: Any) -> _Precision:
-    mixed = getattr(cfg, "mixed_precision", None)
-    if isinstance(mixed, str):
-        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-        try:
-            mixed = get_mixed_precision_config(mixed)
-        except ValueError:
-            mixed = None  # Megatron-Bridge reports the unknown recipe name itself
-    return _Precision(cfg.model, mixed)
+    """The model's precision fields under ``precision_source`` (analysis/precision.py, as the rules read it); for a
+    recipe name Megatron-Bridge does not know (it reports the name itself) the model's own fields stand."""
+    found = precision_source(cfg)
+    return _Precision(cfg.model, found[1] if found is not None and found[0] == "mixed_precision" else None)
 
 
 def _fp8_recipe(precision: _Precision) -> Any:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.analysis.precision import precision_source
 from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
 from mbridge_seqpack.moe_layers import MoeLayers, moe_layers
@@ -474,16 +475,9 @@ class RuleContext:
         """Where the run's precision fields come from, as (path prefix, object): a ``mixed_precision`` config, or a
         recipe name resolved to Megatron-Bridge's preset, overwrites every precision field of the model in
         runtime_config_update (mixed_precision.py update_config_with_precision_overrides); None for a recipe name
-        Megatron-Bridge does not know (it reports that itself)."""
-        mixed = getattr(self.cfg, "mixed_precision", None)
-        if isinstance(mixed, str):
-            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-            try:
-                return "mixed_precision", get_mixed_precision_config(mixed)
-            except ValueError:
-                return None
-        return ("mixed_precision", mixed) if mixed is not None else ("model", self.model)
+        Megatron-Bridge does not know (it reports that itself). Read by ``analysis/precision.py``, which the
+        attention verdict reads too."""
+        return precision_source(self.cfg)
 
     @property
     def precision_is_preset(self) -> bool:
