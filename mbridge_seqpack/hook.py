@@ -264,7 +264,7 @@ def _arm_content_check(cfg: ConfigContainer) -> None:
         return
     from mbridge_seqpack.artifact import launch_guard
     from mbridge_seqpack.artifact.content_check import ContentPlan
-    from mbridge_seqpack.rules.artifact import content_plan
+    from mbridge_seqpack.artifact.pack_files import content_plan
 
     try:
         plan = content_plan(cfg) if is_rank_zero() else ContentPlan()  # the other ranks only meet the gate

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.analysis.precision import precision_source
 from mbridge_seqpack.analysis.te_attention import nvte_environ
 
 if TYPE_CHECKING:
@@ -223,15 +224,10 @@ class _Precision:
 
 
 def _precision(cfg: Any) -> _Precision:
-    mixed = getattr(cfg, "mixed_precision", None)
-    if isinstance(mixed, str):
-        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-        try:
-            mixed = get_mixed_precision_config(mixed)
-        except ValueError:
-            mixed = None  # Megatron-Bridge reports the unknown recipe name itself
-    return _Precision(cfg.model, mixed)
+    """The model's precision fields under ``precision_source`` (analysis/precision.py, as the rules read it); for a
+    recipe name Megatron-Bridge does not know (it reports the name itself) the model's own fields stand."""
+    found = precision_source(cfg)
+    return _Precision(cfg.model, found[1] if found is not None and found[0] == "mixed_precision" else None)
 
 
 def _fp8_recipe(precision: _Precision) -> Any:
@@ -681,12 +677,14 @@ def _no_attention_layer(model: Any) -> str | None:
     parser, ``model_family.hybrid_layer_counts``: main decoder and MTP depths) has no attention symbol; else None
     (a model whose pattern cannot be read keeps the attention verdict)."""
     from mbridge_seqpack.analysis.model_family import ATTENTION_SYMBOLS, hybrid_layer_counts
+    from mbridge_seqpack.moe_layers import hybrid_pattern
 
     counts = hybrid_layer_counts(model)
     if not counts or any(counts.get(symbol, 0) for symbol in ATTENTION_SYMBOLS):
         return None
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    return f"no attention layer: the hybrid pattern {pattern!r} has none of {', '.join(ATTENTION_SYMBOLS)}"
+    return (
+        f"no attention layer: the hybrid pattern {hybrid_pattern(model)!r} has none of {', '.join(ATTENTION_SYMBOLS)}"
+    )
 
 
 def _not_a_te_attention_model(model: Any) -> str | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from mbridge_seqpack.moe_layers import routed_experts
+
 __all__ = [
     "QWEN3_NEXT",
     "GLM45",
@@ -65,7 +67,7 @@ def looks_like_glm45(model: Any) -> bool:
     latent) attention with QKV bias and half-rotary RoPE, MoE with a sigmoid router, expert bias and
     sequence-level aux loss. DeepSeek-style models use latent attention; Qwen/Mixtral-style MoE use softmax."""
     return (
-        bool(getattr(model, "num_moe_experts", None))
+        routed_experts(model) is not None
         and not getattr(model, "multi_latent_attention", False)
         and getattr(model, "moe_router_score_function", None) == "sigmoid"
         and getattr(model, "moe_router_enable_expert_bias", False) is True
@@ -136,8 +138,10 @@ def hybrid_layer_counts(model: Any) -> dict[str, int]:
 
     if not isinstance(model, HybridModelProvider):
         return {}
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    if not isinstance(pattern, str):
+    from mbridge_seqpack.moe_layers import hybrid_pattern
+
+    pattern = hybrid_pattern(model)
+    if pattern is None:
         return {}
     try:
         return dict(get_hybrid_layer_counts(pattern))

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mbridge_seqpack.moe_layers import MLP_SYMBOL, MOE_SYMBOL, hybrid_pattern, moe_layers, routed_experts
+
 __all__ = [
     "Probe",
     "FULL_ITERATION_PROBES",
@@ -154,7 +156,7 @@ def _moe_probe(dispatcher: str, mode: str) -> Probe:
         f"moe_{dispatcher}_{mode}",
         f"{_MODE_TITLE[mode]} with the {shown} dispatcher",
         moe_variant_settings(dispatcher, mode),
-        lambda cfg: (_m(cfg, "num_moe_experts") or 0) > 1 and moe_kind(cfg) == f"moe:{dispatcher}:{mode}",
+        lambda cfg: routed_experts(cfg.model) is not None and moe_kind(cfg) == f"moe:{dispatcher}:{mode}",
         lambda cfg: {
             "model.moe_token_dispatcher_type": _m(cfg, "moe_token_dispatcher_type"),
             "model.moe_expert_capacity_factor": _m(cfg, "moe_expert_capacity_factor"),
@@ -266,21 +268,17 @@ def probe_named(name: str) -> Probe:
 
 
 #: hybrid layer symbols (Megatron-Core's LayerSymbols) -> the layer kinds the TE-scope run builds
-_HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp_layer", "E": "moe"}
+_HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", MLP_SYMBOL: "mlp_layer", MOE_SYMBOL: "moe"}
 
 
 def model_layer_kinds(cfg: Any) -> set[str]:
     """The layer kinds a config's model is made of, as the TE-scope run names them: ``dense`` / MoE
     ``TransformerLayer`` for GPT models; ``mamba`` / ``attention`` / ``mlp_layer`` / MoE for hybrid patterns (other
     symbols as themselves: kinds the run does not build). A MoE layer is keyed by the config's dispatcher and capacity
-    mode (:func:`moe_kind`), each run on its own."""
-    pattern = _m(cfg, "hybrid_layer_pattern") or _m(cfg, "hybrid_override_pattern")
+    mode (:func:`moe_kind`), each run on its own; which GPT layers are MoE is ``mbridge_seqpack/moe_layers.py``'s."""
+    pattern = hybrid_pattern(cfg.model)
     if pattern:
-        kinds = {_HYBRID_SYMBOLS.get(ch, ch) for ch in str(pattern) if ch not in "|/ "}
+        kinds = {_HYBRID_SYMBOLS.get(ch, ch) for ch in pattern if ch not in "|/ "}
         return {moe_kind(cfg) if kind == "moe" else kind for kind in kinds}
-    experts = _m(cfg, "num_moe_experts") or 0
-    if experts <= 1:
-        return {"dense"}
-    freq = _m(cfg, "moe_layer_freq", 1)
-    mixed = (isinstance(freq, list) and 0 in freq) or (isinstance(freq, int) and freq > 1)
-    return {moe_kind(cfg), "dense"} if mixed else {moe_kind(cfg)}
+    layers = moe_layers(cfg.model)
+    return ({moe_kind(cfg)} if layers.experts is not None else set()) | ({"dense"} if layers.dense_mlp else set())

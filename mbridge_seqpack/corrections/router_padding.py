@@ -43,6 +43,7 @@ import torch
 
 from mbridge_seqpack.corrections import CORRECTIONS_ENV, CorrectionState, env_corrections
 from mbridge_seqpack.errors import SeqpackError
+from mbridge_seqpack.moe_layers import routed_experts
 from mbridge_seqpack.switched import switched
 
 __all__ = [
@@ -103,7 +104,7 @@ def uncovered(model: Any) -> str | None:
     impl = str(getattr(model, "cuda_graph_impl", "none") or "none")
     if impl == "local":
         return "full-iteration CUDA graphs (cuda_graph_impl='local'): the mask is built from the host batch"
-    if impl == "transformer_engine" and getattr(model, "num_moe_experts", None):
+    if impl == "transformer_engine" and routed_experts(model) is not None:
         modules = _graph_modules(model)
         if not modules or modules & {"moe", "moe_router", "moe_preprocess"}:
             return (
@@ -247,7 +248,7 @@ def _forward_step_common(original: Callable[..., Any]) -> Callable[..., Any]:
                 return None
             from megatron.core.utils import get_model_config
 
-            if not getattr(get_model_config(model), "num_moe_experts", None):
+            if routed_experts(get_model_config(model)) is None:
                 return None  # only the router reads it
             return args, {**kwargs, "padding_mask": model_padding_mask(taken[-1], model)}
 

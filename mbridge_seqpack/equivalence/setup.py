@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mbridge_seqpack.moe_layers import routed_experts
+
 __all__ = ["AUX_LOSS_TYPES", "Router", "Setup", "setup_of", "in_batch_multiple", "correction_covers"]
 
 #: the load-balancing types whose loss TopKRouter computes (transformer/moe/router.py _apply_*aux_loss)
@@ -93,8 +95,8 @@ def _number(value: Any, default: float) -> float:
 
 
 def _router_of(model: Any) -> Router | None:
-    experts = getattr(model, "num_moe_experts", None)
-    if not isinstance(experts, int) or experts <= 1:
+    experts = routed_experts(model)
+    if experts is None:
         return None
     coeff = getattr(model, "moe_aux_loss_coeff", 0.0)
     coeffs = tuple(_number(c, 0.0) for c in coeff) if isinstance(coeff, (list, tuple)) else _number(coeff, 0.0)

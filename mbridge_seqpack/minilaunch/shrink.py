@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mbridge_seqpack.moe_layers import routed_experts
+
 __all__ = ["Shrunk", "shrunk_provider", "HIDDEN", "VOCAB"]
 
 HIDDEN = 64
@@ -62,10 +64,10 @@ def _heads(provider: Any, tp: int) -> None:
         provider.num_query_groups = fewer
 
 
-def _experts(provider: Any, ep: int) -> None:
+def _fewer_experts(provider: Any, ep: int) -> None:
     """Fewer experts, keeping top-k within reach of group-limited routing and a multiple of EP and of the groups."""
-    experts = _get(provider, "num_moe_experts")
-    if not isinstance(experts, int) or experts <= 16:
+    experts = routed_experts(provider)
+    if experts is None or experts <= 16:
         return
     topk = _get(provider, "moe_router_topk") or 1
     groups = _get(provider, "moe_router_num_groups") or 1
@@ -132,7 +134,7 @@ def shrunk_provider(provider: Any, scale: int = 1) -> Shrunk:
     _set(copy_, "moe_shared_expert_intermediate_size", _multiple(EXPERT_FFN * scale, 16 * tp))
     _set(copy_, "q_lora_rank", MLA_RANK * scale)
     _set(copy_, "kv_lora_rank", MLA_RANK * scale)
-    _experts(copy_, ep)
+    _fewer_experts(copy_, ep)
     _layers(copy_)
     if hasattr(copy_, "vocab_size"):  # setup() sets it from the tokenizer before the build, whatever the recipe had
         copy_.vocab_size = VOCAB * scale

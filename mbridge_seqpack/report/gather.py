@@ -61,7 +61,7 @@ def _add_notes(report: CheckReport, ctx: Any) -> None:
     # what validate() read of the packs, and what the launch reads before training: planned on rank 0 only, as the
     # launch guard plans it (the hook checks on every rank of a job; only rank 0 logs the report)
     if ctx.offline_packing and is_rank_zero():
-        from mbridge_seqpack.rules.artifact import content_plan
+        from mbridge_seqpack.artifact.pack_files import content_plan
 
         report.contents = content_plan(ctx.cfg).summary()
     report.notes += _correction_notes()

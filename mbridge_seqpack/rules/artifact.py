@@ -4,15 +4,16 @@ sealed, complete pack that agrees with the config; so must a sealed pack in the 
 
 At ``validate()`` the checks cost O(metadata): sizes, the metadata seal, the Parquet footers read and hashed on
 rank 0, the sizes of the inputs. Nothing is trusted by a file's stamp. The bytes themselves are what
-:func:`content_plan` lists: the launch reads them in full on rank 0 while the model is built and stops before the
-first optimizer step if one differs (artifact/launch_guard.py), and every row group is verified again where
-Megatron-Bridge's packed dataset reads it."""
+artifact/pack_files.py ``content_plan`` lists: the launch reads them in full on rank 0 while the model is built and
+stops before the first optimizer step if one differs (artifact/launch_guard.py), and every row group is verified
+again where Megatron-Bridge's packed dataset reads it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.artifact.pack_files import PATH_FIELDS, builder_default_files, resolve_packed, tokenizer_dir
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
 from mbridge_seqpack.ranks import is_rank_zero
 from mbridge_seqpack.rules.context import (
@@ -42,20 +43,6 @@ if TYPE_CHECKING:
     from mbridge_seqpack.artifact.store import Fingerprint
     from mbridge_seqpack.placement.record import BalanceRecord
 
-PATH_FIELDS = {"packed_train_data_path": "training", "packed_val_data_path": "validation"}
-
-
-def _tokenizer_dir(cfg: ConfigContainer) -> Path | None:
-    """The configured tokenizer when it is local: a Hugging Face directory, or a single-file tokenizer (a
-    SentencePiece ``.model``); a hub id, or none: nothing local to compare."""
-    from mbridge_seqpack.digests import note_read
-
-    model = getattr(getattr(cfg, "tokenizer", None), "tokenizer_model", None)
-    if model is not None:
-        note_read(str(model))
-    local = model is not None and (Path(str(model)).is_dir() or Path(str(model)).is_file())
-    return Path(str(model)) if local else None
-
 
 def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
     """Whether the configured tokenizer's files differ from those the pack was tokenized with. Remembered digests
@@ -65,7 +52,7 @@ def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
     from mbridge_seqpack.digests import recalled_sha256
     from mbridge_seqpack.tokenization.sequences import InputError, tokenizer_files_sha256
 
-    directory = _tokenizer_dir(cfg)
+    directory = tokenizer_dir(cfg)
     if directory is None or not sealed:
         return False
     try:
@@ -74,21 +61,6 @@ def _tokenizer_differs(cfg: ConfigContainer, sealed: str | None) -> bool:
     except InputError:
         return False
     return TokenizerFiles(directory, sealed).check(lambda n: None) is not None
-
-
-def _resolve(spec: str) -> tuple[list[Path], str | None]:
-    """The files Megatron-Bridge's packed dataset reads for ``spec`` (file, directory or glob)."""
-    from megatron.bridge.data.packing.paths import is_packed_parquet_spec, resolve_packed_parquet_paths
-
-    from mbridge_seqpack.digests import note_read
-
-    note_read(spec if not any(c in spec for c in "*?[") else Path(spec).parent)
-    if not is_packed_parquet_spec(spec):
-        return [], None if Path(spec).exists() else "does not exist"
-    try:
-        return [Path(p) for p in resolve_packed_parquet_paths(spec)], None
-    except ValueError as exc:
-        return [], str(exc)
 
 
 def _violation(
@@ -475,59 +447,6 @@ def pack_matches_config(ctx: RuleContext, split: str, files: list[Path]) -> bool
     return not _check_files(ctx, f"{SPECS}.{split}", ", ".join(map(str, files)), split, files)
 
 
-def content_plan(cfg: ConfigContainer) -> Any:
-    """What the launch reads in full before its first optimizer step: every sealed pack file this config trains
-    on (explicit packed paths and the builder's default location), the JSONL each split was made from where the
-    config names it, and the tokenizer files (artifact/content_check.py). A file without a readable seal is left
-    out (the rule refuses it at validate())."""
-    from mbridge_seqpack.artifact.content_check import ContentPlan, PackFile, SourceFile, TokenizerFiles
-    from mbridge_seqpack.artifact.store import ArtifactError
-    from mbridge_seqpack.artifact.verified_parquet import find_seal
-
-    plan = ContentPlan()
-    ctx = RuleContext(cfg=cfg, world_size=None)
-    specs = ctx.specs
-    if specs is None:
-        return plan
-    files = []
-    for name in PATH_FIELDS:
-        value = getattr(specs, name, None)
-        if value is not None:
-            files += _resolve(str(value))[0]
-    defaults = {path.resolve() for path in _builder_default_files(ctx).values()}
-    files += list(_builder_default_files(ctx).values())
-    from mbridge_seqpack.artifact.builder_location import jsonl_root
-
-    root = jsonl_root(cfg)
-    seen: set[Path] = set()
-    for path in files:
-        if path.resolve() in seen:
-            continue
-        seen.add(path.resolve())
-        try:
-            seal = find_seal(path)
-        except (ArtifactError, OSError):
-            continue  # artifact.fingerprint_mismatch refuses it
-        if seal is None:
-            continue
-        plan.packs.append(PackFile(path, seal.file_bytes, seal.file_sha256, seal.tiles))
-        fp = seal.entry.fingerprint or {}
-        explicit = path.resolve() not in defaults
-        made_from = seal.entry.input_path if explicit else None
-        source = (
-            Path(made_from)
-            if isinstance(made_from, str) and made_from
-            else (root / f"{seal.entry.split}.jsonl" if root is not None else None)
-        )
-        if source is not None and source.is_file() and fp.get("input_sha256"):
-            if all(s.path != source for s in plan.sources):
-                plan.sources.append(SourceFile(source, str(fp["input_sha256"]), str(seal.entry.split)))
-        directory = _tokenizer_dir(cfg)
-        if plan.tokenizer is None and directory is not None and fp.get("tokenizer_sha256"):
-            plan.tokenizer = TokenizerFiles(directory, str(fp["tokenizer_sha256"]))
-    return plan
-
-
 @rule(
     "artifact.fingerprint_mismatch",
     "Packed paths (explicit, or the builder's default location) hold one sealed, complete pack matching the config.",
@@ -562,7 +481,7 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
         if value is None:
             continue
         field, spec = f"{SPECS}.{name}", str(value)
-        files, problem = _resolve(spec)
+        files, problem = resolve_packed(spec)
         if problem:
             found.append(
                 _violation(
@@ -574,7 +493,7 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
         found += _check_files(ctx, field, spec, split, files)
     prepared = _prepared_into_sealed(ctx) or _prepared_under_key(ctx)
     checked, found = checked or bool(prepared), found + prepared
-    for split, path in _builder_default_files(ctx).items():
+    for split, path in builder_default_files(ctx.cfg).items():
         checked = True
         fix = (
             f"re-run `mbridge-seqpack pack --recipe ... --overwrite` with this config (it replaces the pack there), "
@@ -582,31 +501,6 @@ def fingerprint_mismatch(ctx: RuleContext) -> list[Violation] | None:
         )
         found += _check_files(ctx, "dataset.dataset_root", str(path), split, [path], fix)
     return found if (checked or found) else None
-
-
-def _builder_default_files(ctx: RuleContext) -> dict[str, Path]:
-    """The packed files Megatron-Bridge's builder will train on from its default location (no packed path set;
-    validation only under ``do_validation``) that exist already: a pack there is used as it is, never re-made."""
-    from mbridge_seqpack.artifact.builder_location import builder_location
-
-    specs = ctx.specs
-    wanted = {"training": specs.packed_train_data_path is None}
-    wanted["validation"] = specs.packed_val_data_path is None and bool(getattr(ctx.dataset, "do_validation", True))
-    if not any(wanted.values()):
-        return {}
-    location = builder_location(ctx.cfg)
-    if location is None:
-        return {}
-    from mbridge_seqpack.digests import note_read
-
-    note_read(location.directory)
-    for split in wanted:
-        note_read(location.split_path(split))
-    return {
-        split: location.split_path(split)
-        for split, default in wanted.items()
-        if default and location.split_path(split).is_file()
-    }
 
 
 def _layout_read_by(ctx: RuleContext) -> dict[str, Any]:
@@ -658,10 +552,10 @@ def balance_layout(ctx: RuleContext) -> list[Violation] | None:
     specs = ctx.specs
     if specs is None:
         return None
-    spec = specs.packed_train_data_path or _builder_default_files(ctx).get("training")
+    spec = specs.packed_train_data_path or builder_default_files(ctx.cfg).get("training")
     if spec is None:
         return None
-    files, problem = _resolve(str(spec))
+    files, problem = resolve_packed(str(spec))
     if problem or not files:
         return None
     try:

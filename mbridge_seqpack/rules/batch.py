@@ -9,7 +9,7 @@ from mbridge_seqpack.rules.field_types import OPTIONAL_MICRO_BATCH, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
-def _layout_fields(ctx: RuleContext) -> dict[str, int]:
+def _topology_fields(ctx: RuleContext) -> dict[str, int]:
     topo = ctx.topology
     return {
         "world_size": topo.world_size,
@@ -36,7 +36,7 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
     if topo.world_size % topo.model_parallel:
         found.append(
             Violation(
-                _layout_fields(ctx),
+                _topology_fields(ctx),
                 f"data-parallel size is world_size / (TP*PP*CP) = {topo.world_size} / {topo.model_parallel}, "
                 "which must be a whole number",
                 fix=f"run on a multiple of {topo.model_parallel} GPUs, or change TP/PP/CP so their product divides "
@@ -47,7 +47,7 @@ def world_size_divisible(ctx: RuleContext) -> list[Violation] | None:
         found.append(
             Violation(
                 {
-                    **_layout_fields(ctx),
+                    **_topology_fields(ctx),
                     "model.expert_model_parallel_size": topo.ep,
                     "model.expert_tensor_parallel_size": topo.expert_tensor_parallel,
                 },

@@ -18,12 +18,11 @@ from typing import Any, Callable
 
 from mbridge_seqpack.config_paths import get_path
 from mbridge_seqpack.errors import ERROR, Violation
-from mbridge_seqpack.rules.context import RuleContext
+from mbridge_seqpack.rules.context import MOE_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     BOOL,
     NON_NEGATIVE_INT,
     OPTIONAL_NAME,
-    OPTIONAL_NON_NEGATIVE_INT,
     UNCHECKED,
     type_problems,
 )
@@ -52,8 +51,7 @@ def config_types(ctx: RuleContext) -> list[Violation]:
 
 
 def _moe(ctx: RuleContext) -> bool:
-    experts = getattr(ctx.model, "num_moe_experts", None)
-    return isinstance(experts, int) and experts > 1
+    return ctx.moe.experts is not None
 
 
 def _typed_precision(ctx: RuleContext) -> tuple[str, Any] | None:
@@ -184,13 +182,13 @@ def _default(obj: Any, name: str) -> Any:
         "mixed_precision.fp4_recipe": UNCHECKED,
         "mixed_precision.fp8": UNCHECKED,
         "mixed_precision.fp8_recipe": OPTIONAL_NAME,
+        **MOE_READS,
         "model.moe_expert_capacity_factor": UNCHECKED,
         "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
         "model.moe_router_score_function": UNCHECKED,
         "model.moe_token_dispatcher_type": OPTIONAL_NAME,
         "model.moe_token_drop_policy": UNCHECKED,
         "model.normalization": OPTIONAL_NAME,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
         "model.pipeline_model_parallel_comm_backend": UNCHECKED,
         "model.softmax_type": OPTIONAL_NAME,
     },

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from mbridge_seqpack.analysis.precision import precision_source
 from mbridge_seqpack.analysis.topology import Topology
 from mbridge_seqpack.errors import UsageError
+from mbridge_seqpack.moe_layers import MoeLayers, moe_layers
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
@@ -41,6 +43,7 @@ __all__ = [
     "resolve_world_size",
     "SPECS",
     "TOPOLOGY_READS",
+    "MOE_READS",
     "ATTENTION_VERDICT_READS",
     "EQUIVALENCE_READS",
     "PACK_FINGERPRINT_READS",
@@ -64,6 +67,15 @@ TOPOLOGY_READS: dict[str, FieldType] = {
     "model.expert_tensor_parallel_size": OPTIONAL_POSITIVE_INT,
     "dist.eval_context_parallel_size": OPTIONAL_POSITIVE_INT,
     "model.sequence_parallel": BOOL,
+}
+
+#: the fields :attr:`RuleContext.moe` reads (``mbridge_seqpack/moe_layers.py``): a rule that asks it reads them all
+MOE_READS: dict[str, FieldType] = {
+    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    "model.moe_layer_freq": UNCHECKED,
+    "model.num_layers": UNCHECKED,
+    "model.hybrid_layer_pattern": UNCHECKED,
+    "model.hybrid_override_pattern": UNCHECKED,
 }
 
 
@@ -125,7 +137,7 @@ EQUIVALENCE_READS: dict[str, FieldType] = {
     "model.moe_z_loss_coeff": UNCHECKED,
     "model.mtp_loss_scaling_factor": UNCHECKED,
     "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    **MOE_READS,
     "model.sequence_parallel": BOOL,
     "model.tensor_model_parallel_size": POSITIVE_INT,
     "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
@@ -177,8 +189,7 @@ GRAPH_PATH_READS: dict[str, FieldType] = {
     "model.cuda_graph_impl": OPTIONAL_STR,
     "model.cuda_graph_modules": OPTIONAL_NAMES,
     "model.cuda_graph_scope": UNCHECKED,
-    "model.hybrid_layer_pattern": UNCHECKED,
-    "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+    **MOE_READS,
 }
 
 #: where a config's pack is found and which tokenizer named it
@@ -444,22 +455,22 @@ class RuleContext:
 
         return cell_at(self.graph_coordinates)
 
+    @cached_property
+    def moe(self) -> MoeLayers:
+        """Which layers are MoE and with how many routed experts, as Megatron-Core builds them
+        (``mbridge_seqpack/moe_layers.py``, the one reading of ``num_moe_experts`` / ``moe_layer_freq`` / the hybrid
+        pattern); ``ctx.moe.experts`` is None for a model with no MoE layer."""
+        return moe_layers(self.model)
+
     # ---- precision ---------------------------------------------------------------------------
     @property
     def precision_source(self) -> tuple[str, Any] | None:
         """Where the run's precision fields come from, as (path prefix, object): a ``mixed_precision`` config, or a
         recipe name resolved to Megatron-Bridge's preset, overwrites every precision field of the model in
         runtime_config_update (mixed_precision.py update_config_with_precision_overrides); None for a recipe name
-        Megatron-Bridge does not know (it reports that itself)."""
-        mixed = getattr(self.cfg, "mixed_precision", None)
-        if isinstance(mixed, str):
-            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
-            try:
-                return "mixed_precision", get_mixed_precision_config(mixed)
-            except ValueError:
-                return None
-        return ("mixed_precision", mixed) if mixed is not None else ("model", self.model)
+        Megatron-Bridge does not know (it reports that itself). Read by ``analysis/precision.py``, which the
+        attention verdict reads too."""
+        return precision_source(self.cfg)
 
     @property
     def precision_is_preset(self) -> bool:

@@ -15,7 +15,14 @@ from mbridge_seqpack.analysis.graph_paths import (
     TE_SAMPLES,
 )
 from mbridge_seqpack.errors import ERROR, UNDETERMINED, Violation
-from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, GRAPH_PATH_READS, SPECS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import (
+    DATASET_KWARGS_READS,
+    GRAPH_PATH_READS,
+    MOE_READS,
+    SPECS,
+    TOPOLOGY_READS,
+    RuleContext,
+)
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
@@ -24,7 +31,6 @@ from mbridge_seqpack.rules.field_types import (
     OPTIONAL_PATH,
     OPTIONAL_STR,
     POSITIVE_INT,
-    UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
 
@@ -193,8 +199,7 @@ def te_attention_over_packed(ctx: RuleContext) -> list[Violation] | None:
         "dataset.enable_offline_packing": BOOL,
         "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
         "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.hybrid_layer_pattern": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
         "model.seq_length": POSITIVE_INT,
     },
 )
@@ -286,10 +291,9 @@ def te_scope_inputs(ctx: RuleContext) -> list[Violation] | None:
         "logger.timing_log_level": ANY_INT,
         "model.apply_rope_fusion": BOOL,
         "model.cuda_graph_impl": OPTIONAL_STR,
-        "model.hybrid_layer_pattern": UNCHECKED,
+        **MOE_READS,
         "model.is_hybrid_model": BOOL,
         "model.mtp_num_layers": OPTIONAL_NON_NEGATIVE_INT,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
         "model.position_embedding_type": OPTIONAL_NAME,
         "rerun_state_machine.check_for_spiky_loss": BOOL,
     },

@@ -34,11 +34,11 @@ def _blend_size(dataset: object) -> int:
     if paths is None and isinstance(getattr(dataset, "data_path", None), (list, str)):
         data_path = dataset.data_path
         words = data_path.split() if isinstance(data_path, str) else list(data_path)
-        paths = [w for w in words if not _is_number(str(w))]
+        paths = [w for w in words if not _parses_as_number(str(w))]
     return max(1, len(paths) if paths else 1)
 
 
-def _is_number(text: str) -> bool:
+def _parses_as_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:

@@ -201,8 +201,10 @@ def mamba_cp_needs_rmsnorm(ctx: RuleContext) -> list[Violation] | None:
 def _has_mamba_layers(model: Any) -> bool:
     """Whether a hybrid provider builds Mamba layers: 'M' in its layer pattern (before any MTP part), or no pattern
     and attention/MLP ratios that leave layers to Mamba (megatron/core/models/hybrid/hybrid_layer_allocation.py)."""
-    pattern = getattr(model, "hybrid_layer_pattern", None) or getattr(model, "hybrid_override_pattern", None)
-    if isinstance(pattern, str):
+    from mbridge_seqpack.moe_layers import hybrid_pattern
+
+    pattern = hybrid_pattern(model)
+    if pattern is not None:
         return "M" in pattern.split("/")[0]
     ratios = (getattr(model, "hybrid_attention_ratio", 0.0) or 0.0) + (getattr(model, "hybrid_mlp_ratio", 0.0) or 0.0)
     return ratios < 1.0

@@ -10,8 +10,8 @@ from mbridge_seqpack.analysis.attention_backend import (
 )
 from mbridge_seqpack.analysis.model_family import GLM45, QWEN3_NEXT, QWEN35_VL, detect_model_family
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import TOPOLOGY_READS, RuleContext
-from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, OPTIONAL_NON_NEGATIVE_INT, UNCHECKED
+from mbridge_seqpack.rules.context import MOE_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.field_types import BOOL, OPTIONAL_NAME, UNCHECKED
 from mbridge_seqpack.rules.registry import rule
 
 
@@ -111,7 +111,7 @@ def core_attention_cp(ctx: RuleContext) -> list[Violation] | None:
         "model.experimental_attention_variant": UNCHECKED,
         "model.moe_router_score_function": UNCHECKED,
         "model.multi_latent_attention": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
     },
 )
 def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
@@ -143,7 +143,7 @@ def offline_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:
     reads={
         "dataset.enable_in_batch_packing": BOOL,
         "model.experimental_attention_variant": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
     },
 )
 def in_batch_packing_opt_out(ctx: RuleContext) -> list[Violation] | None:

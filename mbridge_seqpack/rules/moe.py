@@ -8,14 +8,13 @@ import math
 from typing import Any
 
 from mbridge_seqpack.errors import ADVISORY, ERROR, Violation
-from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, TOPOLOGY_READS, RuleContext
+from mbridge_seqpack.rules.context import DATASET_KWARGS_READS, MOE_READS, TOPOLOGY_READS, RuleContext
 from mbridge_seqpack.rules.field_types import (
     ANY_INT,
     BOOL,
     OPTIONAL_MICRO_BATCH,
     OPTIONAL_NAME,
     OPTIONAL_NAMES,
-    OPTIONAL_NON_NEGATIVE_INT,
     OPTIONAL_NUMBERS,
     OPTIONAL_POSITIVE_INT,
     POSITIVE_INT,
@@ -23,12 +22,6 @@ from mbridge_seqpack.rules.field_types import (
 )
 from mbridge_seqpack.rules.registry import rule
 from mbridge_seqpack.rules.row_widths import row_widths, width_fix
-
-
-def _experts(ctx: RuleContext) -> int | None:
-    """The number of routed experts, or None for a dense model."""
-    experts = getattr(ctx.model, "num_moe_experts", None)
-    return experts if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1 else None
 
 
 def _aux_loss_coeffs(model: Any) -> list[float]:
@@ -57,13 +50,13 @@ def _aux_loss_coeffs(model: Any) -> list[float]:
         "dataset.seq_length": POSITIVE_INT,
         "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
         "model.moe_router_topk": OPTIONAL_POSITIVE_INT,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
         "model.seq_length": POSITIVE_INT,
         "train.micro_batch_size": OPTIONAL_MICRO_BATCH,
     },
 )
 def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
-    experts = _experts(ctx)
+    experts = ctx.moe.experts
     if experts is None or getattr(ctx.model, "moe_router_load_balancing_type", None) != "quantile_balancing":
         return None
     widths = row_widths(ctx)
@@ -106,17 +99,17 @@ def quantile_balancing_tokens(ctx: RuleContext) -> list[Violation] | None:
         "CPU; 'performance' is the reason for the check, NVIDIA/Megatron-LM#1587, but it raises); "
         "megatron/core/model_parallel_config.py only warns (and only with EP>1), and Megatron-Bridge checks nothing."
     ),
-    reads={**TOPOLOGY_READS, "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT},
+    reads={**TOPOLOGY_READS, **MOE_READS},
 )
 def tp_needs_sequence_parallel(ctx: RuleContext) -> list[Violation] | None:
-    if _experts(ctx) is None or ctx.topology.tp == 1:
+    if ctx.moe.experts is None or ctx.topology.tp == 1:
         return None
     if ctx.topology.sequence_parallel:
         return []
     return [
         Violation(
             {
-                "model.num_moe_experts": _experts(ctx),
+                "model.num_moe_experts": ctx.moe.experts,
                 "model.tensor_model_parallel_size": ctx.topology.tp,
                 "model.sequence_parallel": False,
             },
@@ -140,12 +133,12 @@ def tp_needs_sequence_parallel(ctx: RuleContext) -> list[Violation] | None:
         **TOPOLOGY_READS,
         "model.moe_flex_dispatcher_backend": OPTIONAL_NAME,
         "model.moe_token_dispatcher_type": OPTIONAL_NAME,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
     },
 )
 def flex_dispatcher_parallel(ctx: RuleContext) -> list[Violation] | None:
     m = ctx.model
-    if _experts(ctx) is None or getattr(m, "moe_token_dispatcher_type", None) != "flex":
+    if ctx.moe.experts is None or getattr(m, "moe_token_dispatcher_type", None) != "flex":
         return None
     backend = getattr(m, "moe_flex_dispatcher_backend", "deepep")
     if backend not in ("deepep", "ncclep"):
@@ -221,11 +214,11 @@ def _router_conflicts(m: Any) -> list[tuple[str, str, dict[str, object]]]:
         "model.moe_router_load_balancing_type": OPTIONAL_NAMES,
         "model.moe_router_num_groups": UNCHECKED,
         "model.moe_shared_expert_overlap": BOOL,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
     },
 )
 def router_options(ctx: RuleContext) -> list[Violation] | None:
-    if _experts(ctx) is None:
+    if ctx.moe.experts is None:
         return None
     found = []
     for what, message, fix in _router_conflicts(ctx.model):
@@ -279,13 +272,13 @@ def _router_counts_tokens(model: Any) -> list[str]:
         "model.moe_expert_capacity_factor": UNCHECKED,
         "model.moe_router_enable_expert_bias": UNCHECKED,
         "model.moe_z_loss_coeff": UNCHECKED,
-        "model.num_moe_experts": OPTIONAL_NON_NEGATIVE_INT,
+        **MOE_READS,
     },
 )
 def router_counts_padding(ctx: RuleContext) -> list[Violation] | None:
-    experts = getattr(ctx.model, "num_moe_experts", None)
+    experts = ctx.moe.experts
     # packed rows: equivalence.router_padding routes them through Megatron-Core's router and measures the padding
-    if not isinstance(experts, int) or experts <= 1 or ctx.any_packing or not ctx.fixed_width_rows:
+    if experts is None or ctx.any_packing or not ctx.fixed_width_rows:
         return None
     terms = _router_counts_tokens(ctx.model)
     if not terms:

@@ -15,9 +15,9 @@ import torch
 
 from mbridge_seqpack import check
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.pack_files import content_plan
 from mbridge_seqpack.artifact.store import ENTRY_SEAL, ArtifactError, entry_digest
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
-from mbridge_seqpack.rules.artifact import content_plan
 from mbridge_seqpack.tokenization.sequences import InputError
 from tests.support.packs import (
     DATA,

@@ -23,12 +23,12 @@ from mbridge_seqpack import digests
 from mbridge_seqpack.artifact import launch_guard
 from mbridge_seqpack.artifact.content_check import ContentCheckError
 from mbridge_seqpack.artifact.inspect_artifact import inspect_artifact
+from mbridge_seqpack.artifact.pack_files import content_plan
 from mbridge_seqpack.artifact.row_group_seal import CorruptedPackError, Tiles
 from mbridge_seqpack.digests import FileStamp
 from mbridge_seqpack.pipeline.pack import PackOptions, pack_jsonl
 from mbridge_seqpack.recipes.building_blocks import embedded_data_dir, embedded_tokenizer_dir
 from mbridge_seqpack.report import check
-from mbridge_seqpack.rules.artifact import content_plan
 
 pytestmark = pytest.mark.slow
 

@@ -64,9 +64,9 @@ def _nothing_accepted(root: Path, previous: bytes | None) -> None:
     """No pack where the builder looks (or the previous one, byte for byte), none the rule or inspect accepts."""
     from megatron.bridge.data.packing.paths import resolve_packed_parquet_paths
 
+    from mbridge_seqpack.artifact.pack_files import content_plan
     from mbridge_seqpack.artifact.store import ArtifactError
     from mbridge_seqpack.report import check
-    from mbridge_seqpack.rules.artifact import content_plan
 
     builder, cfg = _location(root)
     target = Path(builder.train_path_packed)

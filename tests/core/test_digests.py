@@ -83,7 +83,7 @@ def test_a_written_file_passes_validate_and_is_refused_by_the_launchs_content_ch
 ) -> None:
     """A flip inside a row group is beyond validate()'s O(metadata) look (no whole file is read there); the
     content check the launch runs before its first optimizer step reads it and names the row group."""
-    from mbridge_seqpack.rules.artifact import content_plan
+    from mbridge_seqpack.artifact.pack_files import content_plan
 
     out, cfg = packed
     target = out / TRAIN

@@ -221,3 +221,17 @@ def test_off_unless_turned_on(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) 
     assert [v.rule_id for v in _launch(packed_cfg)] == ["launch.model_build"]
     monkeypatch.delenv("MBRIDGE_SEQPACK_LAUNCH")
     assert [v.rule_id for v in check(packed_cfg, world_size=8) if v.rule_id.startswith("launch.")] == []
+
+
+@pytest.mark.parametrize(
+    ("experts", "freq", "shrunk"), [(64, 1, 8), (64, 2, 8), (12, 1, 12), (64, [0, 0], 64), (True, 1, True)]
+)
+def test_the_shrink_cuts_the_routed_experts_only(packed_cfg: Any, experts: Any, freq: Any, shrunk: Any) -> None:
+    """Above 16 routed experts the shrink keeps top-k's 8 (one group); a model with no MoE layer (a frequency list
+    of zeros) or no expert count (a bool) keeps its num_moe_experts as it is."""
+    from mbridge_seqpack.minilaunch.shrink import shrunk_provider
+
+    model = packed_cfg.model
+    model.num_layers, model.num_moe_experts, model.moe_layer_freq, model.moe_router_topk = 2, experts, freq, 8
+    assert shrunk_provider(model).provider.num_moe_experts == shrunk
+    assert model.num_moe_experts == experts  # the original is not touched

@@ -149,7 +149,7 @@ def test_a_wordpiece_pack_whose_vocab_txt_is_edited_after_packing_is_refused(pac
     """The #52 red-team case end to end: a pack tokenized with a WordPiece tokenizer whose vocabulary is only
     vocab.txt; two tokens swapped there after packing; validate() refuses the pack (and the launch's content check
     reads the edit)."""
-    from mbridge_seqpack.rules.artifact import content_plan
+    from mbridge_seqpack.artifact.pack_files import content_plan
     from tests.support.packs import pack_rule, run_pack, small_jsonl
 
     directory = FAMILIES["WordPiece"][0](tmp_path / "tok")
