@@ -16,8 +16,8 @@ from mbridge_seqpack.rules import all_rules
 TESTS = Path(__file__).resolve().parents[1]
 CASES = TESTS / "support" / "rule_cases"
 
-#: error rules with no evidence test, each with why; the rule's evidence cites the code that fails instead. The
-#: ones marked "not yet" could be shown on CPU: an evidence test for one removes it from here
+#: error rules with no evidence test, each with why (the failing code needs a GPU, several ranks or another
+#: Megatron-Core); the rule's evidence cites the code that fails instead. An evidence test for one removes it from here
 NO_EVIDENCE_TEST = {
     "offline.alignment_multiple": "TE's thd_get_partitioned_indices is a CUDA kernel "
     "(tests/equivalence/test_equivalence_cp.py::test_te_kernel_does_not_run_on_this_cpu)",
@@ -25,18 +25,11 @@ NO_EVIDENCE_TEST = {
     "moe.hybridep_uneven_inputs": "HybridEP's dispatcher (DeepEP's hybrid kernels) runs on GPUs only",
     "tp_comm_overlap.mxfp8_tokens": "TE's userbuffers (the TP overlap buffers) are CUDA memory, made at launch",
     "cuda_graphs.te_capture_width": "the failing copy_ is in TE's graph replay, after a capture on a GPU",
-    "cp.a2a_heads_divisible": "not yet: AttnFuncWithCPAndQKVOA2A.forward asserts before its first exchange",
     "cp.hierarchical_sizes_required": "the crash is TE attention built with cp_group=None at model build on GPUs",
     "cp.thd_mcore_version": "the failing import is of a Megatron-Core older than 0.18, not the pinned one",
     "pipeline.interleaved_micro_batches": "the interleaved schedule allocates on CUDA before its check raises",
     "pipeline.variable_shapes_interleaved_pp2": "the shape exchange between PP ranks (a hang) needs several ranks",
     "fixed_width.gpt_sft_pipeline": "the p2p buffers between PP ranks are sized on GPUs, over several ranks",
-    "cp.hierarchical_sizes_product": "not yet: initialize_model_parallel's assert would run over a fake world",
-    "cuda_graphs.pad_cu_seqlens_needs_metadata": "not yet: GPTSFTPackedDataset.__init__'s assert runs on CPU",
-    "offline.max_single_within_pack": "not yet: PackedSequenceSpecs.__post_init__ raises on CPU",
-    "gpt_sft.row_width_alignment": "not yet: GPTSFTDataset.collate_fn's row widths are computed on CPU",
-    "mamba.cp_needs_rmsnorm_off_mem_eff_path": "not yet: MambaMixer._ssm_prefill's assert is reached on CPU",
-    "artifact.fingerprint_mismatch": "not yet: resolve_packed_parquet_paths reading every file runs on CPU",
 }
 
 

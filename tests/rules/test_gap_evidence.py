@@ -643,3 +643,258 @@ def test_mtp_recompute_takes_one_layer_a_unit(unpacked_cfg: Any) -> None:
     assert _ids(unpacked_cfg) == {"mtp.full_recompute_layers"}
     unpacked_cfg.model.recompute_num_layers = 1
     assert _ids(unpacked_cfg) == set()
+
+
+# ---- context parallelism: the a2a head scatter and the hierarchical levels ------------------------------------------
+@pytest.mark.evidence("cp.a2a_heads_divisible")
+def test_a2a_cp_scatters_heads_only_where_each_rank_holds_a_multiple_of_cp(groups: Any, packed_cfg: Any) -> None:
+    """TE's AttnFuncWithCPAndQKVOA2A.forward on the rank-local THD q, k, v (12 query heads, 2 or 4 key/value heads)
+    over a CP group of 4: it asserts before its first exchange where the key/value heads do not divide by 4."""
+    from transformer_engine.pytorch.attention.dot_product_attention.context_parallel import AttnFuncWithCPAndQKVOA2A
+
+    def refusal(kv_heads: int) -> str | None:
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        q, kv = torch.zeros(8, 12, 16), torch.zeros(8, kv_heads, 16)
+        try:
+            AttnFuncWithCPAndQKVOA2A.forward(
+                None, True, q, kv, kv, cu, cu, 8, 8, cu, cu, 0.0, None, "thd", "padding_causal", "no_bias", None,
+                False, True, False, None, (-1, 0), False, None, groups[4], None, None, False, False, False,
+                "vanilla", None, False,
+            )  # fmt: skip
+        except AssertionError as exc:
+            return str(exc)
+        except Exception:  # noqa: BLE001 - past the checks: the exchange and the fused kernel need a GPU
+            return None
+        return None
+
+    assert refusal(2) == (
+        "cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V. Found num_heads_q = 12, "
+        "num_heads_kv = 2, cp_size = 4."
+    )
+    assert refusal(4) is None
+    for name, value in {"context_parallel_size": 4, "calculate_per_token_loss": True, "cp_comm_type": "a2a"}.items():
+        setattr(packed_cfg.model, name, value)
+    packed_cfg.ddp.average_in_collective = False
+    packed_cfg.dataset.offline_packing_specs.pad_seq_to_mult = 8
+    packed_cfg.model.num_query_groups = 2
+    assert _ids(packed_cfg) == {"cp.a2a_heads_divisible"}
+    packed_cfg.model.num_query_groups = 4
+    assert _ids(packed_cfg) == set()
+
+
+@pytest.mark.evidence("cp.hierarchical_sizes_product")
+def test_hierarchical_cp_levels_must_multiply_to_cp_where_initialize_model_parallel_asserts(
+    groups: Any, unpacked_cfg: Any
+) -> None:
+    """Megatron-Core's initialize_model_parallel over a fake world of 8 at CP 8, without the gloo groups the fake
+    backend cannot make (its assert has no message: the failing line is read from the traceback)."""
+    import traceback
+
+    from megatron.core import parallel_state
+
+    def refused(sizes: list[int]) -> bool:
+        try:
+            parallel_state.initialize_model_parallel(
+                1, 1, context_parallel_size=8, hierarchical_context_parallel_sizes=sizes,
+                create_gloo_process_groups=False,
+            )  # fmt: skip
+        except AssertionError as exc:
+            line = traceback.extract_tb(exc.__traceback__)[-1].line
+            assert line == "assert np.prod(hierarchical_context_parallel_sizes) == context_parallel_size"
+            return True
+        finally:
+            parallel_state.destroy_model_parallel()
+        return False
+
+    assert refused([2, 2]) and refused([4, 4])
+    assert not refused([4, 2])
+    model = unpacked_cfg.model
+    model.context_parallel_size, model.calculate_per_token_loss, model.cp_comm_type = 8, True, "a2a+p2p"
+    unpacked_cfg.ddp.average_in_collective = False
+    for sizes, flagged in (([2, 2], True), ([4, 4], True), ([4, 2], False)):
+        model.hierarchical_context_parallel_sizes = sizes
+        assert ("cp.hierarchical_sizes_product" in _ids(unpacked_cfg)) == flagged, sizes
+
+
+# ---- Mamba off the memory-efficient path under CP -------------------------------------------------------------------
+def _mamba_prefill_refusal(group: Any, rmsnorm: bool) -> str | None:
+    """MambaMixer._ssm_prefill (the training path off the memory-efficient one) on a rank's slice of the input
+    projection, 4 heads of 8 and 2 groups of state 4; None where it gets past its checks to the scan (mamba_ssm's
+    kernel, absent here)."""
+    import megatron.core.ssm.mamba_mixer as mamba_mixer
+    from megatron.core.ssm.mamba_context_parallel import MambaContextParallel
+
+    heads, head_dim, n_groups, state = 4, 8, 2, 4
+    conv = heads * head_dim + 2 * n_groups * state
+    mixer = mamba_mixer.MambaMixer.__new__(mamba_mixer.MambaMixer)
+    torch.nn.Module.__init__(mixer)
+    mixer.d_state, mixer.d_conv, mixer.headdim, mixer.rmsnorm = state, 4, head_dim, rmsnorm
+    mixer.activation, mixer.act = "silu", torch.nn.SiLU()
+    mixer.chunk_size, mixer.D_has_hdim, mixer.mamba_training_ssm_states_dtype = 8, False, None
+    zero = torch.zeros(heads)
+    mixer.cp = MambaContextParallel(
+        group, heads * head_dim, heads, n_groups, state, torch.zeros(conv, 1, 4), torch.zeros(conv), 3, zero, zero,
+        zero, False,
+    )  # fmt: skip
+    width = (heads * head_dim + conv + heads) // group.size()  # z, x B C, dt of this CP rank
+    try:
+        mixer._ssm_prefill(torch.zeros(8, 1, width), conv_state=None, ssm_state=None)
+    except AssertionError as exc:
+        return str(exc)
+    except TypeError as exc:
+        assert "'NoneType' object is not callable" in str(exc)  # mamba_chunk_scan_combined: past the checks
+    return None
+
+
+@pytest.mark.evidence("mamba.cp_needs_rmsnorm_off_mem_eff_path")
+def test_mamba_off_the_memory_efficient_path_needs_its_gated_norm_under_cp(groups: Any, unpacked_cfg: Any) -> None:
+    from megatron.bridge.models.falcon_h1.falconh1_provider import FalconH1ModelProvider
+    from megatron.core.transformer.enums import AttnBackend
+
+    refused = "Context parallel not supported for use_mem_eff_path==False and rmsnorm==False"
+    assert _mamba_prefill_refusal(groups[2], rmsnorm=False) == refused
+    assert _mamba_prefill_refusal(groups[2], rmsnorm=True) is None
+    assert _mamba_prefill_refusal(groups[1], rmsnorm=False) is None
+    unpacked_cfg.model = FalconH1ModelProvider(
+        attention_backend=AttnBackend.auto,  # its unfused default refuses CP (attention.backend_available)
+        num_layers=2, hidden_size=256, num_attention_heads=4, mamba_num_heads=8, mamba_head_dim=32, vocab_size=1024,
+        seq_length=4096, rmsnorm=False, use_mamba_mem_eff_path=False,
+    )  # fmt: skip
+    assert _ids(unpacked_cfg) == set()  # CP 1
+    unpacked_cfg.model.context_parallel_size, unpacked_cfg.model.calculate_per_token_loss = 2, True
+    unpacked_cfg.ddp.average_in_collective = False
+    assert _ids(unpacked_cfg) == {"mamba.cp_needs_rmsnorm_off_mem_eff_path"}
+    unpacked_cfg.model.rmsnorm = True
+    assert _ids(unpacked_cfg) == set()
+
+
+# ---- the offline prep's and the packed dataset's limits -------------------------------------------------------------
+@pytest.mark.evidence("offline.max_single_within_pack")
+def test_a_sequence_longer_than_the_pack_is_refused_by_the_specs_and_unplaceable_by_the_prep(packed_cfg: Any) -> None:
+    """PackedSequenceSpecs refuses it when built; assigned later, the prep keeps the sequence (create_hist up to
+    max_single_sequence_length), first_fit gives it a bin of its own, and fill_packing_strategy has no such length."""
+    from megatron.bridge.data.packing.algorithms import create_hist, create_packing_strategy, fill_packing_strategy
+    from megatron.bridge.data.packing.config import PackedSequenceSpecs
+
+    with pytest.raises(ValueError, match=r"^max_single_sequence_length cannot exceed packed_sequence_size\.$"):
+        PackedSequenceSpecs(packed_sequence_size=8, max_single_sequence_length=9)
+    PackedSequenceSpecs(packed_sequence_size=8, max_single_sequence_length=8)
+
+    def pack(max_single: int, tokens: int) -> list[dict[str, Any]]:
+        example = {"input_ids": list(range(tokens + 1)), "loss_mask": [True] * (tokens + 1)}  # +1: the shift
+        sequences, histogram = create_hist([example], max_single)
+        assignments, _ = create_packing_strategy(histogram, 8, "first_fit")
+        return fill_packing_strategy(assignments, sequences, 8, 0)
+
+    with pytest.raises(KeyError, match="^9$"):
+        pack(max_single=9, tokens=9)
+    assert [row["seq_start_id"] for row in pack(max_single=8, tokens=8)] == [[0]]
+    specs = packed_cfg.dataset.offline_packing_specs
+    specs.max_single_sequence_length = 4097  # an assignment: __post_init__ does not run again
+    assert _ids(packed_cfg) == {"offline.max_single_within_pack"}
+    specs.max_single_sequence_length = 4096
+    assert _ids(packed_cfg) == set()
+
+
+@pytest.mark.evidence("cuda_graphs.pad_cu_seqlens_needs_metadata")
+def test_static_cu_seqlens_need_the_pack_metadata_file_the_builder_opens(
+    tiny_pack: Any, packed_cfg: Any, tmp_path: Any
+) -> None:
+    """Megatron-Bridge's GPTSFTDatasetBuilder over an explicit packed path with pad_cu_seqlens: with no metadata
+    path it opens its default location's (under dataset_root: none there), else the one set."""
+    from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetBuilder
+
+    from mbridge_seqpack.config_paths import set_path
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
+
+    pack = tiny_pack / "pack"
+    for path, value in {
+        "model.seq_length": 64,
+        "dataset.seq_length": 64,
+        "dataset.dataset_root": str(tmp_path),
+        "dataset.do_validation": False,
+        "dataset.offline_packing_specs.packed_sequence_size": 64,
+        "dataset.offline_packing_specs.packed_train_data_path": str(pack / "training_64.idx.parquet"),
+        "dataset.offline_packing_specs.pad_cu_seqlens": True,
+    }.items():
+        set_path(packed_cfg, path, value)
+    packed_cfg.dataset.dataset_kwargs["pad_to_max_length"] = True  # GPTSFTPackedDataset asserts it with the flag
+    tokenizer = load_megatron_tokenizer(embedded_tokenizer_dir())
+    specs = packed_cfg.dataset.offline_packing_specs
+
+    def build() -> Any:
+        return GPTSFTDatasetBuilder(packed_cfg.dataset, tokenizer).build()[0]
+
+    for metadata in (None, tmp_path / "missing.jsonl"):
+        specs.packed_metadata_path = metadata
+        with pytest.raises(FileNotFoundError, match=r"No such file or directory: .*/(64_metadata|missing)\.jsonl'$"):
+            build()
+        assert "cuda_graphs.pad_cu_seqlens_needs_metadata" in _ids(packed_cfg), metadata
+    specs.packed_metadata_path = str(pack / "64_metadata.jsonl")
+    assert build().pack_metadata[0]["pack_size"] == 64
+    assert "cuda_graphs.pad_cu_seqlens_needs_metadata" not in _ids(packed_cfg)
+
+
+@pytest.mark.evidence("gpt_sft.row_width_alignment")
+@pytest.mark.parametrize("multiple", [3, 4])
+def test_unpacked_gpt_sft_batches_split_over_cp_only_at_a_width_of_2_cp(
+    groups: Any, tiny_pack: Any, unpacked_cfg: Any, multiple: int
+) -> None:
+    """GPTSFTDataset.collate_fn's batch of the three tiny records, as wide as its longest row rounded up to
+    pad_seq_length_to_mult, then Megatron-Core's get_batch_on_this_cp_rank (what gpt_step runs) at CP 2."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.core.utils import get_batch_on_this_cp_rank
+
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
+
+    dataset = build_gpt_sft_split(
+        tiny_pack / "training.jsonl", tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()), seq_length=64,
+        memmap_workers=1, seed=1234, packed_sequence_size=-1, dataset_kwargs={"pad_seq_length_to_mult": multiple},
+    )  # fmt: skip
+    batch = dataset.collate_fn([dataset[i] for i in range(3)])
+    tokens = batch["tokens"]
+    assert tokens.shape[1] == {3: 6, 4: 4}[multiple]  # the longest record is 4 tokens
+    try:
+        split = get_batch_on_this_cp_rank({"tokens": tokens, "labels": batch["labels"]}, False, groups[2])
+        failed = False
+    except RuntimeError as exc:
+        assert "is invalid for input of size" in str(exc)  # the view into 2*CP chunks
+        failed = True
+    if not failed:
+        assert split["tokens"].shape[1] == tokens.shape[1] // 2
+    unpacked_cfg.model.context_parallel_size, unpacked_cfg.model.calculate_per_token_loss = 2, True
+    unpacked_cfg.ddp.average_in_collective = False
+    unpacked_cfg.dataset.dataset_kwargs["pad_seq_length_to_mult"] = multiple
+    assert failed == (multiple == 3)
+    assert _ids(unpacked_cfg) == ({"gpt_sft.row_width_alignment"} if failed else set())
+
+
+# ---- what a packed path trains on -----------------------------------------------------------------------------------
+@pytest.mark.evidence("artifact.fingerprint_mismatch")
+def test_a_packed_directory_trains_on_every_parquet_file_in_it(pack_cfg: Any, small_pack: Any) -> None:
+    """Megatron-Bridge resolves a directory to all its Parquet files and its packed dataset trains on all their
+    rows: pointed at the pack's folder, the training split takes in the 2 validation rows, with no error."""
+    from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
+    from megatron.bridge.data.packing.paths import resolve_packed_parquet_paths
+
+    from mbridge_seqpack.recipes.building_blocks import embedded_tokenizer_dir
+    from mbridge_seqpack.tokenization.sequences import load_megatron_tokenizer
+
+    training, validation = small_pack / "training_4096.idx.parquet", small_pack / "validation_4096.idx.parquet"
+    assert resolve_packed_parquet_paths(small_pack) == [str(training), str(validation)]
+
+    def rows(path: Any) -> int:
+        return len(
+            build_gpt_sft_split(
+                path, tokenizer=load_megatron_tokenizer(embedded_tokenizer_dir()), seq_length=4096, memmap_workers=1,
+                seed=1234, packed_sequence_size=4096, pad_seq_to_mult=4,
+            )
+        )  # fmt: skip
+
+    assert rows(small_pack) == rows(training) + 2
+    pack_cfg.dataset.offline_packing_specs.packed_train_data_path = str(small_pack)
+    assert _ids(pack_cfg) == {"artifact.fingerprint_mismatch"}
+    pack_cfg.dataset.offline_packing_specs.packed_train_data_path = str(training)
+    assert _ids(pack_cfg) == set()
