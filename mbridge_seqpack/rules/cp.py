@@ -173,8 +173,9 @@ def _suggest_hierarchy(ctx: RuleContext) -> list[int]:
     evidence=(
         "megatron/core/extensions/transformer_engine.py TEDotProductAttention.__init__ passes "
         "get_hierarchical_context_parallel_groups(check_initialized=False) as cp_group for 'a2a+p2p'; without "
-        "hierarchical sizes parallel_state never creates those groups, so TE gets cp_group=None (crash at "
-        "model build)."
+        "hierarchical sizes (None or an empty list: parallel_state.initialize_model_parallel makes the groups only "
+        "under `if hierarchical_context_parallel_sizes:`) it never creates those groups, so TE gets cp_group=None "
+        "(crash at model build)."
     ),
     reads={
         **TOPOLOGY_READS,
@@ -187,13 +188,14 @@ def _suggest_hierarchy(ctx: RuleContext) -> list[int]:
 def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
     if not any(t is not None and "a2a+p2p" in t for t in _comm_types(ctx)):
         return None
-    if getattr(ctx.model, "hierarchical_context_parallel_sizes", None) is not None:
+    sizes = getattr(ctx.model, "hierarchical_context_parallel_sizes", None)
+    if sizes:  # parallel_state.initialize_model_parallel makes the groups only for a non-empty list
         return []
     return [
         Violation(
             {
                 "model.cp_comm_type": getattr(ctx.model, "cp_comm_type", None),
-                "model.hierarchical_context_parallel_sizes": None,
+                "model.hierarchical_context_parallel_sizes": sizes,
             },
             "without hierarchical sizes the a2a+p2p CP communication is silently disabled: each rank attends "
             "only to its local chunk (fast, and wrong)",
@@ -219,7 +221,7 @@ def hierarchical_sizes_required(ctx: RuleContext) -> list[Violation] | None:
 )
 def hierarchical_sizes_product(ctx: RuleContext) -> list[Violation] | None:
     sizes = getattr(ctx.model, "hierarchical_context_parallel_sizes", None)
-    if sizes is None:
+    if not sizes:  # initialize_model_parallel checks the product only under `if hierarchical_context_parallel_sizes:`
         return None
     cp = ctx.topology.cp
     if math.prod(sizes) == cp:

@@ -707,13 +707,19 @@ def test_hierarchical_cp_levels_must_multiply_to_cp_where_initialize_model_paral
         return False
 
     assert refused([2, 2]) and refused([4, 4])
-    assert not refused([4, 2])
+    assert not refused([4, 2]) and not refused([])  # an empty list is checked as none: no groups, no assert
     model = unpacked_cfg.model
     model.context_parallel_size, model.calculate_per_token_loss, model.cp_comm_type = 8, True, "a2a+p2p"
     unpacked_cfg.ddp.average_in_collective = False
-    for sizes, flagged in (([2, 2], True), ([4, 4], True), ([4, 2], False)):
+    for sizes, flagged in (([2, 2], True), ([4, 4], True), ([4, 2], False), ([], False)):
         model.hierarchical_context_parallel_sizes = sizes
         assert ("cp.hierarchical_sizes_product" in _ids(unpacked_cfg)) == flagged, sizes
+    # [] under a2a+p2p: initialize_model_parallel makes the hierarchical groups only `if sizes:`, so none are made,
+    # the crash cp.hierarchical_sizes_required names
+    model.hierarchical_context_parallel_sizes = []
+    assert "cp.hierarchical_sizes_required" in _ids(unpacked_cfg)
+    model.cp_comm_type = "p2p"
+    assert not {"cp.hierarchical_sizes_required", "cp.hierarchical_sizes_product"} & _ids(unpacked_cfg)
 
 
 # ---- Mamba off the memory-efficient path under CP -------------------------------------------------------------------
