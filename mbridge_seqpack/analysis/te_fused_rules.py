@@ -8,13 +8,17 @@ version, each with a reject message, and only then asks cuDNN (``support_verdict
 which needs a GPU. The fixed rules are read from the installed binary: each :class:`FixedRule` carries the reject
 text exactly as the binary builds it, and its condition with the thresholds the compiled code compares (disassembly
 of ``nvte_get_fused_attn_backend_v2`` at the cited addresses: ``cmp $0x59`` sm <= 89, ``cmp $0x1688b`` cuDNN <=
-92299, ...). The cudnn-frontend rules are those of its SDPA backward nodes (``scaled_dot_product_flash_attention.h``,
-``sdpa_fp8_bwd.h``), whose texts the binary holds as plain strings.
+92299, ...). The cudnn-frontend rules are the SDPA validation the support query runs on the graphs TE builds
+(forward, then backward when training): ``sdpa_support_surface.h``, ``scaled_dot_product_flash_attention.h`` and
+``sdpa_fp8_bwd.h`` of nvidia-cudnn-frontend 1.30.0, the release whose every condition text the binary holds. Their
+messages are plain strings in the binary, and each condition is there too, stringified by the frontend's error
+macro (``#cond ") at "``).
 
 The binary keeps the v2 function's messages the way its compiler emitted them: 16-byte pieces in a constant pool
 (shared between messages), the last few bytes as an immediate in the code. :func:`drift` checks the cited texts
-against the bytes of the installed .so on those terms, and reports any message of the two families the data does
-not cite.
+against the bytes of the installed .so on those terms, reports any v2 message the data does not cite, and reads
+every cudnn-frontend reject condition in the binary: each must be cited by a rule or classified, with the reason
+it is not one, in ``te_frontend_texts``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class Query:
     head_dim_qk: int
     head_dim_v: int
     max_seqlen_kv: int
+    max_seqlen_q: int
+    num_heads: int
+    num_gqa_groups: int
     num_tokens_q: int
     num_tokens_kv: int
     pages: tuple[int, ...]  # num_pages_k/v, page_size_k/v, max_pages_per_seq_k/v
@@ -81,6 +88,7 @@ class FixedRule:
     family: str  # "nvte_get_fused_attn_backend_v2" or "cudnn-frontend"
     where: str  # the compiled code that decides it
     applies: Callable[[Query], bool]
+    condition: str = ""  # cudnn-frontend: the condition as its error macro stringifies it into the binary
 
 
 def _name(value: Any) -> str:
@@ -138,6 +146,9 @@ def query_of(kwargs: Mapping[str, Any], arch: tuple[int, int], cudnn: tuple[int,
         head_dim_qk=int(kwargs["head_dim_qk"]),
         head_dim_v=int(kwargs["head_dim_v"]),
         max_seqlen_kv=int(kwargs["max_seqlen_kv"]),
+        max_seqlen_q=int(kwargs["max_seqlen_q"]),
+        num_heads=int(kwargs["num_attn_heads"]),
+        num_gqa_groups=int(kwargs["num_gqa_groups"]),
         num_tokens_q=int(kwargs.get("num_tokens_q", 0) or 0),
         num_tokens_kv=int(kwargs.get("num_tokens_kv", 0) or 0),
         pages=pages,
@@ -296,64 +307,379 @@ V2_RULES: tuple[FixedRule, ...] = (
 
 _DET_BLACKWELL = "Deterministic algorithm is not supported on blackwell architecture"
 _FP8_DET = "FP8 deterministic algorithm (required for MXFP8 and d_qk=192/d_v=128) is not supported on Blackwell"
+_RAGGED_SINK = (
+    "SDPA backward with ragged offsets and a sink token requires cuDNN 9.26.0 or newer (older versions hit an "
+    "out-of-bounds read in the compute_dot_do_o pre-pass)."
+)
+_D192 = "Num hidden_dim d_v should be equal to 128 if d_qk is 192"
+_FP8_HOPPER = (
+    "sdpa fp8 forward operation is only supported on Hopper architecture and newer. Please consider using a newer "
+    "architecture."
+)
+#: cudnn-frontend as compiled into TE 2.20.2's library: nvidia-cudnn-frontend 1.30.0, the release whose every SDPA
+#: condition text the binary holds (1.31.0 and 1.32.0 changed the FP8 backward's head-dim conditions)
+_SURFACE = "sdpa_support_surface.h (1.30.0) validate_sdpa_support_surface"
+_FWD = "scaled_dot_product_flash_attention.h (1.30.0) SDPANodeBase::pre_validate_node"
+_BWD = "scaled_dot_product_flash_attention.h (1.30.0) CompositeSDPABackwardNode::pre_validate_node"
+_FP8_BWD = "sdpa_fp8_bwd.h (1.30.0) SDPAFP8BackwardNode::pre_validate_node"
+
+
+def _heads(q: Query) -> tuple[int, int]:
+    return q.head_dim_qk, q.head_dim_v
+
+
+def _f16_bwd(q: Query) -> bool:
+    return q.dtype == "f16" and q.is_training
+
+
+def _fp8_bwd(q: Query) -> bool:
+    return q.dtype == "fp8" and q.is_training
+
+
+def _f16_det_path(q: Query) -> bool:
+    """scaled_dot_product_flash_attention.h: the F16/BF16 backward is deterministic when TE asks, and on Blackwell
+    with cuDNN >= 9.23 for d_qk = d_v = 256 (the frontend sets ``is_deterministic_algorithm`` itself)."""
+    return q.deterministic or (q.arch[0] == 10 and q.cudnn_int >= 92300 and _heads(q) == (256, 256))
 
 
 def _fp8_det_path(q: Query) -> bool:
-    """sdpa_fp8_bwd.h: the FP8 backward runs the deterministic algorithm when asked, and always for MXFP8 and
-    d_qk=192/d_v=128 on Blackwell ('auto-routing to deterministic algorithm')."""
-    return q.deterministic or q.mxfp8 or (q.head_dim_qk, q.head_dim_v) == (192, 128)
+    """sdpa_fp8_bwd.h: the FP8 backward runs the deterministic algorithm when asked, and on Blackwell always for
+    MXFP8 and for d_qk <= 192 with d_v <= 128 ('auto-routing to deterministic algorithm')."""
+    return q.deterministic or q.mxfp8 or (q.head_dim_qk <= 192 and q.head_dim_v <= 128)
 
 
-#: cudnn-frontend's SDPA backward validation (run on the built graph, before cuDNN's heuristics query)
+def _band(d_qk: int, d_v: int, multiple: int) -> bool:
+    """Both head dims in (256, 512] and multiples of ``multiple``: the frontend's own SM100 engine's band."""
+    return 256 < d_qk <= 512 and 256 < d_v <= 512 and d_qk % multiple == 0 and d_v % multiple == 0
+
+
+def _f16_bwd_blackwell_dims(q: Query) -> bool:
+    """The Blackwell (cuDNN >= 9.11) backward head-dim rule outside its d_qk = 192 and d = 256 cases."""
+    d_qk, d_v = _heads(q)
+    if d_qk == 192 or (q.cudnn_int >= 92300 and (d_qk, d_v) == (256, 256)):
+        return False
+    return (d_qk > 128 or d_qk % 8 != 0 or d_v > 128 or d_v % 8 != 0) and not _band(d_qk, d_v, 8)
+
+
+def _fp8_fwd_dims_qk(q: Query) -> bool:
+    d_qk, d_v = _heads(q)
+    return (
+        (d_qk > 128 or d_qk % 16 != 0)
+        and not (q.cudnn_int >= 91900 and (d_qk, d_v) == (192, 128))
+        and not (q.cudnn_int >= 92600 and (d_qk, d_v) == (256, 256))
+        and not _band(d_qk, d_v, 16)
+    )
+
+
+def _fp8_fwd_dims_v(q: Query) -> bool:
+    d_qk, d_v = _heads(q)
+    return (
+        (d_v > 128 or d_v % 16 != 0)
+        and not (q.cudnn_int >= 92600 and (d_qk, d_v) == (256, 256))
+        and not _band(d_qk, d_v, 16)
+    )
+
+
+def _fp8_d256_mxfp8(q: Query) -> bool:
+    return q.mxfp8 and _heads(q) == (256, 256)
+
+
+def _fe(name: str, text: str, where: str, condition: str, applies: Callable[[Query], bool]) -> FixedRule:
+    return FixedRule(name, text, FE, where, applies, condition)
+
+
+#: cudnn-frontend's SDPA validation of the graphs TE builds, in TE's order: each_pass asks the forward graph, then
+#: (training) the backward one; within a graph, the node's checks in source order (the support surface inside the
+#: forward node's). Each carries the condition text the error macro stringifies into the binary.
 FRONTEND_RULES: tuple[FixedRule, ...] = (
-    FixedRule(
+    # ---- forward, F16/BF16 and FP8 (validate_sdpa_support_surface, common part) ----
+    _fe(
+        "fe_dropout_one",
+        "Dropout probability cannot be 1 as corresponding scale wont be well formed.",
+        f"{_SURFACE}:141 (and {_BWD}:1482, {_FP8_BWD}:251): training with dropout == 1.0",
+        "dropout_probability.has_value() && dropout_probability.value() == 1.0",
+        lambda q: q.is_training and q.dropout == 1.0,
+    ),
+    # ---- forward, FP8 (mma core mode FP8_E4M3/E5M2) ----
+    _fe(
+        "fe_fp8_cudnn_91",
+        "sdpa fp8 forward operation is only supported starting cudnn 9.1.0. Please consider upgrading your current "
+        "version.",
+        f"{_SURFACE}:178 (and {_FP8_BWD}:91): FP8, cuDNN < 90100",
+        "detail::get_backend_version() < 90100",
+        lambda q: q.dtype == "fp8" and q.cudnn_int < 90100,
+    ),
+    _fe(
+        "fe_fp8_cudnn_9100",
+        "sdpa fp8 forward operation is not supported on cudnn 9.10.0. Please consider upgrading your current version.",
+        f"{_SURFACE}:182 (and {_FP8_BWD}:97): FP8, cuDNN == 91000",
+        "detail::get_backend_version() == 91000",
+        lambda q: q.dtype == "fp8" and q.cudnn_int == 91000,
+    ),
+    _fe(
+        "fe_fp8_arch",
+        _FP8_HOPPER,
+        f"{_SURFACE}:186 (and {_FP8_BWD}:106): FP8, prop_major < 9",
+        "prop_major < 9",
+        lambda q: q.dtype == "fp8" and q.arch[0] < 9,
+    ),
+    _fe(
+        "fe_fp8_fwd_head_dim_qk_blackwell",
+        "hidden_dim d_qk should be less than or equal to 128 and hidden_dim d_qk should be multiple of 16 unless "
+        "d_qk == 192 and d_v == 128 (requires cuDNN 9.19+) or d_qk == d_v == 256 (requires cuDNN 9.26+) or both head "
+        "dims are in (256, 512] and multiples of 16",
+        f"{_SURFACE}:211: FP8, prop_major >= 10, d_qk > 128 or d_qk % 16, unless 192/128 (cuDNN >= 91900), "
+        "256/256 (cuDNN >= 92600) or both in (256, 512] multiples of 16",
+        "((d_qk > 128) || (d_qk % 16 != 0)) && !(d192_v128_supported && d_qk == 192 && d_v == 128) && "
+        "!(d256_v256_supported && d_qk == 256 && d_v == 256) && !d512_supported",
+        lambda q: q.dtype == "fp8" and q.arch[0] >= 10 and _fp8_fwd_dims_qk(q),
+    ),
+    _fe(
+        "fe_fp8_fwd_head_dim_v_blackwell",
+        "hidden_dim d_v should be less than or equal to 128 and hidden_dim d_v should be multiple of 16 unless "
+        "d_qk == d_v == 256 (requires cuDNN 9.26+) or both head dims are in (256, 512] and multiples of 16",
+        f"{_SURFACE}:218: FP8, prop_major >= 10, d_v > 128 or d_v % 16, unless 256/256 (cuDNN >= 92600) or both in "
+        "(256, 512] multiples of 16",
+        "((d_v > 128) || (d_v % 16 != 0)) && !(d256_v256_supported && d_qk == 256 && d_v == 256) && !d512_supported",
+        lambda q: q.dtype == "fp8" and q.arch[0] >= 10 and _fp8_fwd_dims_v(q),
+    ),
+    _fe(
+        "fe_fp8_fwd_head_dim",
+        "hidden_dim shoud be less than or equal to 256 and hidden_dim should be multiple of 16",
+        f"{_SURFACE}:226: FP8, prop_major < 10, a head dim > 256 or not a multiple of 16",
+        "(d_qk > 256) || (d_qk % 16 != 0) || (d_v > 256) || (d_v % 16 != 0)",
+        lambda q: q.dtype == "fp8" and q.arch[0] < 10 and any(d > 256 or d % 16 != 0 for d in _heads(q)),
+    ),
+    # ---- forward, F16/BF16 (mma core mode HALF) ----
+    _fe(
+        "fe_f16_cudnn_910",
+        "SDPA FP16/BF16 forward is not supported on cuDNN 9.10.0/9.10.1 due to known bugs. Please consider upgrading "
+        "to 9.10.2 or newer.",
+        f"{_SURFACE}:254 (the backward's {_BWD}:1298 has the same condition): F16/BF16, cuDNN 91000 or 91001",
+        "detail::get_backend_version() == 91000 || detail::get_backend_version() == 91001",
+        lambda q: q.dtype == "f16" and q.cudnn_int in (91000, 91001),
+    ),
+    _fe(
+        "fe_f16_head_dim_multiple_8",
+        "hidden_dim should be multiple of 8",
+        f"{_SURFACE}:275: F16/BF16, d_qk % 8 or d_v % 8",
+        "(d_qk % 8 != 0) || (d_v % 8 != 0)",
+        lambda q: q.dtype == "f16" and (q.head_dim_qk % 8 != 0 or q.head_dim_v % 8 != 0),
+    ),
+    _fe(
+        "fe_f16_arch",
+        "SDPA FP16/BF16 requires SM80 (Ampere) or newer architecture",
+        f"{_SURFACE}:373: F16/BF16, prop_major < 8",
+        "prop_major < 8",
+        lambda q: q.dtype == "f16" and q.arch[0] < 8,
+    ),
+    _fe(
+        "fe_f16_head_dim_ampere_cudnn",
+        "head_dim should be less than or equal to 128 for backend version 9.9 or below on ampere architecture",
+        f"{_SURFACE}:379: F16/BF16, prop_major == 8, cuDNN <= 90900, a head dim > 128",
+        "detail::get_backend_version() <= 90900 && ((d_qk > 128) || (d_v > 128))",
+        lambda q: q.dtype == "f16" and q.arch[0] == 8 and q.cudnn_int <= 90900 and max(_heads(q)) > 128,
+    ),
+    _fe(
+        "fe_f16_head_dim_hopper_cudnn",
+        "head_dim should be less than or equal to 256 for backend version 9.9 or below on hopper architecture",
+        f"{_SURFACE}:385: F16/BF16, prop_major == 9, cuDNN <= 90900, a head dim > 256",
+        "detail::get_backend_version() <= 90900 && ((d_qk > 256) || (d_v > 256))",
+        lambda q: q.dtype == "f16" and q.arch[0] == 9 and q.cudnn_int <= 90900 and max(_heads(q)) > 256,
+    ),
+    _fe(
+        "fe_f16_head_dim_blackwell_cudnn",
+        "head_dim should be less than or equal to 128 for backend version 9.8 or below on blackwell architecture",
+        f"{_SURFACE}:391: F16/BF16, prop_major == 10, cuDNN < 90900, a head dim > 128",
+        "(detail::get_backend_version() < 90900) && ((d_qk > 128) || (d_v > 128))",
+        lambda q: q.dtype == "f16" and q.arch[0] == 10 and q.cudnn_int < 90900 and max(_heads(q)) > 128,
+    ),
+    _fe(
+        "fe_f16_thd_arch_cudnn",
+        "THD (ragged offset) is only supported in Hopper and above : ",
+        f"{_SURFACE}:402: F16/BF16, ragged, sm < 90, cuDNN < 91801 (the sm number follows the text)",
+        "(context.get_sm_version() > 0 && context.get_sm_version() < 90 && detail::get_backend_version() < 91801)",
+        lambda q: q.dtype == "f16" and q.ragged and q.sm < 90 and q.cudnn_int < 91801,
+    ),
+    # ---- forward node, after the support surface ----
+    _fe(
+        "fe_sink_cudnn",
+        "SDPA with sink_token is not supported before 9.13.",
+        f"{_FWD}:317: a sink token (softmax type off_by_one or learnable), cuDNN < 91300",
+        "detail::get_backend_version() < 91300 && attributes.inputs.find(input_names::SINK_TOKEN) != "
+        "attributes.inputs.end()",
+        lambda q: q.softmax != "vanilla" and q.cudnn_int < 91300,
+    ),
+    _fe(
+        "fe_mxfp8_cudnn",
+        "MXFP8 SDPA requires cuDNN 9.21.0 or later",
+        f"{_FWD}:325 (and {_FP8_BWD}:333): MXFP8, cuDNN < 92100",
+        "detail::get_backend_version() < 92100",
+        lambda q: q.dtype == "fp8" and q.mxfp8 and q.cudnn_int < 92100,
+    ),
+    _fe(
+        "fe_mxfp8_arch",
+        "MXFP8 SDPA is only supported on Blackwell Data Center architectures.",
+        f"{_FWD}:334: MXFP8, prop_major != 10",
+        "10 != prop_major",
+        lambda q: q.dtype == "fp8" and q.mxfp8 and q.arch[0] != 10,
+    ),
+    # ---- backward, F16/BF16 ----
+    _fe(
+        "fe_f16_bwd_single_token",
+        "s_q = s_kv = 1 is not supported.",
+        f"{_BWD}:1293: F16/BF16 training, max_seqlen_q == max_seqlen_kv == 1",
+        "s_q == 1 && s_kv == 1",
+        lambda q: _f16_bwd(q) and q.max_seqlen_q == 1 and q.max_seqlen_kv == 1,
+    ),
+    _fe(
+        "fe_bwd_ragged_sink_cudnn",
+        _RAGGED_SINK,
+        f"{_BWD}:1315 and {_FP8_BWD}:190: training, ragged, a sink token (softmax off_by_one or learnable), "
+        "cuDNN < 92600",
+        "is_ragged && has_sink && detail::get_backend_version() < 92600",
+        lambda q: q.is_training and q.ragged and q.softmax != "vanilla" and q.cudnn_int < 92600,
+    ),
+    _fe(
+        "fe_f16_bwd_hopper_192_cudnn",
+        _D192,
+        f"{_BWD}:1333: F16/BF16 training, prop_major == 9, 91100 <= cuDNN < 91300, 128 < d_qk <= 192, "
+        "64 < d_v <= 128, d_v != 128 and d_qk != 192",
+        "(d_v != 128) && (d_qk != 192)",
+        lambda q: (
+            _f16_bwd(q)
+            and q.arch[0] == 9
+            and 91100 <= q.cudnn_int < 91300
+            and 128 < q.head_dim_qk <= 192
+            and 64 < q.head_dim_v <= 128
+            and q.head_dim_v != 128
+            and q.head_dim_qk != 192
+        ),
+    ),
+    _fe(
+        "fe_f16_bwd_head_dim_hopper",
+        "Num hidden_dim should be less than or equal to 256 and hidden_dim should be multiple of 8",
+        f"{_BWD}:1339: F16/BF16 training, prop_major == 9, a head dim > 256 or not a multiple of 8",
+        "(d_qk > 256) || (d_qk % 8 != 0) || (d_v > 256) || (d_v % 8 != 0)",
+        lambda q: _f16_bwd(q) and q.arch[0] == 9 and any(d > 256 or d % 8 != 0 for d in _heads(q)),
+    ),
+    _fe(
+        "fe_f16_bwd_blackwell_192",
+        _D192,
+        f"{_BWD}:1346: F16/BF16 training, prop_major == 10, cuDNN >= 91100, d_qk == 192, d_v != 128",
+        "(d_v != 128)",
+        lambda q: (
+            _f16_bwd(q) and q.arch[0] == 10 and q.cudnn_int >= 91100 and q.head_dim_qk == 192 and q.head_dim_v != 128
+        ),
+    ),
+    _fe(
+        "fe_f16_bwd_head_dim_blackwell",
+        "Num hidden_dim should be less than or equal to 128 and hidden_dim should be multiple of 8 when d_qk != d_v, "
+        "unless both head dims are in (256, 512] and multiples of 8",
+        f"{_BWD}:1369: F16/BF16 training, prop_major == 10, cuDNN >= 91100, d_qk != 192, not d_qk == d_v == 256 "
+        "with cuDNN >= 92300: a head dim > 128 or not a multiple of 8, unless both in (256, 512] multiples of 8",
+        "((d_qk > 128) || (d_qk % 8 != 0) || (d_v > 128) || (d_v % 8 != 0)) && !d512_supported",
+        lambda q: _f16_bwd(q) and q.arch[0] == 10 and q.cudnn_int >= 91100 and _f16_bwd_blackwell_dims(q),
+    ),
+    _fe(
+        "fe_f16_bwd_head_dim",
+        "Num hidden_dim should be less than or equal to 128 and hidden_dim should be multiple of 8",
+        f"{_BWD}:1376: F16/BF16 training, prop_major not 9 and not 10 with cuDNN >= 91100 (sm8x, sm12x): a head dim "
+        "> 128 or not a multiple of 8",
+        "(d_qk > 128) || (d_qk % 8 != 0) || (d_v > 128) || (d_v % 8 != 0)",
+        lambda q: (
+            _f16_bwd(q)
+            and q.arch[0] != 9
+            and not (q.arch[0] == 10 and q.cudnn_int >= 91100)
+            and any(d > 128 or d % 8 != 0 for d in _heads(q))
+        ),
+    ),
+    _fe(
         "fe_deterministic_blackwell_cudnn",
         f"{_DET_BLACKWELL} with cudnn version below 9.18.0",
-        FE,
-        "scaled_dot_product_flash_attention.h: F16/BF16 backward, deterministic, prop_major == 10, cuDNN < 91800",
-        lambda q: q.dtype == "f16" and q.is_training and q.deterministic and q.arch[0] == 10 and q.cudnn_int < 91800,
+        f"{_BWD}:1488: F16/BF16 training on the deterministic path (asked, or d = 256 on cuDNN >= 9.23), "
+        "prop_major == 10, cuDNN < 91800",
+        "(detail::get_backend_version() < 91800)",
+        lambda q: _f16_bwd(q) and _f16_det_path(q) and q.arch[0] == 10 and q.cudnn_int < 91800,
     ),
-    FixedRule(
+    _fe(
         "fe_deterministic_blackwell_dropout",
         f"{_DET_BLACKWELL} when dbias, rng/dropout, alibi is enabled",
-        FE,
-        "scaled_dot_product_flash_attention.h: F16/BF16 backward, deterministic, prop_major == 10, dropout or ALiBi",
-        lambda q: (
-            q.dtype == "f16"
-            and q.is_training
-            and q.deterministic
-            and q.arch[0] == 10
-            and (q.dropout > 0 or q.bias == "alibi")
-        ),
+        f"{_BWD}:1493: F16/BF16 training on the deterministic path, prop_major == 10, dropout or ALiBi",
+        "is_dbias || is_rng || is_dropout || attributes.alibi_mask",
+        lambda q: _f16_bwd(q) and _f16_det_path(q) and q.arch[0] == 10 and (q.dropout > 0 or q.bias == "alibi"),
     ),
-    FixedRule(
+    _fe(
         "fe_deterministic_thd_sm8x_sm12x",
         "Deterministic algorithm is not supported for bprop thd on SM8X and SM12X GPUs",
-        FE,
-        "scaled_dot_product_flash_attention.h: F16/BF16 backward, ragged, deterministic, prop_major 8 or 12, "
-        "cuDNN >= 91801",
+        f"{_BWD}:1501: F16/BF16 training, ragged, deterministic, prop_major 8 or 12, cuDNN >= 91801",
+        "is_ragged && (8 == prop_major || 12 == prop_major) && attributes.is_deterministic_algorithm",
+        lambda q: _f16_bwd(q) and q.ragged and q.deterministic and q.arch[0] in (8, 12) and q.cudnn_int >= 91801,
+    ),
+    _fe(
+        "fe_f16_bwd_thd_gqa_cudnn",
+        "For cuDNN version below 9.6.0, group-query attention with raggged offset is not supported",
+        f"{_BWD}:1537: F16/BF16 training, ragged, num_gqa_groups != num_attn_heads, cuDNN < 90600",
+        "detail::get_backend_version() < 90600 && is_ragged && ((h_q != h_k) || (h_q != h_v))",
+        lambda q: _f16_bwd(q) and q.ragged and q.num_gqa_groups != q.num_heads and q.cudnn_int < 90600,
+    ),
+    # ---- backward, FP8 ----
+    _fe(
+        "fe_fp8_bwd_thd_hopper",
+        "sdpa fp8 backward with THD is not supported on Hopper architecture.",
+        f"{_FP8_BWD}:183: FP8 training, prop_major == 9, ragged",
+        "(prop_major == 9) && is_ragged",
+        lambda q: _fp8_bwd(q) and q.arch[0] == 9 and q.ragged,
+    ),
+    _fe(
+        "fe_fp8_bwd_head_dim_qk_blackwell",
+        "hidden_dim d_qk shoud be less than or equal to 128 and hidden_dim d_qk should be multiple of 16 unless "
+        "d_qk == 192 and d_v == 128, or d_qk == d_v == 256 with MXFP8 scaling",
+        f"{_FP8_BWD}:203: FP8 training, prop_major >= 10, d_qk > 128 or d_qk % 16, unless 192/128 or 256/256 with "
+        "MXFP8",
+        "((d_qk > 128) || (d_qk % 16 != 0)) && !(d_qk == 192 && d_v == 128) && !d256_mxfp8_frost",
         lambda q: (
-            q.dtype == "f16"
-            and q.is_training
-            and q.ragged
-            and q.deterministic
-            and q.arch[0] in (8, 12)
-            and q.cudnn_int >= 91801
+            _fp8_bwd(q)
+            and q.arch[0] >= 10
+            and (q.head_dim_qk > 128 or q.head_dim_qk % 16 != 0)
+            and _heads(q) != (192, 128)
+            and not _fp8_d256_mxfp8(q)
         ),
     ),
-    FixedRule(
+    _fe(
+        "fe_fp8_bwd_head_dim_v_blackwell",
+        "hidden_dim d_v shoud be less than or equal to 128 and hidden_dim d_v should be multiple of 16, unless "
+        "d_qk == d_v == 256 with MXFP8 scaling",
+        f"{_FP8_BWD}:207: FP8 training, prop_major >= 10, d_v > 128 or d_v % 16, unless 256/256 with MXFP8",
+        "((d_v > 128) || (d_v % 16 != 0)) && !d256_mxfp8_frost",
+        lambda q: (
+            _fp8_bwd(q)
+            and q.arch[0] >= 10
+            and (q.head_dim_v > 128 or q.head_dim_v % 16 != 0)
+            and not _fp8_d256_mxfp8(q)
+        ),
+    ),
+    _fe(
+        "fe_fp8_bwd_head_dim",
+        "hidden_dim shoud be equal to 128 and hidden_dim should be multiple of 16",
+        f"{_FP8_BWD}:213: FP8 training, prop_major < 10 (Hopper): d_qk or d_v other than 128",
+        "(d_qk != 128) || (d_qk % 16 != 0) || (d_v != 128) || (d_v % 16 != 0)",
+        lambda q: _fp8_bwd(q) and q.arch[0] < 10 and _heads(q) != (128, 128),
+    ),
+    _fe(
         "fe_fp8_deterministic_blackwell_cudnn",
         f"{_FP8_DET} with cuDNN version below 9.19.0",
-        FE,
-        "sdpa_fp8_bwd.h: FP8 backward on the deterministic path, prop_major == 10, cuDNN < 91900",
-        lambda q: q.dtype == "fp8" and q.is_training and _fp8_det_path(q) and q.arch[0] == 10 and q.cudnn_int < 91900,
+        f"{_FP8_BWD}:309: FP8 training on the deterministic path (asked, MXFP8, or d_qk <= 192 with d_v <= 128), "
+        "prop_major == 10, cuDNN < 91900",
+        "(detail::get_backend_version() < 91900)",
+        lambda q: _fp8_bwd(q) and q.arch[0] == 10 and _fp8_det_path(q) and q.cudnn_int < 91900,
     ),
-    FixedRule(
+    _fe(
         "fe_fp8_deterministic_blackwell_dropout",
         f"{_FP8_DET} when dropout is enabled",
-        FE,
-        "sdpa_fp8_bwd.h: FP8 backward on the deterministic path, prop_major == 10, dropout",
-        lambda q: q.dtype == "fp8" and q.is_training and _fp8_det_path(q) and q.arch[0] == 10 and q.dropout > 0,
+        f"{_FP8_BWD}:313: FP8 training on the deterministic path, prop_major == 10, dropout",
+        "is_dropout",
+        lambda q: _fp8_bwd(q) and q.arch[0] == 10 and _fp8_det_path(q) and q.dropout > 0,
     ),
 )
 
@@ -400,6 +726,15 @@ def _stored(text: str, data: bytes) -> bool:
 _POOL_ANCHOR = b"nvte_get_fused_a_attn_backend_v2"
 _IDENTIFIER = re.compile(rb"[A-Za-z0-9_]{16}")
 _FE_FAMILY = re.compile(rb"(?:FP8 )?[Dd]eterministic algorithm [ -~]*?is not supported[ -~]*(?=\x00)")
+_AT = ") at \x00"
+_AT_BYTES = _AT.encode()
+_DET_WORDS = b"eterministic algorithm "
+
+
+def _message_held(text: str, data: bytes) -> bool:
+    """A cudnn-frontend message as the binary holds it: a whole string, or, for a text ending in a space (the
+    binary appends a value, as the sm number), its fixed start."""
+    return (text.encode() if text.endswith(" ") else text.encode() + b"\x00") in data
 
 
 def _pool_pieces(data: bytes) -> list[bytes] | None:
@@ -418,16 +753,63 @@ def _pool_pieces(data: bytes) -> list[bytes] | None:
         at += 16
 
 
-def drift(data: bytes, rules: tuple[FixedRule, ...] = RULES) -> list[str]:
-    """What in ``data`` (the .so's bytes) contradicts the rules: a cited text the binary no longer holds, a v2 pool
-    piece no cited text contains (a new or changed message), a cudnn-frontend deterministic-algorithm message not
-    cited. Empty when the data matches the binary."""
+def _string_at(data: bytes, at: int) -> tuple[int, int]:
+    """The (start, end) of the printable run around ``at``: the string the binary holds there."""
+    start, end = at, at
+    while start > 0 and 32 <= data[start - 1] < 127:
+        start -= 1
+    while end < len(data) and 32 <= data[end] < 127:
+        end += 1
+    return start, end
+
+
+def _deterministic_family(data: bytes) -> set[str]:
+    """cudnn-frontend's deterministic-algorithm rejects in ``data`` (found by their shared words, then read whole:
+    a regex over the whole library takes a quarter of a minute)."""
+    found, at = set(), data.find(_DET_WORDS)
+    while at >= 0:
+        start, end = _string_at(data, at)
+        found.update(m.group().decode() for m in _FE_FAMILY.finditer(data[start : end + 1]))
+        at = data.find(_DET_WORDS, end)
+    return found
+
+
+def _conditions(data: bytes) -> set[str]:
+    """Every cudnn-frontend reject condition in ``data``: the ``#cond`` its error macro leaves as a whole string
+    ending in ``") at "`` (a condition the linker stored as the tail of a longer one is found inside that one)."""
+    found, at = set(), data.find(_AT_BYTES)
+    while at >= 0:
+        start = at
+        while start > 0 and 32 <= data[start - 1] < 127:
+            start -= 1
+        if start < at:
+            found.add(data[start:at].decode())
+        at = data.find(_AT_BYTES, at + 1)
+    return found
+
+
+def drift(data: bytes, rules: tuple[FixedRule, ...] = RULES, classified: Mapping[str, str] | None = None) -> list[str]:
+    """What in ``data`` (the .so's bytes) contradicts the rules: a cited text or condition the binary no longer holds,
+    a v2 pool piece no cited text contains (a new or changed message), a cudnn-frontend deterministic-algorithm
+    message not cited, a cudnn-frontend reject condition that no rule cites and ``classified`` (default
+    :data:`te_frontend_texts.CLASSIFIED`) does not list, and a listed condition the binary no longer holds. Empty
+    when the data matches the binary."""
+    from mbridge_seqpack.analysis.te_frontend_texts import CLASSIFIED
+
+    classified = CLASSIFIED if classified is None else classified
     problems: list[str] = []
     v2 = [r.text for r in rules if r.family == V2]
+    conditions = _conditions(data)
+
+    def held_condition(condition: str) -> bool:  # whole, or the tail the linker merged into a longer one
+        return any(found.endswith(condition) for found in conditions)
+
     for rule in rules:
-        held = _stored(rule.text, data) if rule.family == V2 else rule.text.encode() + b"\x00" in data
+        held = _stored(rule.text, data) if rule.family == V2 else _message_held(rule.text, data)
         if not held:
             problems.append(f"{rule.name}: the binary no longer holds {rule.text!r}")
+        if rule.condition and not held_condition(rule.condition):
+            problems.append(f"{rule.name}: the binary no longer holds the condition {rule.condition!r}")
     pool = _pool_pieces(data)
     if pool is None:
         problems.append(f"{V2}: its constant pool (after {_POOL_ANCHOR.decode()!r}) is not in the binary")
@@ -435,7 +817,13 @@ def drift(data: bytes, rules: tuple[FixedRule, ...] = RULES) -> list[str]:
         if not any(piece.decode("latin-1") in text for text in v2):
             problems.append(f"{V2}: a message piece no rule cites: {piece.decode('latin-1')!r}")
     cited_fe = {r.text for r in rules if r.family == FE}
-    for found in sorted({m.group().decode() for m in _FE_FAMILY.finditer(data)}):
+    for found in sorted(_deterministic_family(data)):
         if found not in cited_fe:
             problems.append(f"{FE}: a deterministic-algorithm reject no rule cites: {found!r}")
+    cited_conditions = {r.condition for r in rules if r.condition}
+    for found in sorted(conditions - cited_conditions - set(classified)):
+        problems.append(f"{FE}: a reject condition no rule cites and none classifies: {found!r}")
+    for listed in sorted(set(classified) - cited_conditions):
+        if not held_condition(listed):
+            problems.append(f"{FE}: a classified condition the binary no longer holds: {listed!r}")
     return problems

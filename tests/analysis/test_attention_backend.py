@@ -27,6 +27,7 @@ from tests.support.attention_cases import (
     DET_BLACKWELL,
     FA2,
     FA3,
+    FP8_DET_BLACKWELL,
     FP8_THD,
     FUSED_ENV,
     FUSED_F16,
@@ -91,6 +92,7 @@ def test_verdict_is_te_own_selection(case: Agreement, request: pytest.FixtureReq
 def test_two_architectures_from_names_env_and_flag(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(te, "visible_gpu_arch", lambda: None)  # as on a CPU machine: NVML sees no GPU
     _fp8("tensorwise")(packed_cfg)
+    packed_cfg.model.attention_dropout = 0.0  # Blackwell's FP8 backward (deterministic at head dim 64) takes none
     ctx = RuleContext.build(packed_cfg, 8)
     monkeypatch.setenv(te.CUDNN_ENV, "9.23.0")  # FP8 attention over THD needs cuDNN 9.23 (TE's fixed rules)
     with te.declared(recipe="llama3_70b_sft_64gpu_gb200_fp8cs_config"):
@@ -529,6 +531,11 @@ def test_the_fix_for_fp8_current_scaling_on_hopper(packed_cfg: Any) -> None:
     assert v.fields["fp8 attention"] == "Float8CurrentScaling"
     assert "Disabling FusedAttention for FP8 current scaling on arch < sm100" in v.rule
     assert v.assignments == {"model.fp8_dot_product_attention": False}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(te.CUDNN_ENV, "9.26.0")
+        (blackwell,) = _errors(packed_cfg, "sm100")  # its FP8 backward at head dim 64 is deterministic: no dropout
+        assert f"Disabling FusedAttention: {FP8_DET_BLACKWELL}" in blackwell.rule
+    packed_cfg.model.attention_dropout = 0.0
     assert _errors(packed_cfg, "sm100") == []
 
 

@@ -5,6 +5,7 @@ tests/analysis/test_attention_backend.py, also in a process of its own)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -43,7 +44,23 @@ FP8_DET_BLACKWELL = (
     "FP8 deterministic algorithm (required for MXFP8 and d_qk=192/d_v=128) is not supported on Blackwell when "
     "dropout is enabled"
 )
-TE_TEXTS = (SM90_THD, LEARNABLE_THD, FP8_THD, MXFP8_CUDNN, DET_BLACKWELL, FP8_DET_BLACKWELL)
+RAGGED_SINK = (
+    "SDPA backward with ragged offsets and a sink token requires cuDNN 9.26.0 or newer (older versions hit an "
+    "out-of-bounds read in the compute_dot_do_o pre-pass)."
+)
+D192 = "Num hidden_dim d_v should be equal to 128 if d_qk is 192"
+HOPPER_HEAD_DIM = "Num hidden_dim should be less than or equal to 256 and hidden_dim should be multiple of 8"
+TE_TEXTS = (
+    SM90_THD,
+    LEARNABLE_THD,
+    FP8_THD,
+    MXFP8_CUDNN,
+    DET_BLACKWELL,
+    FP8_DET_BLACKWELL,
+    RAGGED_SINK,
+    D192,
+    HOPPER_HEAD_DIM,
+)
 
 
 @contextlib.contextmanager
@@ -201,6 +218,23 @@ class Agreement:
     rejected_by: str | None = None  # TE's reject text for the fixed FusedAttention rules, where they refuse
 
 
+OFF_BY_ONE_THD = (
+    _all(PAD4, _set(model__softmax_type="off-by-one")),
+    "sm90",
+    {"pad_between_seqs": True, "softmax_type": "off-by-one"},
+    AUTO_ENV,
+)
+CUDNN_9_26 = {te.CUDNN_ENV: "9.26.0"}
+
+
+def _head_dims(d: int, arch: str, backend: str, refused: str) -> Agreement:
+    """The unpacked config with head dims ``d`` (kv_channels), whose backward cudnn-frontend refuses on ``arch``."""
+    params = {**SBHD, "head_dim_qk": d, "head_dim_v": d, "softmax_scale": 1 / math.sqrt(d)}
+    change = _set(model__kv_channels=d)
+    name = f"head_dim_{d}_{arch}"
+    return Agreement(name, change, arch, params, AUTO_ENV, backend, "unpacked_cfg", rejected_by=refused)
+
+
 AGREEMENTS = [
     Agreement("thd_sm90", _set(), "sm90", {}, AUTO_ENV, FUSED_F16),
     Agreement("thd_sm80_prefers_flash", _set(), "sm80", {}, AUTO_ENV, FA2, rejected_by=SM90_THD),
@@ -344,23 +378,11 @@ AGREEMENTS = [
         None,
         rejected_by=LEARNABLE_THD,
     ),
+    # cudnn-frontend: a ragged backward with a sink token needs cuDNN 9.26; nothing else takes padded THD
+    Agreement("sink_thd_padded", *OFF_BY_ONE_THD, None, rejected_by=RAGGED_SINK),
+    Agreement("sink_thd_padded_cudnn_9_26", *OFF_BY_ONE_THD, FUSED_F16, cudnn=(9, 26, 0), stack_env=CUDNN_9_26),
     Agreement(
-        "sink_thd_padded",
-        _all(PAD4, _set(model__softmax_type="off-by-one")),
-        "sm90",
-        {"pad_between_seqs": True, "softmax_type": "off-by-one"},
-        AUTO_ENV,
-        FUSED_F16,
-    ),
-    Agreement(
-        "sink_thd_padded_cudnn_9_17",
-        _all(PAD4, _set(model__softmax_type="off-by-one")),
-        "sm90",
-        {"pad_between_seqs": True, "softmax_type": "off-by-one"},
-        AUTO_ENV,
-        None,
-        cudnn=(9, 17, 0),
-        stack_env={te.CUDNN_ENV: "9.17.0"},
+        "sink_thd_padded_cudnn_9_17", *OFF_BY_ONE_THD, None, cudnn=(9, 17, 0), stack_env={te.CUDNN_ENV: "9.17.0"}
     ),
     Agreement(
         "deterministic_sink_thd_padded",
@@ -428,11 +450,22 @@ AGREEMENTS = [
         None,
         rejected_by=FP8_THD,
     ),
-    Agreement(
+    Agreement(  # sdpa_fp8_bwd.h: Blackwell's FP8 backward for d_qk <= 192, d_v <= 128 is the deterministic one
         "fp8_current_scaling_attention_thd_sm100_cudnn_9_23",
         _fp8("tensorwise"),
         "sm100",
         {"fp8": True},
+        AUTO_ENV,
+        None,
+        cudnn=(9, 23, 0),
+        stack_env={te.CUDNN_ENV: "9.23.0"},
+        rejected_by=FP8_DET_BLACKWELL,
+    ),
+    Agreement(
+        "fp8_current_scaling_attention_thd_sm100_cudnn_9_23_no_dropout",
+        _all(_fp8("tensorwise"), _set(model__attention_dropout=0.0)),
+        "sm100",
+        {"fp8": True, "attention_dropout": 0.0},
         AUTO_ENV,
         FUSED_FP8,
         cudnn=(9, 23, 0),
@@ -470,6 +503,10 @@ AGREEMENTS = [
         cudnn=(9, 21, 0),
         stack_env={te.CUDNN_ENV: "9.21.0"},
     ),
+    # cudnn-frontend: Blackwell's backward takes d_qk = 192 only with d_v = 128, FlashAttention 2 serves; Hopper's
+    # takes head dims up to 256, as flash-attn 2 and 3 do: unfused
+    _head_dims(192, "sm100", FA2, D192),
+    _head_dims(288, "sm90", UNFUSED, HOPPER_HEAD_DIM),
     Agreement(
         "unpacked_cp2_window_p2p",
         _all(_cp2, _set(model__window_size=(512, 0))),

@@ -268,6 +268,12 @@ _YARN = {
 }
 for _hub in ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"):
     HF_CONFIGS[_hub] = ("deepseek_v4", {"rope_scaling": dict(_YARN)})
+# transformers' default thinker has 28 heads and no head_dim (head dim 2048 // 28 = 73, which neither cuDNN nor
+# flash-attn takes); the released model's attention is 32 heads of 128 (4 key/value heads)
+HF_CONFIGS["Qwen/Qwen3-Omni-30B-A3B-Instruct"] = (
+    "qwen3_omni_moe",
+    {"thinker_config": {"text_config": {"num_attention_heads": 32, "head_dim": 128}}},
+)
 
 
 def config_for(hub_id: str) -> Any:
