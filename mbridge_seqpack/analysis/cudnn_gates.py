@@ -47,6 +47,8 @@ def _constant(node: ast.AST, kind: str) -> list[int | Version]:
         return []
     if kind == "encoded" and isinstance(value, int):
         return [value]
+    if kind == "encoded" and isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return list(value)  # membership in encoded versions (`cudnn_int in (91000, 91001)`)
     if isinstance(value, tuple) and len(value) == 3 and all(isinstance(v, int) for v in value):
         return [value]  # type: ignore[list-item]
     if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 3 for v in value):

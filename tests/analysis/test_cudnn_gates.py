@@ -22,6 +22,7 @@ def test_gates_are_read_from_each_comparison_form() -> None:
         "if (9, 14, 0) > cudnn_version: pass\n"
         "ok = q.cudnn_int <= 92299 and q.cudnn_int >= 91801 and q.cudnn < (9, 30, 0)\n"
         "if other < (1, 2, 3): pass\n"
+        "bug = q.cudnn_int in (92700, 92701)\n"
     )
     assert gates_in(source) == {
         (9, 18, 0),
@@ -32,6 +33,9 @@ def test_gates_are_read_from_each_comparison_form() -> None:
         (9, 23, 0),
         (9, 18, 1),
         (9, 30, 0),
+        (9, 27, 0),
+        (9, 27, 1),
+        (9, 27, 2),
     }
     assert decode(92300) == (9, 23, 0) and decode(8907) == (8, 9, 7)
 
