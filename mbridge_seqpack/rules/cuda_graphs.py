@@ -19,6 +19,8 @@ from mbridge_seqpack.rules.context import (
     DATASET_KWARGS_READS,
     GRAPH_PATH_READS,
     MOE_READS,
+    PACK_FINGERPRINT_READS,
+    PACK_PATH_READS,
     SPECS,
     TOPOLOGY_READS,
     RuleContext,
@@ -28,9 +30,9 @@ from mbridge_seqpack.rules.field_types import (
     BOOL,
     OPTIONAL_NAME,
     OPTIONAL_NON_NEGATIVE_INT,
-    OPTIONAL_PATH,
     OPTIONAL_STR,
     POSITIVE_INT,
+    UNCHECKED,
 )
 from mbridge_seqpack.rules.registry import rule
 
@@ -511,22 +513,30 @@ def local_per_layer(ctx: RuleContext) -> list[Violation] | None:
     evidence=(
         "data/packing/gpt_sft.py GPTSFTPackedDataset.__init__ asserts 'a metadata json file is required when "
         "pad_cu_seqlens is enabled' and open()s it (FileNotFoundError), at dataset build after the GPUs are "
-        "allocated."
+        "allocated. With packed_metadata_path unset, data/builders/gpt_sft.py GPTSFTDatasetBuilder.pack_metadata "
+        "passes the builder's default location (<dataset_root>/packed/<tokenizer>_pad_seq_to_mult<M>_sft_<digest>/"
+        "<N>_metadata.jsonl, artifact/builder_location.py): a file there builds."
     ),
     reads={
-        "dataset.offline_packing_specs.packed_metadata_path": OPTIONAL_PATH,
-        "dataset.offline_packing_specs.packed_sequence_size": ANY_INT,
-        "dataset.offline_packing_specs.packed_train_data_path": OPTIONAL_PATH,
+        **PACK_FINGERPRINT_READS,
+        **PACK_PATH_READS,
+        **DATASET_KWARGS_READS,
+        "dataset.hf_dataset": UNCHECKED,
         "dataset.offline_packing_specs.pad_cu_seqlens": BOOL,
     },
 )
 def pad_cu_seqlens_needs_metadata(ctx: RuleContext) -> list[Violation] | None:
+    from mbridge_seqpack.artifact.builder_location import builder_location
+
     specs = ctx.specs
     if specs is None or not specs.pad_cu_seqlens or specs.packed_train_data_path is None:
         return None  # builder-managed paths write their metadata next to the pack
     meta = specs.packed_metadata_path
     if meta is not None and Path(str(meta)).is_file():
         return []
+    default = builder_location(ctx.cfg) if meta is None else None
+    if default is not None and default.metadata.is_file():
+        return []  # the builder passes its default location's metadata (GPTSFTDatasetBuilder.pack_metadata)
     guess = Path(str(specs.packed_train_data_path)).parent / f"{specs.packed_sequence_size}_metadata.jsonl"
     return [
         Violation(

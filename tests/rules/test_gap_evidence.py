@@ -7,6 +7,7 @@ reads (as tests/rules/test_attention_evidence.py does)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -838,6 +839,12 @@ def test_static_cu_seqlens_need_the_pack_metadata_file_the_builder_opens(
             build()
         assert "cuda_graphs.pad_cu_seqlens_needs_metadata" in _ids(packed_cfg), metadata
     specs.packed_metadata_path = str(pack / "64_metadata.jsonl")
+    assert build().pack_metadata[0]["pack_size"] == 64
+    assert "cuda_graphs.pad_cu_seqlens_needs_metadata" not in _ids(packed_cfg)
+    # unset again, with the metadata where the builder's own pack_metadata property looks: it builds, so no error
+    specs.packed_metadata_path = None
+    default = Path(GPTSFTDatasetBuilder(packed_cfg.dataset, tokenizer).pack_metadata)
+    default.write_bytes((pack / "64_metadata.jsonl").read_bytes())
     assert build().pack_metadata[0]["pack_size"] == 64
     assert "cuda_graphs.pad_cu_seqlens_needs_metadata" not in _ids(packed_cfg)
 
