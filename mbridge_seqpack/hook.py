@@ -12,6 +12,7 @@ Installing is idempotent, and ``uninstall()`` puts back the exact original funct
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import logging
@@ -20,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError
+from mbridge_seqpack.errors import ERROR, PackingConfigError, UsageError, Violation
 from mbridge_seqpack.modes import ENV_MODES, MODE_ENV, MODES, STRICT_ENV, Mode, env_mode
 from mbridge_seqpack.ranks import is_rank_zero
 
@@ -177,8 +178,13 @@ def _forget_verdict() -> None:
     _checked.update(key=None, report=None, reads=(), stamps=None)
 
 
-def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: int | None = None) -> None:
-    """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest (``announce``)."""
+def run_hook_rules(
+    cfg: ConfigContainer, *, announce: bool = True, world_size: int | None = None, megatron: bool = False
+) -> None:
+    """Apply the current mode to ``cfg``: raise errors (and advisories when strict), warn the rest (``announce``).
+    ``megatron`` (runtime_config_update's set_data_parallel_size() and validate(), error mode): Megatron-Bridge's own
+    checks join the one error, each of them (:func:`megatron_violations`), where the plugin raises or they are more
+    than one."""
     mode = current_mode()
     if mode in (None, "off"):
         return
@@ -186,17 +192,56 @@ def run_hook_rules(cfg: ConfigContainer, *, announce: bool = True, world_size: i
     violations = report.violations
     if announce and is_rank_zero():
         _log_report(report)
-    if not violations:
-        return
     if mode == "error":
         raised = [v for v in violations if v.severity == ERROR or is_strict()]
-        if raised:
+        # inside validate() (announce) always; at set_data_parallel_size(), Megatron-Bridge's step before it, only
+        # where the plugin raises there (validate() is then never reached)
+        theirs = megatron_violations(cfg, raised) if megatron and (raised or announce) else []
+        if raised or len(theirs) > 1:  # one failure of Megatron-Bridge's own alone: its validate() raises it
             _forget_verdict()
-            raise PackingConfigError(raised)
+            raise PackingConfigError(raised + theirs)
+    if not violations:
+        return
     if announce and is_rank_zero():
         for v in violations:
             warnings.warn(f"mbridge_seqpack: {v.describe()}", PackingConfigWarning, stacklevel=3)
         _log_accepted_undetermined(violations)
+
+
+#: the id the one error gives a failure of Megatron-Bridge's own validate() (not a rule of the plugin's catalog)
+MEGATRON_VALIDATE_ID = "megatron-bridge.validate"
+
+
+def megatron_violations(cfg: ConfigContainer, found: list[Any]) -> list[Any]:
+    """Every check of Megatron-Bridge's own ``validate()`` (an assert or ValueError of it or of what it calls, e.g.
+    Megatron-Core's TransformerConfig) that fails on ``cfg`` once the plugin's own fixes
+    (``found``'s assignments) are applied (``analysis/megatron_validate.py``: its failures collected, not stopping at
+    the first), less those a finding in ``found`` already quotes; as violations for the one error. Empty where that
+    run cannot be made (it never stops the launch: ``validate()`` itself runs next)."""
+    from mbridge_seqpack.analysis.megatron_validate import collected_validation
+    from mbridge_seqpack.config_paths import set_path
+
+    try:
+        fixed = copy.deepcopy(cfg)
+        for violation in found:
+            for path, value in violation.assignments.items():
+                set_path(fixed, path, value)
+        failures = collected_validation(fixed, _state.original["validate"] if _state.original else None).failures
+    except Exception:  # noqa: BLE001  (a config this run cannot copy or fix: validate() runs as written next)
+        LOGGER.debug("mbridge_seqpack: Megatron-Bridge's checks were not collected", exc_info=True)
+        return []
+    said = " ".join(f"{v.rule} {v.fix}" for v in found)
+    return [
+        Violation(
+            {"raised": f.kind, "at": f.site},
+            f"Megatron-Bridge's own validate() refuses the config: {f.message}",
+            fix="change the setting the message names (Megatron-Bridge's check, at validate(), before the GPUs are "
+            "allocated)",
+            rule_id=MEGATRON_VALIDATE_ID,
+        )
+        for f in failures
+        if f.check and (not f.message or f.message[:80] not in said)  # a crash, not a check: validate() raises it
+    ]
 
 
 def _log_report(report: Any) -> None:
@@ -244,7 +289,7 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
             if not _was_validated(self):
                 run_hook_rules(self, announce=True, world_size=dry_run_world_size(self))
             return original(self, *args, **kwargs)
-        run_hook_rules(self, announce=name == "validate")
+        run_hook_rules(self, announce=name == "validate", megatron=True)
         result = original(self, *args, **kwargs)
         if name == "validate":
             with contextlib.suppress(TypeError):

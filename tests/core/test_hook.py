@@ -62,10 +62,10 @@ def test_hook_fires_through_runtime_config_update(packed_cfg: Any) -> None:
 
 
 def test_megatron_bridge_checks_still_run_after_ours(packed_cfg: Any) -> None:
+    """One failure of Megatron-Bridge's own and none of the plugin's: its validate() raises it, as written."""
     mbridge_seqpack.install()
-    packed_cfg.dist.use_megatron_fsdp = True
-    packed_cfg.dist.use_torch_fsdp2 = True
-    with pytest.raises(ValueError, match="use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.") as info:
+    packed_cfg.train.num_epochs = 1
+    with pytest.raises(AssertionError, match="Cannot specify more than one of train_iters, train_samples") as info:
         _runtime_update(packed_cfg)
     assert not isinstance(info.value, PackingConfigError)
 
@@ -354,3 +354,86 @@ def test_suspended_and_the_context_manager_restore_the_world_size(packed_cfg: An
     with pytest.raises(PackingConfigError) as info:
         _runtime_update(copy.deepcopy(packed_cfg))
     assert info.value.rule_ids == ["batch.global_batch_min"]
+
+
+# ---- Megatron-Bridge's own checks in the one error (issue #50 item 2) --------------------------------------------
+def _megatron_refusal(cfg: Any) -> str | None:
+    """What Megatron-Bridge's runtime_config_update (its validate()), unhooked, raises on a copy of ``cfg``."""
+    try:
+        _runtime_update(copy.deepcopy(cfg))
+    except (AssertionError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _three_refusals(cfg: Any) -> None:
+    """Three checks of Megatron-Bridge's validate() that fail apart: num_epochs beside train_iters, Megatron-FSDP
+    beside torch FSDP2, and Megatron-FSDP without its checkpoint format."""
+    cfg.train.num_epochs = 1
+    cfg.dist.use_megatron_fsdp = True
+    cfg.dist.use_torch_fsdp2 = True
+
+
+def test_every_megatron_bridge_refusal_is_in_the_one_error(packed_cfg: Any) -> None:
+    """Megatron-Bridge's validate() stops at its first failure; inside the hook each of them is listed, with
+    Megatron-Bridge's own text. The reference: what its validate() raises first as each earlier one is put right."""
+    _three_refusals(packed_cfg)
+    expected = [_megatron_refusal(packed_cfg)]
+    fixed = copy.deepcopy(packed_cfg)
+    fixed.train.num_epochs = None
+    expected.append(_megatron_refusal(fixed))
+    fixed.dist.use_torch_fsdp2 = False
+    expected.append(_megatron_refusal(fixed))
+    assert expected == [
+        "Cannot specify more than one of train_iters, train_samples, or num_epochs",
+        "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.",
+        "Megatron-FSDP requires the fsdp_dtensor checkpointing format!",
+    ]
+    mbridge_seqpack.install()
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(packed_cfg)
+    assert info.value.rule_ids == ["megatron-bridge.validate"] * 3
+    assert [v.rule for v in info.value.violations] == [
+        f"Megatron-Bridge's own validate() refuses the config: {text}" for text in expected
+    ]
+    assert [v.fields["raised"] for v in info.value.violations] == ["AssertionError", "ValueError", "AssertionError"]
+    assert info.value.violations[1].fields["at"].startswith("megatron/bridge/training/config.py:")
+
+
+def test_the_plugins_findings_and_megatron_bridges_come_together(packed_cfg: Any) -> None:
+    """A plugin error and failures of Megatron-Bridge's own: one error with all (before, the plugin raised alone and
+    Megatron-Bridge's failures came one at a time after the plugin's was fixed). The plugin raises at
+    set_data_parallel_size(), before validate(): Megatron-Bridge's checks are collected there."""
+    _misaligned(packed_cfg)
+    packed_cfg.dist.use_megatron_fsdp = True
+    packed_cfg.dist.use_torch_fsdp2 = True
+    mbridge_seqpack.install()
+    with pytest.raises(PackingConfigError) as info:
+        _runtime_update(packed_cfg)
+    assert info.value.rule_ids == [
+        "offline.alignment_multiple",
+        "megatron-bridge.validate",
+        "megatron-bridge.validate",
+    ]
+    assert [v.rule.split(": ", 1)[1] for v in info.value.violations[1:]] == [
+        "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.",
+        "Megatron-FSDP requires the fsdp_dtensor checkpointing format!",
+    ]
+
+
+def test_megatron_bridge_checks_run_on_a_copy_with_the_plugins_fixes(packed_cfg: Any) -> None:
+    """What the plugin's own fix removes is not listed twice, and the config and the environment are untouched."""
+    import os
+
+    from mbridge_seqpack.errors import Violation
+    from mbridge_seqpack.hook import megatron_violations
+
+    _three_refusals(packed_cfg)
+    before, environ = copy.deepcopy(packed_cfg), dict(os.environ)
+    mbridge_seqpack.install()
+    assert len(megatron_violations(packed_cfg, [])) == 3
+    assert repr(packed_cfg) == repr(before) and dict(os.environ) == environ
+    fix = Violation({"train.num_epochs": 1}, "stand-in", assignments={"train.num_epochs": None})
+    quoted = Violation({}, "stand-in quoting 'use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.'")
+    (left,) = megatron_violations(packed_cfg, [fix, quoted])
+    assert left.rule.endswith("Megatron-FSDP requires the fsdp_dtensor checkpointing format!")
