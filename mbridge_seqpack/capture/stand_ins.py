@@ -251,7 +251,19 @@ def cuda_patches(tracker: DeviceTracker) -> dict[tuple[Any, str], Any]:
         (torch.cuda, "default_stream"): lambda device=None: default,
         (torch.cuda, "stream"): lambda stream=None: contextlib.nullcontext(stream),
         (torch.cuda, "current_device"): lambda: 0,
+        **_cached_streams(),
     }
+
+
+def _cached_streams() -> dict[tuple[Any, str], Any]:
+    """Streams Megatron-Core keeps on a class for the whole process, made on first use
+    (``MoEAlltoAllTokenDispatcher.cuda_dtoh_stream``): unset for the block, so the block's stand-ins make them and
+    a stream made under an earlier block's tracker (its events recording there) is not reused."""
+    try:
+        from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
+    except ImportError:  # Megatron-Core not installed (the device check's torch-only run): nothing cached
+        return {}
+    return {(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream"): None}
 
 
 def cuda_stand_ins(tracker: DeviceTracker) -> contextlib.AbstractContextManager[None]:

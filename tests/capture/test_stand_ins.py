@@ -36,3 +36,30 @@ def test_the_torch_cuda_stand_ins_are_put_back() -> None:
         assert torch.cuda.current_device() == 0
         assert torch.cuda.current_stream() is torch.cuda.default_stream()
     assert (torch.cuda.synchronize, torch.cuda.Stream, torch.cuda.Event, torch.cuda.current_device) == before
+
+
+class _Recording(DeviceTracker):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def record(self, op: str, skip: int = 2) -> None:
+        self.ops.append(op)
+
+
+def test_a_stream_megatron_keeps_for_the_process_is_made_again_in_each_block(megatron_bridge: object) -> None:
+    """Megatron-Core's alltoall dispatcher keeps its device-to-host stream on the class, made on first use: inside a
+    block it is made by that block's stand-ins (its events' waits reach that block's tracker, not the first
+    block's), and the process's own value is put back after. Without it, which capture run first made the stream
+    decided whether a later run saw the dispatcher's Event.synchronize (the cached verdicts depended on the order)."""
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher as Dispatcher
+
+    kept = Dispatcher.cuda_dtoh_stream
+    trackers = [_Recording(), _Recording()]
+    for tracker in trackers:
+        with cuda_stand_ins(tracker):
+            assert Dispatcher.cuda_dtoh_stream is None
+            Dispatcher.cuda_dtoh_stream = torch.cuda.Stream()  # as the dispatcher's __init__ does on first use
+            Dispatcher.cuda_dtoh_stream.record_event().synchronize()
+    assert [t.ops for t in trackers] == [["synchronization (Event.synchronize)"]] * 2
+    assert Dispatcher.cuda_dtoh_stream is kept

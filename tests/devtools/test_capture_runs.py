@@ -157,8 +157,9 @@ def test_every_dispatcher_and_capacity_mode_is_probed(fresh: dict[str, Any]) -> 
     ]
     for mode in ("dropless", "capacity", "drop_and_pad"):
         assert _sites(fresh, f"moe_allgather_{mode}") == allgather, mode
-    assert _sites(fresh, "moe_alltoall_capacity") == [
-        ("device-to-host copy (.to('cpu'))", f"{moe}/moe_utils.py:1185 maybe_move_tensor_to_cpu")
+    assert _sites(fresh, "moe_alltoall_capacity") == [  # the counts' copy, then the wait for it, as dropless
+        ("device-to-host copy (.to('cpu'))", f"{moe}/moe_utils.py:1185 maybe_move_tensor_to_cpu"),
+        ("synchronization (Event.synchronize)", f"{moe}/token_dispatcher.py:950 _maybe_dtoh_and_synchronize"),
     ]
     assert _sites(fresh, "moe_alltoall_drop_and_pad") == []
 
