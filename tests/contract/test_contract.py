@@ -242,3 +242,45 @@ def test_diff_of_hand_made_records(tmp_path: Path, capsys) -> None:
     assert (first["input"], first["position"], first["before"], first["after"]) == ("rows 0,1", "tokens[2]", 3, 9)
     assert main(["contract", "diff", "--json", str(a), str(a)]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == []
+
+
+def _thd_expected(mult: int) -> dict[str, list[list[int]]]:
+    """The packed collate of the observation's three synthetic rows, from the rows alone (THD as Transformer Engine
+    documents it: each sequence trains on its tokens but the last, which is its label; offsets are cumulative
+    lengths, padded offsets round each length up to ``mult``; position ids restart per sequence)."""
+    from mbridge_seqpack.contract.observations import ROWS, WIDTH
+
+    tokens, cu, cu_padded, positions = [], [], [], []
+    for row in ROWS:
+        flat: list[int] = []
+        ends, padded_ends, pos = [0], [0], []
+        for seq in row:
+            length = len(seq) - 1
+            padded = -(-length // mult) * mult
+            flat += list(seq[:-1]) + [0] * (padded - length)  # the prep pads with EOS, here id 0
+            ends.append(ends[-1] + length)
+            padded_ends.append(padded_ends[-1] + padded)
+            pos += list(range(padded))
+        tokens.append(flat + [0] * (WIDTH - len(flat)))
+        cu.append(ends)
+        cu_padded.append(padded_ends)
+        positions.append(pos + [0] * (WIDTH - len(pos)))
+    return {"tokens": tokens, "cu": cu, "cu_padded": cu_padded, "position_ids": positions}
+
+
+@pytest.mark.parametrize("mult", [1, 4])
+def test_the_installed_records_collate_values_are_the_rows(installed: Path, mult: int) -> None:
+    """The record's values, not only its header: the packed collate's tokens, position ids and sequence offsets of
+    ``collate.packed.mult<M>`` are what the synthetic rows give by THD's own arithmetic (the record keeps what
+    Megatron-Bridge returned, unchanged)."""
+    value = json.loads(installed.read_text())["observations"][f"collate.packed.mult{mult}"]["value"]["rows 0,1,2"]
+    expected = _thd_expected(mult)
+    assert value["tokens"] == expected["tokens"]
+    assert value["position_ids"] == expected["position_ids"]
+    offsets = "cu_seqlens_q_padded" if mult > 1 else "cu_seqlens_q"
+    want = expected["cu_padded"] if mult > 1 else expected["cu"]
+    for row, ends in zip(value[offsets], want):  # each row's offsets, then its closing entries (the row's padding)
+        assert row[: len(ends)] == ends
+    if mult > 1:
+        for row, ends in zip(value["cu_seqlens_q"], expected["cu"]):
+            assert row[: len(ends)] == ends
