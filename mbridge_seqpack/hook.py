@@ -196,7 +196,8 @@ def run_hook_rules(
         raised = [v for v in violations if v.severity == ERROR or is_strict()]
         # inside validate() (announce) always; at set_data_parallel_size(), Megatron-Bridge's step before it, only
         # where the plugin raises there (validate() is then never reached)
-        theirs = megatron_violations(cfg, raised) if megatron and (raised or announce) else []
+        world = world_size if world_size is not None else _state.world_size
+        theirs = megatron_violations(cfg, raised, world) if megatron and (raised or announce) else []
         if raised or len(theirs) > 1:  # one failure of Megatron-Bridge's own alone: its validate() raises it
             _forget_verdict()
             raise PackingConfigError(raised + theirs)
@@ -212,12 +213,13 @@ def run_hook_rules(
 MEGATRON_VALIDATE_ID = "megatron-bridge.validate"
 
 
-def megatron_violations(cfg: ConfigContainer, found: list[Any]) -> list[Any]:
+def megatron_violations(cfg: ConfigContainer, found: list[Any], world_size: int | None = None) -> list[Any]:
     """Every check of Megatron-Bridge's own ``validate()`` (an assert or ValueError of it or of what it calls, e.g.
     Megatron-Core's TransformerConfig) that fails on ``cfg`` once the plugin's own fixes
     (``found``'s assignments) are applied (``analysis/megatron_validate.py``: its failures collected, not stopping at
-    the first), less those a finding in ``found`` already quotes; as violations for the one error. Empty where that
-    run cannot be made (it never stops the launch: ``validate()`` itself runs next)."""
+    the first), less those a finding in ``found`` already quotes; as violations for the one error. ``world_size``:
+    the one the plugin's own checks took (``install(world_size=...)``), else the process's. Empty where that run
+    cannot be made (it never stops the launch: ``validate()`` itself runs next)."""
     from mbridge_seqpack.analysis.megatron_validate import collected_validation
     from mbridge_seqpack.config_paths import set_path
 
@@ -226,7 +228,8 @@ def megatron_violations(cfg: ConfigContainer, found: list[Any]) -> list[Any]:
         for violation in found:
             for path, value in violation.assignments.items():
                 set_path(fixed, path, value)
-        failures = collected_validation(fixed, _state.original["validate"] if _state.original else None).failures
+        original = _state.original["validate"] if _state.original else None
+        failures = collected_validation(fixed, original, world_size).failures
     except Exception:  # noqa: BLE001  (a config this run cannot copy or fix: validate() runs as written next)
         LOGGER.debug("mbridge_seqpack: Megatron-Bridge's checks were not collected", exc_info=True)
         return []

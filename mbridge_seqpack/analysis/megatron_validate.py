@@ -119,19 +119,23 @@ def _message(exc: BaseException) -> str:
     return f"failed: {line}" if line else ""
 
 
-def collected_validation(cfg: Any, validate: Callable[..., Any] | None = None) -> CollectedValidation:
+def collected_validation(
+    cfg: Any, validate: Callable[..., Any] | None = None, world_size: int | None = None
+) -> CollectedValidation:
     """Run Megatron-Bridge's ``ConfigContainer.validate`` (``validate``: the unwrapped method; default the class's,
-    unwrapped of the plugin's hook) on a deep copy of ``cfg``, collecting every failure."""
+    unwrapped of the plugin's hook) on a deep copy of ``cfg``, collecting every failure; ``world_size``: the world
+    it computes its data-parallel size from (``WORLD_SIZE`` for the run, as the plugin's checks take it), else the
+    process's."""
     if validate is None:
         from megatron.bridge.training.config import ConfigContainer
 
         validate = inspect.unwrap(ConfigContainer.validate)
-    first = _first_failure(validate, cfg)
+    first = _first_failure(validate, cfg, world_size)
     if first is None:
         return CollectedValidation(())  # the method as written passes: nothing to collect
     run, collected = _collecting_function(validate)
     collected.clear()
-    with _environment_kept():
+    with _environment_kept(world_size):
         run(copy.deepcopy(cfg))
     raised, follow_ons = list(collected), 0
     collected.clear()
@@ -149,8 +153,11 @@ def collected_validation(cfg: Any, validate: Callable[..., Any] | None = None) -
 
 
 @contextlib.contextmanager
-def _environment_kept() -> Iterator[None]:
+def _environment_kept(world_size: int | None = None) -> Iterator[None]:
+    """``os.environ`` put back after the block (``validate()`` exports settings), with ``WORLD_SIZE`` set in it."""
     saved = dict(os.environ)
+    if world_size is not None:
+        os.environ["WORLD_SIZE"] = str(world_size)
     try:
         yield
     finally:
@@ -158,9 +165,9 @@ def _environment_kept() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _first_failure(validate: Callable[..., Any], cfg: Any) -> MegatronFailure | None:
+def _first_failure(validate: Callable[..., Any], cfg: Any, world_size: int | None) -> MegatronFailure | None:
     """What the method as written raises on a copy of ``cfg`` (None: it passes)."""
-    with _environment_kept():
+    with _environment_kept(world_size):
         try:
             validate(copy.deepcopy(cfg))
         except Exception as exc:  # noqa: BLE001  (any raise of validate() stops the launch: it is the finding)

@@ -437,3 +437,13 @@ def test_megatron_bridge_checks_run_on_a_copy_with_the_plugins_fixes(packed_cfg:
     quoted = Violation({}, "stand-in quoting 'use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.'")
     (left,) = megatron_violations(packed_cfg, [fix, quoted])
     assert left.rule.endswith("Megatron-FSDP requires the fsdp_dtensor checkpointing format!")
+
+
+def test_megatron_bridges_checks_take_the_plugins_world_size(packed_cfg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``install(world_size=8)`` in a process of one rank: Megatron-Bridge's checks are run for the 8 ranks the
+    plugin checks for (its data-parallel size from WORLD_SIZE), not for the checking process's one."""
+    monkeypatch.delenv("WORLD_SIZE")
+    _misaligned(packed_cfg)  # CP 2: a world of 1 is not divisible by TP x PP x CP
+    with mbridge_seqpack.install(world_size=8), pytest.raises(PackingConfigError) as info:
+        packed_cfg.validate()
+    assert info.value.rule_ids == ["offline.alignment_multiple"]
