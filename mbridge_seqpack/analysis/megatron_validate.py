@@ -41,9 +41,6 @@ class MegatronFailure:
     site: str
     check: bool = True  # an AssertionError or ValueError (a check's refusal), not a crash of the code itself
 
-    def text(self) -> str:
-        return f"{self.kind}: {self.message}" if self.message else self.kind
-
 
 @dataclass(frozen=True)
 class CollectedValidation:
