@@ -600,7 +600,7 @@ class AttentionVerdict:
                 for i in split
             )
             grouped.setdefault(picks, []).append(label)
-        parts = [f"{picks} on {', '.join(labels)}" for picks, labels in grouped.items()]
+        parts = [f"{picks} on {stacks_text(labels)}" for picks, labels in grouped.items()]
         return "; ".join(parts)
 
 
@@ -978,6 +978,21 @@ def verdict_summary(verdict: AttentionVerdict) -> dict[str, Any]:
     }
 
 
+def stacks_text(labels: list[str]) -> str:
+    """The stacks asked, architectures that were asked on the same cuDNN versions named together: ``sm100, sm103
+    with cuDNN 9.12.0, 9.13.0`` instead of one "smX with cuDNN V" per pair (twelve versions on three GPUs)."""
+    versions: dict[str, list[str]] = {}
+    for label in labels:
+        arch, _, cudnn = label.partition(" with cuDNN ")
+        versions.setdefault(arch, []).append(cudnn)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for arch, found in versions.items():
+        groups.setdefault(tuple(v for v in found if v), []).append(arch)
+    return "; ".join(
+        ", ".join(archs) + (f" with cuDNN {', '.join(found)}" if found else "") for found, archs in groups.items()
+    )
+
+
 def verdict_notes(verdict: AttentionVerdict, model: Any) -> list[str]:
     """What ``check`` prints about attention: the backend TE will pick per layer kind, on which stack, and where a
     string ``attention_backend`` sets nothing."""
@@ -1002,7 +1017,7 @@ def verdict_notes(verdict: AttentionVerdict, model: Any) -> list[str]:
     ]
     notes.append(f"attention: Transformer Engine picks {'; '.join(picks)}, on {verdict.target.describe()}")
     if verdict.others:
-        asked = ", ".join(label for label, _ in verdict.others)
+        asked = stacks_text([label for label, _ in verdict.others])
         notes.append(
             f"attention: also asked on {asked} (not declared here); "
             + (f"they differ: {verdict.undetermined}" if verdict.undetermined else "the same outcome on each")

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import io
 import os
 import textwrap
 from dataclasses import dataclass
@@ -151,12 +152,15 @@ def collected_validation(
 
 @contextlib.contextmanager
 def _environment_kept(world_size: int | None = None) -> Iterator[None]:
-    """``os.environ`` put back after the block (``validate()`` exports settings), with ``WORLD_SIZE`` set in it."""
+    """``os.environ`` put back after the block (``validate()`` exports settings), with ``WORLD_SIZE`` set in it; what
+    ``validate()`` prints (``print``: "use_distributed_optimizer=True is required ... Activating...") is left out: the
+    runs here are on copies, and the launch's own ``validate()`` says it once."""
     saved = dict(os.environ)
     if world_size is not None:
         os.environ["WORLD_SIZE"] = str(world_size)
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -45,7 +46,8 @@ def run_megatron_validation(cfg: ConfigContainer, world_size: int) -> str | None
     saved_env = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = str(world_size)
     try:
-        with hook.suspended(), warnings.catch_warnings():
+        # what Megatron-Bridge prints goes to stderr: stdout is the report (--json parses it)
+        with hook.suspended(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.filterwarnings("ignore", message="Could not determine rank")  # no process group here
             runtime_config_update(cfg)
     except (AssertionError, ValueError, TypeError, RuntimeError, KeyError) as exc:
@@ -83,7 +85,23 @@ def check_target(
     report = check(cfg, world, target=target, gpu_arch=gpu_arch, notes=notes + pack_notes(cfg, target, overrides))
     if megatron:
         report.megatron_ran, report.megatron_error = True, run_megatron_validation(cfg, world)
+        if report.megatron_error is not None:
+            report.megatron_errors = megatron_failures(cfg, world, report.megatron_error)
     return report
+
+
+def megatron_failures(cfg: ConfigContainer, world_size: int, first: str) -> list[str]:
+    """Every check of Megatron-Bridge's validate() that fails on ``cfg`` (as runtime_config_update left it), where
+    ``first``, the failure its own run stopped at, is validate()'s first; else ``first`` alone (it failed before
+    validate(), or the collected run disagrees)."""
+    from mbridge_seqpack import hook
+    from mbridge_seqpack.analysis.megatron_validate import collected_validation
+
+    with hook.suspended(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Could not determine rank")
+        failures = collected_validation(cfg, world_size=world_size).failures
+    texts = [f"{f.kind}: {f.message}" for f in failures if f.check]
+    return texts if texts and texts[0] == first else [first]
 
 
 def split_target(args: argparse.Namespace) -> None:

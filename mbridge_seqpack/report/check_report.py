@@ -68,6 +68,9 @@ class CheckReport:
     results: list[Any]
     megatron_error: str | None = None
     megatron_ran: bool = False
+    #: every check of Megatron-Bridge's validate() that fails, its first being ``megatron_error``'s (the CLI: its own
+    #: run stops at the first; ``analysis/megatron_validate.py`` collects the rest)
+    megatron_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     contents: str | None = None  # what the pack check verified now and what the launch verifies (offline packs)
 
@@ -147,7 +150,13 @@ class CheckReport:
                 "notes": self.notes,  # what the text prints as note: lines (what stood in, the runner's fixes)
                 "megatron_bridge_validate": None
                 if not self.megatron_ran
-                else ({"ok": self.megatron_error is None, "error": self.megatron_error}),
+                else (
+                    {
+                        "ok": self.megatron_error is None,
+                        "error": self.megatron_error,
+                        "errors": self.megatron_errors or ([self.megatron_error] if self.megatron_error else []),
+                    }
+                ),
             },
             indent=2,
         )
@@ -209,6 +218,8 @@ class CheckReport:
         if self.megatron_ran:
             status = "ok" if self.megatron_error is None else f"FAILED: {self.megatron_error}"
             lines += wrap(status, "megatron-bridge validate(): ", hang="  ")
+            for later in self.megatron_errors[1:]:  # the checks its validate() stops before
+                lines += wrap(f"also FAILED: {later}", "  ", hang="    ")
         for note in self.notes:
             lines += wrap(note, "note: ", hang="  ")
         return "\n".join(lines)

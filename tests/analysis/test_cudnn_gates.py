@@ -84,3 +84,15 @@ def test_every_cudnn_version_selects_as_the_one_asked_for_it(name: str, packed_c
             assert seen == (standing.backend, standing.available, standing.disabled), (version, seen, standing)
             picks[version] = seen
     assert len(set(picks.values())) > 1, "the config must be one whose selection the cuDNN version changes"
+
+
+def test_the_stacks_asked_are_named_by_gpu_with_their_cudnn_versions() -> None:
+    labels = ["sm90 with cuDNN 9.12.0", "sm90 with cuDNN 9.26.0", "sm100 with cuDNN 9.12.0", "sm100 with cuDNN 9.20.0"]
+    labels += [
+        "sm100 with cuDNN 9.26.0",
+        "sm103 with cuDNN 9.12.0",
+        "sm103 with cuDNN 9.20.0",
+        "sm103 with cuDNN 9.26.0",
+    ]
+    assert ab.stacks_text(labels) == ("sm90 with cuDNN 9.12.0, 9.26.0; sm100, sm103 with cuDNN 9.12.0, 9.20.0, 9.26.0")
+    assert ab.stacks_text(["sm100", "sm103"]) == "sm100, sm103"  # the target's cuDNN declared: GPUs only

@@ -44,3 +44,28 @@ def test_text_and_json_agree_at_cp2(megatron_bridge: Any, capsys: pytest.Capture
     assert _notes(text) == report["notes"]
     stood_in = [n for n in report["notes"] if n.startswith("equivalence check: stood in here: Transformer Engine's")]
     assert len(stood_in) == (0 if torch.cuda.is_available() else 1)
+
+
+def test_check_lists_every_failure_of_megatron_bridges_validate(
+    megatron_bridge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Megatron-Bridge's own validate() stops at its first failure; ``check`` shows each (text and JSON alike), the
+    first being what Megatron-Bridge's runtime_config_update raised."""
+    argv = [
+        "check", "small_gpt_smoke_4k", "train.num_epochs=1", "dist.use_megatron_fsdp=true",
+        "dist.use_torch_fsdp2=true", "--world-size", "1",
+    ]  # fmt: skip
+    assert main(argv) == 1
+    text = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 1
+    validate = json.loads(capsys.readouterr().out)["megatron_bridge_validate"]
+    assert validate["ok"] is False
+    assert validate["errors"] == [
+        validate["error"],
+        "ValueError: use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.",
+        "AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!",
+    ]
+    assert validate["error"].startswith("AssertionError: Cannot specify more than one of train_iters")
+    joined = " ".join(text.split())
+    assert f"megatron-bridge validate(): FAILED: {validate['error']}" in joined
+    assert "also FAILED: ValueError: use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive." in joined
