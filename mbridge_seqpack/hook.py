@@ -224,9 +224,10 @@ def megatron_violations(cfg: ConfigContainer, found: list[Any], world_size: int 
     from mbridge_seqpack.config_paths import set_path
 
     try:
-        fixed = copy.deepcopy(cfg)
-        for violation in found:
-            for path, value in violation.assignments.items():
+        fixing = [v.assignments for v in found if v.assignments]
+        fixed = copy.deepcopy(cfg) if fixing else cfg  # collected_validation runs on copies of its own
+        for assignments in fixing:
+            for path, value in assignments.items():
                 set_path(fixed, path, value)
         original = _state.original["validate"] if _state.original else None
         failures = collected_validation(fixed, original, world_size).failures

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 from pathlib import Path
 
 __all__ = ["SELECTION_MODULE", "gates_in", "cudnn_versions_to_ask", "decode", "interval_of"]
@@ -96,13 +95,6 @@ def gates_in(source: str) -> set[Version]:
     return found
 
 
-def _te_root() -> Path:
-    spec = importlib.util.find_spec("transformer_engine")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("transformer_engine is not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 @functools.cache
 def cudnn_versions_to_ask() -> tuple[Version, ...]:
     """One version per interval of TE's gates, from TE's minimum: a selection that holds on each holds on every
@@ -111,7 +103,8 @@ def cudnn_versions_to_ask() -> tuple[Version, ...]:
 
     from mbridge_seqpack.analysis import te_fused_rules
 
-    gates = gates_in((_te_root() / SELECTION_MODULE).read_text()) | gates_in(Path(te_fused_rules.__file__).read_text())
+    selection = (te_fused_rules.te_root() / SELECTION_MODULE).read_text()
+    gates = gates_in(selection) | gates_in(Path(te_fused_rules.__file__).read_text())
     lowest = tuple(MIN_CUDNN_VERSION)
     return tuple(sorted({lowest, *(g for g in gates if g > lowest)}))  # type: ignore[arg-type]
 

@@ -693,14 +693,19 @@ def first_reject(query: Query) -> FixedRule | None:
 
 
 # ---- the rules against the installed binary --------------------------------------------------------------------
-def so_path() -> Path:
-    """The installed libtransformer_engine.so (found without importing TE's torch extension)."""
+def te_root() -> Path:
+    """The installed ``transformer_engine`` package's folder (found without importing it)."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformer_engine")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("transformer_engine is not installed")
-    root = Path(next(iter(spec.submodule_search_locations)))
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def so_path() -> Path:
+    """The installed libtransformer_engine.so (found without importing TE's torch extension)."""
+    root = te_root()
     found = sorted(root.rglob("libtransformer_engine.so"))
     if not found:
         raise FileNotFoundError(f"no libtransformer_engine.so under {root}")
